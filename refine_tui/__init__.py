@@ -1,0 +1,1 @@
+"""refine-tui: the operator's Textual dashboard and the `refine` command line."""

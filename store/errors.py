@@ -1,0 +1,113 @@
+"""Typed refusals. Every error has a stable ``code``; callers branch on the class or the code."""
+
+from __future__ import annotations
+
+
+class RefineError(Exception):
+    """Base of every refusal the store raises. ``code`` is stable and machine-readable."""
+
+    code = "REFINE_ERROR"
+
+    def __init__(
+        self, message: str, *, run_id: str | None = None, goal_id: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.run_id = run_id
+        self.goal_id = goal_id
+
+    def __str__(self) -> str:
+        return f"{self.code}: {self.message}"
+
+
+class InvalidInputError(RefineError):
+    code = "INVALID_INPUT"
+
+
+class VersionConflictError(RefineError):
+    code = "VERSION_CONFLICT"
+
+
+class CommandConflictError(RefineError):
+    code = "COMMAND_CONFLICT"
+
+
+class RunExistsError(RefineError):
+    code = "RUN_EXISTS"
+
+
+class RunNotFoundError(RefineError):
+    code = "RUN_NOT_FOUND"
+
+
+class RunTerminalError(RefineError):
+    code = "RUN_TERMINAL"
+
+
+class CancelPendingError(RefineError):
+    code = "CANCEL_PENDING"
+
+
+class AttemptActiveError(RefineError):
+    code = "ATTEMPT_ACTIVE"
+
+
+class StaleAttemptError(RefineError):
+    code = "STALE_ATTEMPT"
+
+
+class CorruptRunError(RefineError):
+    code = "CORRUPT_RUN"
+
+
+class StorageError(RefineError):
+    code = "STORAGE"
+
+
+class JournalClosedError(RefineError):
+    code = "CLOSED"
+
+
+class JournalReadOnlyError(RefineError):
+    code = "READ_ONLY"
+
+
+class DecisionError(RefineError):
+    """A transition broke an invariant: a bug. Nothing was recorded; ``__cause__`` says why."""
+
+    code = "DECISION_FAILED"
+
+
+# --- Goals and operator commands -------------------------------------------------------------
+
+
+class GoalExistsError(RefineError):
+    code = "GOAL_EXISTS"
+
+
+class GoalNotFoundError(RefineError):
+    code = "GOAL_NOT_FOUND"
+
+
+class GoalStateError(RefineError):
+    """The Goal is not in a status that allows the operation (e.g. start of a held Goal)."""
+
+    code = "GOAL_STATE"
+
+
+class GoalTerminalError(RefineError):
+    code = "GOAL_TERMINAL"
+
+
+class CorruptGoalError(RefineError):
+    code = "CORRUPT_GOAL"
+
+
+class NotThisNodeError(RefineError):
+    """The work belongs to another node; the message names the owner."""
+
+    code = "NOT_THIS_NODE"
+
+
+class NoActiveAttemptError(RefineError):
+    code = "NO_ACTIVE_ATTEMPT"

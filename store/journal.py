@@ -1,0 +1,551 @@
+"""The command journal: one SQLite file, one ``BEGIN IMMEDIATE`` transaction per command.
+
+State, receipt, events and outbox rows of a command commit together. This module is the only
+place that knows SQL; Execution and Goals talk to it through ``execute`` and the read methods,
+so another backend (PostgreSQL) can replace it without touching them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+import time
+import urllib.parse
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from store.canonical import canonical_json
+from store.errors import (
+    CommandConflictError,
+    DecisionError,
+    InvalidInputError,
+    JournalClosedError,
+    JournalReadOnlyError,
+    RefineError,
+    StorageError,
+    VersionConflictError,
+)
+
+SCHEMA_VERSION = 1
+APPLICATION_ID = 0x52464E31  # "RFN1": tells our journals from any other SQLite file
+MAX_SAFE_INTEGER = 2**53 - 1
+MAX_PAGE = 1000
+
+Synchronous = Literal["FULL", "NORMAL"]
+
+_SCHEMA = """
+CREATE TABLE aggregates (
+    aggregate_id  TEXT PRIMARY KEY,
+    kind          TEXT NOT NULL,
+    version       INTEGER NOT NULL,
+    status        TEXT,
+    node_id       TEXT,
+    last_sequence INTEGER NOT NULL,
+    state         TEXT NOT NULL
+);
+CREATE INDEX aggregates_by_status ON aggregates(kind, status, node_id);
+CREATE INDEX aggregates_by_recency ON aggregates(kind, last_sequence);
+CREATE TABLE events (
+    sequence      INTEGER PRIMARY KEY,
+    aggregate_id  TEXT NOT NULL,
+    version       INTEGER NOT NULL,
+    type          TEXT NOT NULL,
+    data          TEXT NOT NULL,
+    committed_at  REAL NOT NULL,
+    command_id    TEXT NOT NULL
+);
+CREATE INDEX events_by_aggregate ON events(aggregate_id, sequence);
+CREATE TABLE receipts (
+    command_id    TEXT PRIMARY KEY,
+    payload       TEXT NOT NULL,
+    result        TEXT NOT NULL,
+    committed_at  REAL NOT NULL
+);
+CREATE TABLE outbox (
+    sequence      INTEGER PRIMARY KEY REFERENCES events(sequence),
+    aggregate_id  TEXT NOT NULL,
+    topic         TEXT NOT NULL,
+    published     INTEGER NOT NULL DEFAULT 0
+);
+"""
+
+
+@dataclass(frozen=True)
+class Event:
+    sequence: int
+    aggregate_id: str
+    version: int
+    type: str
+    data: Mapping[str, Any]
+    committed_at: float
+
+
+@dataclass(frozen=True)
+class Stored:
+    """An aggregate's stored state as parsed JSON (never validated here) and its version."""
+
+    aggregate_id: str
+    version: int
+    state: Any
+
+
+@dataclass(frozen=True)
+class Change:
+    """What a decision writes for one aggregate: its whole new state and the events saying why."""
+
+    aggregate_id: str
+    state: Mapping[str, Any]
+    events: Sequence[tuple[str, Mapping[str, Any]]]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A command's result: the changed aggregates as the command left them."""
+
+    replayed: bool
+    states: Mapping[str, Stored]
+    events: tuple[Event, ...]
+
+
+Decide = Callable[[Mapping[str, Stored | None]], Sequence[Change]]
+
+
+def aggregate_kind(aggregate_id: str) -> str:
+    return aggregate_id.split(":", 1)[0]
+
+
+def _ids_for(aggregate_id: str) -> dict[str, str | None]:
+    kind, _, key = aggregate_id.partition(":")
+    return {"run_id": key if kind == "run" else None, "goal_id": key if kind == "goal" else None}
+
+
+@contextmanager
+def _storage_errors() -> Iterator[None]:
+    """Turn SQLite's exceptions into StorageError with a reason an operator can act on."""
+    try:
+        yield
+    except sqlite3.OperationalError as exc:
+        text = str(exc)
+        if "locked" in text or "busy" in text:
+            raise StorageError(f"journal is locked by another writer ({text})") from exc
+        raise StorageError(f"journal unavailable: {text}") from exc
+    except sqlite3.DatabaseError as exc:
+        raise StorageError(f"not a usable journal: {exc}") from exc
+
+
+class Journal:
+    """A SQLite command journal. Open with :meth:`open`; use as a context manager."""
+
+    def __init__(self, conn: sqlite3.Connection, path: Path, read_only: bool) -> None:
+        self._conn: sqlite3.Connection | None = conn
+        self._lock = threading.RLock()
+        self.path = path
+        self.read_only = read_only
+        self.inode = os.stat(path).st_ino
+
+    # --- lifecycle -----------------------------------------------------------------------------
+
+    @classmethod
+    def open(
+        cls,
+        path: str | os.PathLike[str],
+        read_only: bool = False,
+        *,
+        create: bool = True,
+        synchronous: Synchronous = "FULL",
+        busy_timeout_ms: int = 5000,
+    ) -> Journal:
+        """Open (and, when writable and ``create``, create) the journal at ``path``.
+
+        Raises StorageError when the file is missing (and may not be created), is not SQLite,
+        is another application's database, or has a newer schema.
+        """
+        if synchronous not in ("FULL", "NORMAL"):
+            raise InvalidInputError("synchronous must be FULL or NORMAL")
+        file = Path(path)
+        if not file.exists() and (read_only or not create):
+            raise StorageError(f"journal missing: {file}")
+        if file.exists() and not file.is_file():
+            raise StorageError(f"not a journal file: {file}")
+        if not read_only:
+            file.parent.mkdir(parents=True, exist_ok=True)
+        uri = "file:" + urllib.parse.quote(str(file.resolve())) + ("?mode=ro" if read_only else "")
+        with _storage_errors():
+            conn = sqlite3.connect(
+                uri,
+                uri=True,
+                isolation_level=None,
+                timeout=busy_timeout_ms / 1000,
+                check_same_thread=False,
+            )
+        try:
+            with _storage_errors():
+                conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+                if not read_only:
+                    conn.execute("PRAGMA journal_mode = WAL")
+                    conn.execute(f"PRAGMA synchronous = {synchronous}")
+                _migrate(conn, file, read_only)
+            return cls(conn, file, read_only)
+        except BaseException:
+            conn.close()
+            raise
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+    @property
+    def closed(self) -> bool:
+        return self._conn is None
+
+    def __enter__(self) -> Journal:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _connection(self) -> sqlite3.Connection:
+        if self._conn is None:
+            raise JournalClosedError("journal is closed")
+        return self._conn
+
+    # --- commands ------------------------------------------------------------------------------
+
+    def execute(
+        self,
+        *,
+        command_id: str,
+        payload: Mapping[str, Any],
+        expected: Mapping[str, int | None],
+        decide: Decide,
+    ) -> Outcome:
+        """Run one command atomically.
+
+        ``expected`` names every aggregate the command reads, with the version the caller read
+        (``None``: no version check, e.g. creation). Refusal order: closed / read-only, then
+        replay or CommandConflictError, then VersionConflictError, then the decision's own errors.
+        """
+        self._connection()
+        if self.read_only:
+            raise JournalReadOnlyError("journal is open read-only", **_first_ids(expected))
+        key = canonical_json({"payload": payload, "expected": dict(expected)})
+        with self._lock, _storage_errors():
+            conn = self._connection()
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                outcome = self._execute_in(conn, command_id, key, expected, decide)
+                conn.execute("COMMIT")
+                return outcome
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+
+    def _execute_in(
+        self,
+        conn: sqlite3.Connection,
+        command_id: str,
+        key: str,
+        expected: Mapping[str, int | None],
+        decide: Decide,
+    ) -> Outcome:
+        receipt = conn.execute(
+            "SELECT payload, result FROM receipts WHERE command_id = ?", (command_id,)
+        ).fetchone()
+        if receipt is not None:
+            if receipt[0] != key:
+                raise CommandConflictError(
+                    f"command {command_id} was already used for a different command",
+                    **_first_ids(expected),
+                )
+            return Outcome(replayed=True, states=_parse_result(receipt[1]), events=())
+        loaded = {agg: self._load(conn, agg) for agg in expected}
+        for agg, version in expected.items():
+            actual = loaded[agg].version if loaded[agg] is not None else 0
+            if version is not None and actual != version:
+                raise VersionConflictError(
+                    f"{agg} is at version {actual}, not {version}", **_ids_for(agg)
+                )
+        try:
+            changes = list(decide(loaded))
+        except RefineError:
+            raise
+        except Exception as exc:
+            raise DecisionError(f"decision failed: {exc}", **_first_ids(expected)) from exc
+        if not changes or any(c.aggregate_id not in expected for c in changes):
+            raise DecisionError("a command must change only the aggregates it read")
+        return self._write(conn, command_id, key, loaded, changes)
+
+    def _write(
+        self,
+        conn: sqlite3.Connection,
+        command_id: str,
+        key: str,
+        loaded: Mapping[str, Stored | None],
+        changes: Sequence[Change],
+    ) -> Outcome:
+        now = time.time()
+        states: dict[str, Stored] = {}
+        events: list[Event] = []
+        for change in changes:
+            before = loaded[change.aggregate_id]
+            version = (before.version if before is not None else 0) + 1
+            state_text = canonical_json(change.state)
+            last = 0
+            for type_, data in change.events:
+                cur = conn.execute(
+                    "INSERT INTO events (aggregate_id, version, type, data, committed_at,"
+                    " command_id) VALUES (?, ?, ?, ?, ?, ?)",
+                    (change.aggregate_id, version, type_, canonical_json(data), now, command_id),
+                )
+                last = int(cur.lastrowid or 0)
+                conn.execute(
+                    "INSERT INTO outbox (sequence, aggregate_id, topic) VALUES (?, ?, ?)",
+                    (last, change.aggregate_id, type_),
+                )
+                events.append(Event(last, change.aggregate_id, version, type_, dict(data), now))
+            conn.execute(
+                "INSERT INTO aggregates (aggregate_id, kind, version, status, node_id,"
+                " last_sequence, state) VALUES (?, ?, ?, ?, ?, ?, ?)"
+                " ON CONFLICT(aggregate_id) DO UPDATE SET version = excluded.version,"
+                " status = excluded.status, node_id = excluded.node_id,"
+                " last_sequence = excluded.last_sequence, state = excluded.state",
+                (
+                    change.aggregate_id,
+                    aggregate_kind(change.aggregate_id),
+                    version,
+                    _text_field(change.state, "status"),
+                    _text_field(change.state, "node_id"),
+                    last,
+                    state_text,
+                ),
+            )
+            states[change.aggregate_id] = Stored(
+                change.aggregate_id, version, json.loads(state_text)
+            )
+        result = {agg: {"version": s.version, "state": s.state} for agg, s in states.items()}
+        conn.execute(
+            "INSERT INTO receipts (command_id, payload, result, committed_at) VALUES (?, ?, ?, ?)",
+            (command_id, key, canonical_json(result), now),
+        )
+        return Outcome(replayed=False, states=states, events=tuple(events))
+
+    # --- reads ---------------------------------------------------------------------------------
+
+    def load(self, aggregate_id: str) -> Stored | None:
+        with self._lock, _storage_errors():
+            return self._load(self._connection(), aggregate_id)
+
+    def load_many(self, aggregate_ids: Sequence[str]) -> dict[str, Stored]:
+        """The stored aggregates among ``aggregate_ids`` (missing ones are absent)."""
+        found: dict[str, Stored] = {}
+        with self._lock, _storage_errors():
+            conn = self._connection()
+            for start in range(0, len(aggregate_ids), 500):
+                chunk = list(aggregate_ids[start : start + 500])
+                marks = ",".join("?" * len(chunk))
+                for row in conn.execute(
+                    "SELECT aggregate_id, version, state FROM aggregates"
+                    f" WHERE aggregate_id IN ({marks})",
+                    chunk,
+                ):
+                    found[row[0]] = _stored(row)
+        return found
+
+    def aggregates(
+        self,
+        kind: str,
+        *,
+        status: str | Sequence[str] | None = None,
+        node_id: str | None = None,
+        newest_first: bool = False,
+        limit: int | None = None,
+    ) -> list[Stored]:
+        """Aggregates of one kind, optionally by status and node, by id or by recency."""
+        sql = "SELECT aggregate_id, version, state FROM aggregates WHERE kind = ?"
+        args: list[Any] = [kind]
+        if status is not None:
+            statuses = [status] if isinstance(status, str) else list(status)
+            sql += f" AND status IN ({','.join('?' * len(statuses))})"
+            args += statuses
+        if node_id is not None:
+            sql += " AND node_id = ?"
+            args.append(node_id)
+        sql += " ORDER BY last_sequence DESC" if newest_first else " ORDER BY aggregate_id"
+        if limit is not None:
+            sql += " LIMIT ?"
+            args.append(int(limit))
+        with self._lock, _storage_errors():
+            return [_stored(row) for row in self._connection().execute(sql, args)]
+
+    def count(self, kind: str, status: str | None = None) -> int:
+        sql, args = "SELECT count(*) FROM aggregates WHERE kind = ?", [kind]
+        if status is not None:
+            sql += " AND status = ?"
+            args.append(status)
+        with self._lock, _storage_errors():
+            return int(self._connection().execute(sql, args).fetchone()[0])
+
+    def history(
+        self, aggregate_id: str, after_sequence: int = 0, limit: int = 100
+    ) -> list[Event]:
+        """One aggregate's events in commit order, after ``after_sequence``, at most ``limit``."""
+        _check_page(after_sequence, limit)
+        with self._lock, _storage_errors():
+            rows = self._connection().execute(
+                "SELECT sequence, aggregate_id, version, type, data, committed_at FROM events"
+                " WHERE aggregate_id = ? AND sequence > ? ORDER BY sequence LIMIT ?",
+                (aggregate_id, after_sequence, limit),
+            )
+            return [_event(row) for row in rows]
+
+    def events_after(self, sequence: int, limit: int = MAX_PAGE) -> list[Event]:
+        """Every aggregate's events after ``sequence`` (an index range scan), oldest first."""
+        _check_page(sequence, limit)
+        with self._lock, _storage_errors():
+            rows = self._connection().execute(
+                "SELECT sequence, aggregate_id, version, type, data, committed_at FROM events"
+                " WHERE sequence > ? ORDER BY sequence LIMIT ?",
+                (sequence, limit),
+            )
+            return [_event(row) for row in rows]
+
+    def outbox(self, after_sequence: int = 0, limit: int = MAX_PAGE) -> list[tuple[int, str, str]]:
+        """Outbox rows ``(sequence, aggregate_id, topic)`` after ``after_sequence``."""
+        _check_page(after_sequence, limit)
+        with self._lock, _storage_errors():
+            rows = self._connection().execute(
+                "SELECT sequence, aggregate_id, topic FROM outbox WHERE sequence > ?"
+                " ORDER BY sequence LIMIT ?",
+                (after_sequence, limit),
+            )
+            return [(int(r[0]), str(r[1]), str(r[2])) for r in rows]
+
+    def last_sequence(self) -> int:
+        with self._lock, _storage_errors():
+            row = self._connection().execute("SELECT max(sequence) FROM events").fetchone()
+            return int(row[0] or 0)
+
+    def last_commit(self) -> tuple[int, float | None]:
+        """The last event's sequence and commit time (0, None for an empty journal)."""
+        with self._lock, _storage_errors():
+            row = self._connection().execute(
+                "SELECT sequence, committed_at FROM events ORDER BY sequence DESC LIMIT 1"
+            ).fetchone()
+        return (int(row[0]), float(row[1])) if row else (0, None)
+
+    def data_version(self) -> int:
+        """Changes exactly when another connection commits: a cheap "anything new?" gate."""
+        with self._lock, _storage_errors():
+            return int(self._connection().execute("PRAGMA data_version").fetchone()[0])
+
+    @contextmanager
+    def snapshot(self) -> Iterator[Journal]:
+        """Several reads that see one consistent state of the journal."""
+        with self._lock, _storage_errors():
+            conn = self._connection()
+            if conn.in_transaction:
+                yield self
+                return
+            conn.execute("BEGIN")
+            try:
+                yield self
+            finally:
+                if conn.in_transaction:
+                    conn.execute("COMMIT")
+
+    def file_replaced(self) -> bool:
+        """True when the path now names another file (or none) than the one we opened."""
+        try:
+            return os.stat(self.path).st_ino != self.inode
+        except FileNotFoundError:
+            return True
+
+    @staticmethod
+    def _load(conn: sqlite3.Connection, aggregate_id: str) -> Stored | None:
+        row = conn.execute(
+            "SELECT aggregate_id, version, state FROM aggregates WHERE aggregate_id = ?",
+            (aggregate_id,),
+        ).fetchone()
+        return _stored(row) if row else None
+
+
+def _migrate(conn: sqlite3.Connection, file: Path, read_only: bool) -> None:
+    """Create the schema in a new file; refuse files that are not our journal."""
+    version = conn.execute("PRAGMA user_version").fetchone()[0]
+    app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+    if version == SCHEMA_VERSION and app_id == APPLICATION_ID:
+        return
+    if version > SCHEMA_VERSION and app_id == APPLICATION_ID:
+        raise StorageError(f"journal {file} has schema {version}, newer than {SCHEMA_VERSION}")
+    tables = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+    if version != 0 or app_id not in (0, APPLICATION_ID) or tables:
+        raise StorageError(f"not a refine journal: {file}")
+    if read_only:
+        raise StorageError(f"not a refine journal (empty file): {file}")
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        if conn.execute("PRAGMA user_version").fetchone()[0] == 0:
+            for statement in _SCHEMA.split(";"):
+                if statement.strip():
+                    conn.execute(statement)
+            conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+
+
+def _check_page(after_sequence: Any, limit: Any) -> None:
+    if (
+        isinstance(after_sequence, bool)
+        or not isinstance(after_sequence, int)
+        or not 0 <= after_sequence <= MAX_SAFE_INTEGER
+    ):
+        raise InvalidInputError("after_sequence must be an integer from 0")
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
+        raise InvalidInputError(f"limit must be an integer from 1 to {MAX_PAGE}")
+
+
+def _first_ids(expected: Mapping[str, int | None]) -> dict[str, str | None]:
+    ids: dict[str, str | None] = {"run_id": None, "goal_id": None}
+    for agg in expected:
+        for name, value in _ids_for(agg).items():
+            if ids[name] is None:
+                ids[name] = value
+    return ids
+
+
+def _text_field(state: Mapping[str, Any], name: str) -> str | None:
+    value = state.get(name) if isinstance(state, Mapping) else None
+    return value if isinstance(value, str) else None
+
+
+def _stored(row: Sequence[Any]) -> Stored:
+    try:
+        state = json.loads(row[2])
+    except ValueError:
+        state = _Unreadable(row[2])
+    return Stored(str(row[0]), int(row[1]), state)
+
+
+def _event(row: Sequence[Any]) -> Event:
+    return Event(int(row[0]), str(row[1]), int(row[2]), str(row[3]), json.loads(row[4]), row[5])
+
+
+def _parse_result(text: str) -> dict[str, Stored]:
+    result = json.loads(text)
+    return {agg: Stored(agg, int(v["version"]), v["state"]) for agg, v in result.items()}
+
+
+class _Unreadable(str):
+    """Stored text that is not JSON: validators treat it as a corrupt record."""
