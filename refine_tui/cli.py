@@ -1,15 +1,469 @@
-"""The `refine` command line (being built; see README)."""
+"""The `refine` command line: the same store functions the dashboard calls, for scripts.
+
+Exit codes (DESIGN §11): 0 done, 1 refused by the model, 2 bad usage or input,
+3 journal unavailable. Errors are one line naming the code; never a traceback.
+"""
 
 from __future__ import annotations
 
+import argparse
+import getpass
+import json
+import os
+import socket
 import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+from store.errors import (
+    InvalidInputError,
+    JournalClosedError,
+    RefineError,
+    StorageError,
+)
+from store.journal import Journal
+
+EXIT_OK, EXIT_REFUSED, EXIT_USAGE, EXIT_UNAVAILABLE = 0, 1, 2, 3
+DEFAULT_JOURNAL = Path(".refine") / "journal.db"
 
 
-def main(argv: list[str] | None = None) -> int:
-    print("refine: not yet", file=sys.stderr)
-    return 2
+class UsageError(Exception):
+    """Bad command-line usage: exit 2 with one line."""
 
 
-def tui_main(argv: list[str] | None = None) -> int:
-    print("refine-tui: not yet", file=sys.stderr)
-    return 2
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(message)
+
+
+def journal_path(args: argparse.Namespace) -> Path:
+    return Path(args.journal or os.environ.get("REFINE_JOURNAL") or DEFAULT_JOURNAL)
+
+
+def node_name(args: argparse.Namespace) -> str:
+    return args.node or os.environ.get("REFINE_NODE") or socket.gethostname().split(".")[0]
+
+
+def operator_name() -> str:
+    return os.environ.get("REFINE_OPERATOR") or getpass.getuser()
+
+
+# --- output ------------------------------------------------------------------------------------
+
+
+def emit(args: argparse.Namespace, data: Any, text: str) -> None:
+    print(json.dumps(data, indent=2, sort_keys=True) if args.json else text)
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    cells = [[("-" if v is None else str(v)) for v in row] for row in rows]
+    widths = [max([len(h), *(len(r[i]) for r in cells)]) for i, h in enumerate(headers)]
+    lines = ["  ".join(h.upper().ljust(w) for h, w in zip(headers, widths, strict=True))]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in cells]
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def report_text(report: Any) -> str:
+    data = report.to_json()
+    parts = [f"{data['action']} {data.get('goal_id') or data.get('run_id')}: {data['outcome']}"]
+    if data.get("signals"):
+        parts.append("signals " + ", ".join(data["signals"]))
+    if data.get("why"):
+        parts.append(data["why"])
+    return "; ".join(parts)
+
+
+# --- commands ----------------------------------------------------------------------------------
+
+
+def open_journal(args: argparse.Namespace, *, write: bool) -> Journal:
+    """Every command but init needs an existing journal; reads never create or modify it."""
+    path = journal_path(args)
+    if not path.exists():
+        raise StorageError(f"journal missing: {path} (create it with `refine init`)")
+    return Journal.open(path, read_only=not write, create=False)
+
+
+def cmd_init(args: argparse.Namespace) -> int:
+    path = journal_path(args)
+    existed = path.exists()
+    Journal.open(path).close()
+    emit(
+        args,
+        {"journal": str(path), "created": not existed},
+        f"{'journal exists' if existed else 'created journal'}: {path}",
+    )
+    return EXIT_OK
+
+
+def cmd_goal_add(args: argparse.Namespace) -> int:
+    from store.goals import Goals
+
+    argv = list(args.argv)
+    if argv and argv[0] == "--":
+        argv = argv[1:]
+    if not argv:
+        raise UsageError(
+            "goal add needs the recipe after --, e.g. refine goal add --title T -- make"
+        )
+    goal_id = args.id or default_goal_id(args.title)
+    with open_journal(args, write=True) as journal:
+        result = Goals(journal).create(
+            goal_id=goal_id,
+            title=args.title,
+            node_id=node_name(args),
+            argv=argv,
+            cwd=args.cwd,
+            max_attempts=args.max_attempts,
+            attempt_timeout_ms=args.timeout_ms,
+            redelivery=args.redelivery,
+        )
+    goal = result.goal
+    note = " (already added: replayed)" if result.replayed else ""
+    emit(args, goal.to_json(), f"added goal {goal.goal_id} on node {goal.node_id}{note}")
+    return EXIT_OK
+
+
+def default_goal_id(title: str) -> str:
+    slug = "".join(c if c.isalnum() else "-" for c in title.lower()).strip("-")
+    slug = "-".join(filter(None, slug.split("-")))[:40] or "goal"
+    return slug if slug[0].isalnum() else "g-" + slug
+
+
+def cmd_goals(args: argparse.Namespace) -> int:
+    from store.goals import Goals
+
+    with open_journal(args, write=False) as journal:
+        goals = Goals(journal).list(status=args.status, node_id=args.only_node)
+    rows = [
+        (g.goal_id, g.title[:30], g.node_id, g.status, g.round, g.redelivery, g.cancel_reason)
+        for g in goals
+    ]
+    emit(
+        args,
+        [g.to_json() for g in goals],
+        table(["goal", "title", "node", "status", "round", "redelivery", "cancel reason"], rows),
+    )
+    return EXIT_OK
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    from store.goals import Goals
+
+    with open_journal(args, write=False) as journal:
+        goals = Goals(journal)
+        if args.goal:
+            require_goal(goals, args.goal)
+            runs = goals.runs(args.goal)
+        else:
+            runs = [r for g in goals.list() for r in goals.runs(g.goal_id)]
+    rows = [
+        (
+            r.run_id,
+            r.status,
+            f"{len(r.attempts)}/{r.budget['max_attempts']}",
+            r.attempts[-1].worker if r.attempts else None,
+            "cancelling" if r.cancel_requested else r.cancel_reason,
+        )
+        for r in runs
+    ]
+    emit(
+        args,
+        [r.to_json() for r in runs],
+        table(["run", "status", "attempts", "worker", "cancel"], rows),
+    )
+    return EXIT_OK
+
+
+def require_goal(goals: Any, goal_id: str) -> Any:
+    from store.errors import GoalNotFoundError
+
+    goal = goals.read(goal_id)
+    if goal is None:
+        raise GoalNotFoundError(f"no goal {goal_id}", goal_id=goal_id)
+    return goal
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    from store.execution import Execution
+    from store.goals import Goals
+
+    with open_journal(args, write=False) as journal:
+        goals = Goals(journal)
+        goal = goals.read(args.target)
+        if goal is not None:
+            runs = goals.runs(goal.goal_id)
+            events = all_events(journal, "goal:" + goal.goal_id)
+            for run in runs:
+                events += all_events(journal, "run:" + run.run_id)
+            events.sort(key=lambda e: e.sequence)
+            data = {
+                "goal": goal.to_json(),
+                "runs": [r.to_json() for r in runs],
+                "events": [event_json(e) for e in events],
+            }
+            emit(args, data, show_text(goal.to_json(), data["runs"], events))
+            return EXIT_OK
+        run = Execution(journal).read(args.target)
+        if run is None:
+            from store.errors import GoalNotFoundError
+
+            raise GoalNotFoundError(f"no goal or run named {args.target}")
+        events = all_events(journal, "run:" + run.run_id)
+        data = {"run": run.to_json(), "events": [event_json(e) for e in events]}
+        emit(args, data, show_text(None, [data["run"]], events))
+    return EXIT_OK
+
+
+def all_events(journal: Journal, aggregate_id: str) -> list[Any]:
+    events, after = [], 0
+    while page := journal.history(aggregate_id, after_sequence=after, limit=1000):
+        events += page
+        after = page[-1].sequence
+    return events
+
+
+def event_json(event: Any) -> dict[str, Any]:
+    return {
+        "sequence": event.sequence,
+        "aggregate_id": event.aggregate_id,
+        "version": event.version,
+        "type": event.type,
+        "data": dict(event.data),
+        "committed_at": event.committed_at,
+    }
+
+
+def show_text(goal: dict[str, Any] | None, runs: list[dict[str, Any]], events: list[Any]) -> str:
+    lines = []
+    if goal:
+        lines.append(
+            f"goal {goal['goal_id']}: {goal['title']}  [{goal['status']}]"
+            f"  node {goal['node_id']}  round {goal['round']}"
+            f"  redelivery {goal['redelivery']}"
+        )
+        lines.append(f"  recipe: {' '.join(goal['recipe']['argv'])}")
+    for run in runs:
+        lines.append(
+            f"run {run['run_id']}  [{run['status']}]"
+            f"  attempts {len(run['attempts'])}/{run['budget']['max_attempts']}"
+        )
+        for a in run["attempts"]:
+            how = a.get("reason") or (a.get("cleanup") or {}).get("method") or ""
+            lines.append(f"  {a['attempt_id']}  {a['worker']}  {a['state']}  {how}".rstrip())
+    lines.append("events:")
+    lines += [f"  {e.sequence:>6}  {e.aggregate_id}  v{e.version}  {e.type}" for e in events]
+    return "\n".join(lines)
+
+
+def cmd_stop(args: argparse.Namespace) -> int:
+    from store.operator import stop_goal
+
+    with open_journal(args, write=True) as journal:
+        report = stop_goal(
+            journal, args.goal, node=node_name(args), operator=operator_name(), grace_s=args.grace
+        )
+    emit(args, report.to_json(), report_text(report))
+    return EXIT_OK
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    from store.operator import cancel_goal
+
+    with open_journal(args, write=True) as journal:
+        report = cancel_goal(
+            journal,
+            args.goal,
+            reason=args.reason,
+            node=node_name(args),
+            operator=operator_name(),
+            grace_s=args.grace,
+        )
+    emit(args, report.to_json(), report_text(report))
+    return EXIT_OK
+
+
+def cmd_cleanup(args: argparse.Namespace) -> int:
+    from store.operator import confirm_cleanup
+
+    with open_journal(args, write=True) as journal:
+        report = confirm_cleanup(
+            journal,
+            args.run,
+            epoch=args.epoch,
+            node=node_name(args),
+            operator=operator_name(),
+            method=args.method,
+        )
+    emit(args, report.to_json(), report_text(report))
+    return EXIT_OK
+
+
+def cmd_release(args: argparse.Namespace) -> int:
+    from store.operator import release_goal
+
+    with open_journal(args, write=True) as journal:
+        report = release_goal(journal, args.goal, operator=operator_name())
+    emit(args, report.to_json(), report_text(report))
+    return EXIT_OK
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from store.check import check_journal
+
+    with open_journal(args, write=False) as journal:
+        report = check_journal(journal)
+    emit(args, report.to_json(), report.text())
+    return EXIT_OK if report.clean else EXIT_REFUSED
+
+
+def cmd_node(args: argparse.Namespace) -> int:
+    from store.scheduler import run_node
+
+    path = journal_path(args)
+    open_journal(args, write=True).close()
+    return run_node(path, node_name(args), capacity=args.capacity)
+
+
+def cmd_tui(args: argparse.Namespace) -> int:
+    from refine_tui.app import RefineApp
+
+    path = journal_path(args)
+    RefineApp(journal=path, node=node_name(args), read_only=args.read_only).run()
+    return EXIT_OK
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from refine_tui.demo import run_demo
+
+    return run_demo(Path(args.dir) if args.dir else None)
+
+
+# --- parser ------------------------------------------------------------------------------------
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1: {text!r}")
+    return value
+
+
+def non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 <= value <= 3600:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 3600 seconds: {text!r}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = _Parser(add_help=False)
+    common.add_argument("--journal", default=argparse.SUPPRESS, help="journal file")
+    common.add_argument("--node", default=argparse.SUPPRESS, help="this node's name")
+    common.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print JSON")
+    parser = _Parser(
+        prog="refine",
+        parents=[common],
+        description="Supervise Goals, Runs and Attempts from the command line.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    def command(name: str, func: Callable[[argparse.Namespace], int], text: str) -> Any:
+        p = sub.add_parser(name, parents=[common], help=text, description=text)
+        p.set_defaults(func=func)
+        return p
+
+    command("init", cmd_init, "create the journal (idempotent)")
+    goal = sub.add_parser("goal", help="goal commands").add_subparsers(
+        dest="goal_command", required=True, parser_class=_Parser
+    )
+    add = goal.add_parser("add", parents=[common], help="add a goal: refine goal add -- ARGV")
+    add.set_defaults(func=cmd_goal_add)
+    add.add_argument("--title", required=True)
+    add.add_argument("--id")
+    add.add_argument("--cwd")
+    add.add_argument("--max-attempts", type=positive_int, default=3)
+    add.add_argument("--timeout-ms", type=positive_int, default=3_600_000)
+    add.add_argument("--redelivery", choices=["safe", "operator"], default="safe")
+    add.add_argument("argv", nargs=argparse.REMAINDER)
+    goals = command("goals", cmd_goals, "list goals")
+    goals.add_argument("--status")
+    goals.add_argument("--only-node", help="only goals of this node")
+    command("runs", cmd_runs, "list runs (of one goal)").add_argument("goal", nargs="?")
+    command("show", cmd_show, "one goal or run with its events").add_argument("target")
+    command("node", cmd_node, "run this node's scheduler until SIGINT/SIGTERM").add_argument(
+        "--capacity", type=positive_int, default=4
+    )
+    stop = command("stop", cmd_stop, "stop a goal's local process and requeue it")
+    stop.add_argument("goal")
+    stop.add_argument("--grace", type=non_negative_float, default=5.0)
+    cancel = command("cancel", cmd_cancel, "cancel a goal (terminal), then clean up")
+    cancel.add_argument("goal")
+    cancel.add_argument("--reason", required=True)
+    cancel.add_argument("--grace", type=non_negative_float, default=5.0)
+    cleanup = command("cleanup", cmd_cleanup, "confirm that a silent attempt's work ended")
+    cleanup.add_argument("run")
+    cleanup.add_argument("--epoch", type=positive_int, required=True)
+    cleanup.add_argument("--method", default="operator-confirmed")
+    command("release", cmd_release, "make a held goal actionable again").add_argument("goal")
+    command("check", cmd_check, "check every invariant; exit 0 only when clean")
+    command("tui", cmd_tui, "the dashboard").add_argument("--read-only", action="store_true")
+    command("demo", cmd_demo, "a demo journal with live work and the dashboard").add_argument(
+        "--dir"
+    )
+    return parser
+
+
+def parse(argv: Sequence[str]) -> argparse.Namespace:
+    args = build_parser().parse_args(list(argv))
+    for name, default in (("journal", None), ("node", None), ("json", False)):
+        if not hasattr(args, name):
+            setattr(args, name, default)
+    return args
+
+
+def exit_code(error: RefineError) -> int:
+    if isinstance(error, StorageError | JournalClosedError):
+        return EXIT_UNAVAILABLE
+    if isinstance(error, InvalidInputError):
+        return EXIT_USAGE
+    return EXIT_REFUSED
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        args = parse(argv)
+        return int(args.func(args))
+    except UsageError as exc:
+        print(f"refine: USAGE: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except RefineError as exc:
+        print(f"refine: {exc.code}: {exc.message}", file=sys.stderr)
+        return exit_code(exc)
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:  # a bug: one line for the operator, the traceback on request
+        if os.environ.get("REFINE_DEBUG"):
+            raise
+        print(
+            f"refine: INTERNAL: {type(exc).__name__}: {exc} (REFINE_DEBUG=1 shows more)",
+            file=sys.stderr,
+        )
+        return EXIT_REFUSED
+
+
+def tui_main(argv: Sequence[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    return main(["tui", *argv])
+
+
+if __name__ == "__main__":
+    sys.exit(main())
