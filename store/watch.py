@@ -1,0 +1,236 @@
+"""Learning that the journal changed: a file watcher that wakes, and a feed that reads what changed.
+
+``JournalWatcher`` only says "look now": it watches the journal's directory with watchfiles
+(a commit shows up as a change of ``<db>-wal``), plus a slow ``stat`` poll that catches what the
+watcher cannot (the directory deleted and recreated leaves an inotify watch deaf, silently) and
+rebuilds it. ``ChangeFeed`` then answers "what changed": one long-lived read-only connection,
+gated by ``PRAGMA data_version``, reading the events after the last sequence it has seen.
+Opening a connection per refresh would itself fire watcher events (SQLite re-owns ``-wal`` and
+``-shm`` on open), so the feed keeps one and reopens only when the file was replaced.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+from watchfiles import Change, awatch
+
+from store.errors import StorageError
+from store.journal import MAX_PAGE, Event, Journal
+
+# Measured here (DESIGN §7): step=20 ms gives ≈ 30 ms from commit to wake-up; the debounce only
+# bounds how long a steady stream of commits may delay one batch.
+DEFAULT_DEBOUNCE_MS = 200
+DEFAULT_STEP_MS = 20
+DEFAULT_POLL_INTERVAL_S = 2.0
+
+Signature = tuple[object, ...]
+
+
+def _stat_key(path: Path) -> tuple[int, int, int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+class JournalWatcher:
+    """Async iterator yielding ``None`` once per batch of changes that may have touched the journal.
+
+    A batch is a wake-up hint, never data: read the changes with a ``ChangeFeed``. Works while
+    the journal or its directory are missing (the poll notices when they come back).
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        debounce_ms: int = DEFAULT_DEBOUNCE_MS,
+        step_ms: int = DEFAULT_STEP_MS,
+        poll_interval_s: float = DEFAULT_POLL_INTERVAL_S,
+    ) -> None:
+        self.path = Path(path).absolute()
+        self.directory = self.path.parent
+        self._names = {self.path.name, self.path.name + "-wal"}
+        self.debounce_ms = debounce_ms
+        self.step_ms = step_ms
+        self.poll_interval_s = poll_interval_s
+        self._stopped = False
+        self._wake = asyncio.Event()
+        self._watch_stop: asyncio.Event | None = None
+        self._watch_task: asyncio.Task[None] | None = None
+        self._watched_dir: tuple[int, int] | None = None
+        self.rebuilds = 0  # how many times the file watcher was (re)started
+        self.file_wakes = 0  # batches reported by the file watcher (not the poll)
+
+    def __aiter__(self) -> AsyncIterator[None]:
+        return self._batches()
+
+    def stop(self) -> None:
+        """End the iteration (call from the event loop's thread)."""
+        self._stopped = True
+        self._wake.set()
+        if self._watch_stop is not None:
+            self._watch_stop.set()
+
+    def signature(self) -> Signature:
+        """What the safety poll compares: the directory's identity and the db and -wal stats."""
+        return (
+            _stat_key(self.directory),
+            _stat_key(self.path),
+            _stat_key(self.path.with_name(self.path.name + "-wal")),
+        )
+
+    async def _batches(self) -> AsyncIterator[None]:
+        last = self.signature()
+        self._ensure_watching()
+        try:
+            while not self._stopped:
+                woke = await self._wait(self.poll_interval_s)
+                if self._stopped:
+                    return
+                current = self.signature()
+                rebuilt = self._ensure_watching()
+                if woke or rebuilt or current != last:
+                    last = current
+                    yield None
+        finally:
+            await self._stop_watching()
+
+    async def _wait(self, timeout: float) -> bool:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wake.wait(), timeout)
+        woke = self._wake.is_set()
+        self._wake.clear()
+        return woke
+
+    def _directory_id(self) -> tuple[int, int] | None:
+        try:
+            st = os.stat(self.directory)
+        except OSError:
+            return None
+        return (st.st_dev, st.st_ino)
+
+    def _ensure_watching(self) -> bool:
+        """Start (or restart) the file watcher when the directory is new or the watcher died."""
+        dir_id = self._directory_id()
+        alive = self._watch_task is not None and not self._watch_task.done()
+        if alive and dir_id == self._watched_dir:
+            return False
+        if self._watch_task is not None:
+            assert self._watch_stop is not None
+            self._watch_stop.set()
+            self._watch_task = None
+        if dir_id is None:
+            changed = self._watched_dir is not None
+            self._watched_dir = None
+            return changed
+        self._watched_dir = dir_id
+        self._watch_stop = asyncio.Event()
+        self._watch_task = asyncio.create_task(self._watch(self._watch_stop))
+        self.rebuilds += 1
+        return self.rebuilds > 1
+
+    async def _watch(self, stop: asyncio.Event) -> None:
+        names = self._names
+
+        def relevant(_change: Change, path: str) -> bool:
+            return os.path.basename(path) in names
+
+        # recursive=False: node logs under <dir>/nodes/ change constantly and concern no one here.
+        with contextlib.suppress(OSError, RuntimeError):
+            async for _ in awatch(
+                self.directory,
+                watch_filter=relevant,
+                debounce=self.debounce_ms,
+                step=self.step_ms,
+                stop_event=stop,
+                recursive=False,
+                ignore_permission_denied=True,
+            ):
+                self.file_wakes += 1
+                self._wake.set()
+
+    async def _stop_watching(self) -> None:
+        task = self._watch_task
+        if self._watch_stop is not None:
+            self._watch_stop.set()
+        self._watch_task = None
+        if task is not None:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await asyncio.wait_for(task, 2.0)
+
+
+class ChangeFeed:
+    """The journal's new events, read through one long-lived read-only connection.
+
+    ``poll()`` is cheap when nothing changed (one ``PRAGMA data_version``). It raises
+    StorageError while the journal is missing or unusable and recovers when it comes back.
+    ``generation`` grows on every (re)open: a consumer that sees it change reloads everything,
+    since a replaced file is another journal whose sequences mean something else.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        after_sequence: int | None = None,
+        busy_timeout_ms: int = 1000,
+    ) -> None:
+        self.path = Path(path)
+        self.journal: Journal | None = None
+        self.last_sequence = after_sequence or 0
+        self.generation = 0
+        self._start_at_end = after_sequence is None
+        self._data_version: int | None = None
+        self._busy_timeout_ms = busy_timeout_ms
+
+    def open(self) -> Journal:
+        """The current read connection, (re)opened when missing or when the file was replaced."""
+        if self.journal is not None and self.journal.file_replaced():
+            self.close()
+        if self.journal is None:
+            journal = Journal.open(
+                self.path, read_only=True, create=False, busy_timeout_ms=self._busy_timeout_ms
+            )
+            try:
+                if self._start_at_end or self.generation > 0:
+                    self.last_sequence = journal.last_sequence()
+            except BaseException:
+                journal.close()
+                raise
+            self.journal = journal
+            self._data_version = None
+            self.generation += 1
+        return self.journal
+
+    def poll(self) -> list[Event]:
+        """Events committed since the last poll (oldest first); [] when nothing changed."""
+        try:
+            journal = self.open()
+            version = journal.data_version()
+            if version == self._data_version:
+                return []
+            events: list[Event] = []
+            while True:
+                page = journal.events_after(self.last_sequence, MAX_PAGE)
+                events += page
+                if page:
+                    self.last_sequence = page[-1].sequence
+                if len(page) < MAX_PAGE:
+                    break
+            self._data_version = version
+            return events
+        except StorageError:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        if self.journal is not None:
+            self.journal.close()
+            self.journal = None
