@@ -1,0 +1,856 @@
+"""Goals: the synchronized unit of intent, and every Goal transition with the Run change it implies.
+
+A Goal names the node that may advance it, its recipe (an argv list), its budget and how an
+interrupted attempt is redelivered. Each Round of a Goal has one Run (``<goal_id>.r<round>``),
+kept by store.execution. Every operation here that changes a Goal and its Run commits both in
+one ``journal.execute`` with both aggregates in ``expected``, so they never disagree.
+
+Pins of a Goal's Run (fixed at submission):
+- ``candidate_digest``: "sha256:" + sha256 of the canonical JSON of the recipe {argv, cwd};
+- ``recipe_revision``: RECIPE_REVISION, the recipe format (argv list + cwd, version 1);
+- ``scenario_revision``: "node:<node_id>", the node the Round was submitted for.
+
+A Round moves on only by reassignment: the old Run (queued) is cancelled as superseded and a new
+Run is submitted for the new node, so a worker launched for an older Round can never claim.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import unicodedata
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+from store.canonical import canonical_json
+from store.errors import (
+    CommandConflictError,
+    CorruptGoalError,
+    GoalExistsError,
+    GoalNotFoundError,
+    GoalStateError,
+    GoalTerminalError,
+    InvalidInputError,
+    NotThisNodeError,
+    RunNotFoundError,
+    VersionConflictError,
+)
+from store.execution import (
+    EXECUTION_LIMITS,
+    Attempt,
+    Run,
+    decide_run,
+    run_from_stored,
+    validate_run_command,
+)
+from store.journal import Change, Journal, Outcome, Stored
+
+GOAL_STATUSES = ("queued", "held", "running", "completed", "exhausted", "cancelled")
+TERMINAL_STATUSES = frozenset({"completed", "exhausted", "cancelled"})
+REDELIVERY = ("safe", "operator")
+SETTLE_OUTCOMES = ("completed", "failed", "cancelled")
+RECIPE_REVISION = "recipe-argv.1"
+MAX_TITLE = 200
+MAX_ROUND = 9999
+# Goal and node ids also name files (nodes/<node>/...) and appear inside command ids, so they
+# use the identifier alphabet without ':' and '/'. 64 + len(".r9999") keeps run ids short.
+MAX_NAME = 64
+MAX_ARGV_ITEMS = 1000
+MAX_RECIPE_CHARS = 65536
+WORKER_CLEANUP_METHOD = "worker-stopped"
+
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+_IDENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]*")
+_GOAL_KEYS = frozenset(
+    {
+        "goal_id",
+        "title",
+        "node_id",
+        "status",
+        "round",
+        "run_id",
+        "recipe",
+        "budget",
+        "redelivery",
+        "cancel_reason",
+    }
+)
+
+
+def goal_aggregate_id(goal_id: str) -> str:
+    return "goal:" + goal_id
+
+
+def run_aggregate_id(run_id: str) -> str:
+    return "run:" + run_id
+
+
+def run_id_for(goal_id: str, round_: int) -> str:
+    return f"{goal_id}.r{round_}"
+
+
+def goal_id_of_run(run_id: str) -> str | None:
+    """The Goal a Run id belongs to, or None when the id is not ``<goal_id>.r<round>``."""
+    goal_id, sep, round_ = run_id.rpartition(".r")
+    if not sep or not round_.isdigit() or not _NAME.fullmatch(goal_id):
+        return None
+    return goal_id
+
+
+def pins_for(recipe: Mapping[str, Any], node_id: str) -> dict[str, str]:
+    digest = hashlib.sha256(canonical_json(dict(recipe)).encode()).hexdigest()
+    return {
+        "candidate_digest": "sha256:" + digest,
+        "recipe_revision": RECIPE_REVISION,
+        "scenario_revision": "node:" + node_id,
+    }
+
+
+# --- the Goal record -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Goal:
+    goal_id: str
+    title: str
+    node_id: str
+    status: str
+    round: int
+    run_id: str
+    recipe: Mapping[str, Any]  # {"argv": tuple[str, ...], "cwd": str | None}
+    budget: Mapping[str, int]  # {"max_attempts", "attempt_timeout_ms"}
+    redelivery: str
+    cancel_reason: str | None
+    version: int
+
+    @property
+    def terminal(self) -> bool:
+        return self.status in TERMINAL_STATUSES
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.state(), "version": self.version}
+
+    def state(self) -> dict[str, Any]:
+        """The stored state (plain JSON, without the version)."""
+        return {
+            "goal_id": self.goal_id,
+            "title": self.title,
+            "node_id": self.node_id,
+            "status": self.status,
+            "round": self.round,
+            "run_id": self.run_id,
+            "recipe": {"argv": list(self.recipe["argv"]), "cwd": self.recipe["cwd"]},
+            "budget": dict(self.budget),
+            "redelivery": self.redelivery,
+            "cancel_reason": self.cancel_reason,
+        }
+
+
+@dataclass(frozen=True)
+class GoalResult:
+    goal: Goal
+    run: Run | None
+    replayed: bool
+    attempt: Attempt | None = None
+
+
+def goal_from_stored(stored: Stored) -> Goal:
+    """Validate a stored Goal and freeze it; CorruptGoalError if it breaks any rule."""
+    state = stored.state
+    goal_id = state.get("goal_id") if isinstance(state, dict) else None
+    try:
+        goal = _goal_from_state(state, stored.version)
+    except InvalidInputError as exc:
+        raise CorruptGoalError(
+            f"stored goal {stored.aggregate_id} is corrupt: {exc.message}",
+            goal_id=goal_id if isinstance(goal_id, str) else None,
+        ) from None
+    if stored.aggregate_id != goal_aggregate_id(goal.goal_id):
+        raise CorruptGoalError(
+            f"stored goal {stored.aggregate_id} names goal {goal.goal_id}", goal_id=goal.goal_id
+        )
+    return goal
+
+
+def _goal_from_state(state: Any, version: int) -> Goal:
+    if type(state) is not dict or set(state) != _GOAL_KEYS:
+        raise InvalidInputError("a goal must be an object with exactly the goal fields")
+    goal_id = check_name(state["goal_id"], "goal_id")
+    round_ = _integer(state["round"], "round", 1, MAX_ROUND)
+    status = state["status"]
+    if status not in GOAL_STATUSES:
+        raise InvalidInputError(f"unknown goal status {status!r}")
+    if state["run_id"] != run_id_for(goal_id, round_):
+        raise InvalidInputError("run_id must be <goal_id>.r<round>")
+    reason = state["cancel_reason"]
+    if (status == "cancelled") != (reason is not None):
+        raise InvalidInputError("cancel_reason is present exactly when the goal is cancelled")
+    if reason is not None:
+        _reason(reason, "cancel_reason")
+    recipe = _recipe(state["recipe"])
+    budget = _budget(state["budget"])
+    return Goal(
+        goal_id=goal_id,
+        title=check_title(state["title"]),
+        node_id=check_name(state["node_id"], "node_id"),
+        status=status,
+        round=round_,
+        run_id=state["run_id"],
+        recipe=MappingProxyType({"argv": tuple(recipe["argv"]), "cwd": recipe["cwd"]}),
+        budget=MappingProxyType(budget),
+        redelivery=check_redelivery(state["redelivery"]),
+        cancel_reason=reason,
+        version=version,
+    )
+
+
+# --- input rules (InvalidInputError, raised before anything is touched) ----------------------
+
+
+def check_name(value: Any, name: str) -> str:
+    """A goal or node id: 1–64 of A-Z a-z 0-9 . _ -, starting with a letter or digit."""
+    if type(value) is not str or len(value) > MAX_NAME or not _NAME.fullmatch(value):
+        raise InvalidInputError(
+            f"{name} must be 1–{MAX_NAME} characters of A-Z a-z 0-9 . _ -,"
+            " starting with a letter or digit"
+        )
+    return value
+
+
+def check_identifier(value: Any, name: str) -> str:
+    if type(value) is not str or len(value) > 128 or not _IDENT.fullmatch(value):
+        raise InvalidInputError(
+            f"{name} must be 1–128 characters of A-Z a-z 0-9 . _ : / -,"
+            " starting with a letter or digit"
+        )
+    return value
+
+
+def check_title(value: Any) -> str:
+    if type(value) is not str or not value.strip() or len(value) > MAX_TITLE:
+        raise InvalidInputError(f"title must be non-empty text of at most {MAX_TITLE} characters")
+    if any(unicodedata.category(c) in ("Cc", "Cs") for c in value):
+        raise InvalidInputError("title must not contain control characters")
+    return value
+
+
+def check_redelivery(value: Any) -> str:
+    if value not in REDELIVERY or type(value) is not str:
+        raise InvalidInputError("redelivery must be 'safe' or 'operator'")
+    return value
+
+
+def _integer(value: Any, name: str, low: int, high: int) -> int:
+    if type(value) is not int or not low <= value <= high:
+        raise InvalidInputError(f"{name} must be an integer from {low} to {high}")
+    return value
+
+
+def _reason(value: Any, name: str = "reason") -> str:
+    """Non-blank text of at most 500 UTF-16 code units, the seed's rule for reasons."""
+    limit = EXECUTION_LIMITS.max_text_length
+    if type(value) is not str or not value.strip():
+        raise InvalidInputError(f"{name} must be non-empty text")
+    try:
+        units = len(value.encode("utf-16-le")) // 2
+    except UnicodeEncodeError:
+        raise InvalidInputError(f"{name} must be valid Unicode text") from None
+    if units > limit:
+        raise InvalidInputError(f"{name} must be at most {limit} UTF-16 code units")
+    return value
+
+
+def check_run_of(goal_id: str, run_id: Any) -> str:
+    """A run id of this Goal: ``<goal_id>.r<round>``."""
+    if type(run_id) is not str or goal_id_of_run(run_id) != goal_id:
+        raise InvalidInputError(f"run_id must be a run of goal {goal_id}", goal_id=goal_id)
+    _integer(int(run_id.rpartition(".r")[2]), "round", 1, MAX_ROUND)
+    return run_id
+
+
+def check_epoch(value: Any) -> int:
+    return _integer(value, "epoch", 1, EXECUTION_LIMITS.max_attempts)
+
+
+def _recipe(value: Any) -> dict[str, Any]:
+    if type(value) is not dict or set(value) != {"argv", "cwd"}:
+        raise InvalidInputError("recipe must be an object with exactly argv and cwd")
+    return {"argv": check_argv(value["argv"]), "cwd": check_cwd(value["cwd"])}
+
+
+def check_argv(value: Any) -> list[str]:
+    if type(value) not in (list, tuple) or not value or len(value) > MAX_ARGV_ITEMS:
+        raise InvalidInputError(
+            f"argv must be a non-empty list of at most {MAX_ARGV_ITEMS} strings"
+        )
+    if any(type(arg) is not str or "\0" in arg for arg in value) or not value[0]:
+        raise InvalidInputError("argv must hold strings without NUL, the first one non-empty")
+    if sum(len(arg) for arg in value) > MAX_RECIPE_CHARS:
+        raise InvalidInputError(f"argv must be at most {MAX_RECIPE_CHARS} characters in all")
+    return list(value)
+
+
+def check_cwd(value: Any) -> str | None:
+    if value is None:
+        return None
+    if type(value) is not str or not value or "\0" in value or len(value) > 4096:
+        raise InvalidInputError("cwd must be null or a non-empty path without NUL")
+    return value
+
+
+def _budget(value: Any) -> dict[str, int]:
+    if type(value) is not dict or set(value) != {"max_attempts", "attempt_timeout_ms"}:
+        raise InvalidInputError("budget must be an object with max_attempts, attempt_timeout_ms")
+    return {
+        "max_attempts": _integer(
+            value["max_attempts"], "max_attempts", 1, EXECUTION_LIMITS.max_attempts
+        ),
+        "attempt_timeout_ms": _integer(
+            value["attempt_timeout_ms"], "attempt_timeout_ms", 1, 2**53 - 1
+        ),
+    }
+
+
+def _command_id(value: str) -> str:
+    return check_identifier(value, "command_id")
+
+
+# --- decisions: pure functions of what the journal loaded ------------------------------------
+
+
+def _loaded_goal(loaded: Mapping[str, Stored | None], goal_id: str) -> Goal:
+    stored = loaded[goal_aggregate_id(goal_id)]
+    if stored is None:
+        raise GoalNotFoundError(f"no goal {goal_id}", goal_id=goal_id)
+    return goal_from_stored(stored)
+
+
+def _loaded_run(loaded: Mapping[str, Stored | None], run_id: str) -> Run:
+    stored = loaded[run_aggregate_id(run_id)]
+    if stored is None:
+        raise RunNotFoundError(f"no run {run_id}", run_id=run_id)
+    return run_from_stored(stored)
+
+
+def _goal_change(goal: Goal, event: str, data: Mapping[str, Any], **fields: Any) -> Change:
+    state = {**goal.state(), **fields}
+    return Change(
+        goal_aggregate_id(goal.goal_id), state, [(event, {"goal_id": goal.goal_id, **data})]
+    )
+
+
+def _same_round(goal: Goal, run_id: str) -> None:
+    if goal.run_id != run_id:
+        raise GoalStateError(
+            f"goal {goal.goal_id} moved on to round {goal.round} (run {goal.run_id}), not {run_id}",
+            goal_id=goal.goal_id,
+            run_id=run_id,
+        )
+
+
+def _refuse_terminal(goal: Goal) -> None:
+    if goal.terminal:
+        raise GoalTerminalError(f"goal {goal.goal_id} is {goal.status}", goal_id=goal.goal_id)
+
+
+def _decide_create(state: dict[str, Any], submit: dict[str, Any], loaded: Any) -> list[Change]:
+    goal_id = state["goal_id"]
+    if loaded[goal_aggregate_id(goal_id)] is not None:
+        raise GoalExistsError(f"goal {goal_id} already exists", goal_id=goal_id)
+    run = decide_run("submit", loaded[run_aggregate_id(submit["run_id"])], submit)
+    data = {k: v for k, v in state.items() if k not in ("goal_id", "status", "cancel_reason")}
+    return [
+        Change(goal_aggregate_id(goal_id), state, [("goal.created", {"goal_id": goal_id, **data})]),
+        run,
+    ]
+
+
+def _decide_start(
+    goal_id: str, node_id: str, run_id: str, claim: dict[str, Any], loaded: Any
+) -> list[Change]:
+    goal = _loaded_goal(loaded, goal_id)
+    _refuse_terminal(goal)
+    if goal.node_id != node_id:
+        raise NotThisNodeError(
+            f"goal {goal_id} belongs to node {goal.node_id}, not {node_id}", goal_id=goal_id
+        )
+    _same_round(goal, run_id)
+    if goal.status != "queued":
+        raise GoalStateError(f"goal {goal_id} is {goal.status}, not queued", goal_id=goal_id)
+    run = decide_run("claim", loaded[run_aggregate_id(run_id)], claim)
+    epoch = len(run.state["attempts"])
+    data = {"round": goal.round, "run_id": run_id, "epoch": epoch, "worker": claim["worker"]}
+    return [_goal_change(goal, "goal.started", data, status="running"), run]
+
+
+def _after_attempt(goal: Goal, run: Change, why: str, *, interrupted: bool) -> Change | None:
+    """The Goal's ending once its Run's attempt ended (None: the Goal is already right)."""
+    status = run.state["status"]
+    base = {"round": goal.round, "run_id": goal.run_id, "why": why}
+    if status == "cancelled":
+        if goal.status == "cancelled":
+            return None
+        reason = run.state["cancel_reason"]
+        return _goal_change(
+            goal,
+            "goal.cancelled",
+            {**base, "reason": reason},
+            status="cancelled",
+            cancel_reason=reason,
+        )
+    if goal.status != "running":
+        raise GoalStateError(
+            f"goal {goal.goal_id} is {goal.status} while its run has a running attempt",
+            goal_id=goal.goal_id,
+        )
+    if status == "completed":
+        return _goal_change(goal, "goal.completed", base, status="completed")
+    if status == "exhausted":
+        return _goal_change(goal, "goal.exhausted", base, status="exhausted")
+    if interrupted and goal.redelivery == "operator":
+        return _goal_change(goal, "goal.held", base, status="held")
+    return _goal_change(goal, "goal.queued", base, status="queued")
+
+
+def _decide_settle(
+    goal_id: str, run_id: str, epoch: int, outcome: str, inputs: dict[str, Any], loaded: Any
+) -> list[Change]:
+    goal = _loaded_goal(loaded, goal_id)
+    _same_round(goal, run_id)
+    stored_run = loaded[run_aggregate_id(run_id)]
+    if outcome == "cancelled":
+        op, inputs = "cancel", _worker_cancel(_loaded_run(loaded, run_id), epoch, inputs)
+    else:
+        op = "complete" if outcome == "completed" else "fail"
+    run = decide_run(op, stored_run, inputs)
+    why = f"attempt {epoch} {outcome} (reported by its worker)"
+    if outcome == "failed":
+        why = f"attempt {epoch} failed: {inputs['reason']}"
+    goal_change = _after_attempt(goal, run, why, interrupted=False)
+    return [c for c in (goal_change, run) if c is not None]
+
+
+def _worker_cancel(run: Run, epoch: int, inputs: dict[str, Any]) -> dict[str, Any]:
+    """A worker's own cancel: the pending reason (or its own), its cleanup confirmation."""
+    running = [a for a in run.attempts if a.state == "running"]
+    worker = running[-1].worker if running else "unknown"
+    pending = run.cancel_requested["reason"] if run.cancel_requested else None
+    reason = pending or inputs["reason"]
+    if reason is None:
+        raise InvalidInputError("a cancelled report needs a reason", run_id=run.run_id)
+    cleanup = {"epoch": epoch, "confirmed_by": worker, "method": WORKER_CLEANUP_METHOD}
+    return validate_run_command(
+        "cancel", {"run_id": run.run_id, "reason": reason, "cleanup": cleanup}
+    )
+
+
+def _decide_interrupt(
+    goal_id: str, run_id: str, cleanup: dict[str, Any], loaded: Any
+) -> list[Change]:
+    goal = _loaded_goal(loaded, goal_id)
+    _same_round(goal, run_id)
+    stored_run = loaded[run_aggregate_id(run_id)]
+    current = _loaded_run(loaded, run_id)
+    how = f"{cleanup['method']} by {cleanup['confirmed_by']}"
+    if current.cancel_requested:
+        reason = current.cancel_requested["reason"]
+        inputs = validate_run_command(
+            "cancel", {"run_id": run_id, "reason": reason, "cleanup": cleanup}
+        )
+        run = decide_run("cancel", stored_run, inputs)
+    else:
+        run = decide_run("interrupt", stored_run, {"run_id": run_id, "cleanup": cleanup})
+    why = f"attempt {cleanup['epoch']} interrupted ({how})"
+    goal_change = _after_attempt(goal, run, why, interrupted=True)
+    return [c for c in (goal_change, run) if c is not None]
+
+
+def _decide_cancel(goal_id: str, run_id: str, reason: str, loaded: Any) -> list[Change]:
+    goal = _loaded_goal(loaded, goal_id)
+    _refuse_terminal(goal)
+    if goal.run_id != run_id:
+        raise VersionConflictError(
+            f"goal {goal_id} moved on to round {goal.round} while cancelling; try again",
+            goal_id=goal_id,
+        )
+    current = _loaded_run(loaded, run_id)
+    op = "request_cancel" if current.status == "running" else "cancel"
+    run = decide_run(op, loaded[run_aggregate_id(run_id)], {"run_id": run_id, "reason": reason})
+    data = {
+        "round": goal.round,
+        "run_id": run_id,
+        "reason": reason,
+        "run_status": run.state["status"],
+    }
+    return [
+        _goal_change(goal, "goal.cancelled", data, status="cancelled", cancel_reason=reason),
+        run,
+    ]
+
+
+def _decide_release(goal_id: str, run_id: str, loaded: Any) -> list[Change]:
+    goal = _loaded_goal(loaded, goal_id)
+    _refuse_terminal(goal)
+    if goal.status != "held":
+        raise GoalStateError(f"goal {goal_id} is {goal.status}, not held", goal_id=goal_id)
+    _same_round(goal, run_id)
+    if _loaded_run(loaded, run_id).status != "queued":
+        raise GoalStateError(f"run {run_id} is not queued", goal_id=goal_id, run_id=run_id)
+    data = {"round": goal.round, "run_id": run_id}
+    return [_goal_change(goal, "goal.released", data, status="queued")]
+
+
+def _decide_reassign(goal_id: str, node_id: str, old_run: str, loaded: Any) -> list[Change]:
+    goal = _loaded_goal(loaded, goal_id)
+    _refuse_terminal(goal)
+    if goal.status not in ("queued", "held"):
+        raise GoalStateError(
+            f"goal {goal_id} is {goal.status}: only a queued or held goal can be reassigned",
+            goal_id=goal_id,
+        )
+    if goal.node_id == node_id:
+        raise GoalStateError(f"goal {goal_id} is already on node {node_id}", goal_id=goal_id)
+    _same_round(goal, old_run)
+    if goal.round >= MAX_ROUND:
+        raise GoalStateError(f"goal {goal_id} has reached round {MAX_ROUND}", goal_id=goal_id)
+    round_ = goal.round + 1
+    new_run = run_id_for(goal_id, round_)
+    reason = f"superseded: goal reassigned to node {node_id} (round {round_})"
+    old = decide_run(
+        "cancel", loaded[run_aggregate_id(old_run)], {"run_id": old_run, "reason": reason}
+    )
+    submit = validate_run_command(
+        "submit",
+        {
+            "run_id": new_run,
+            "pins": pins_for(goal.state()["recipe"], node_id),
+            "budget": dict(goal.budget),
+        },
+    )
+    new = decide_run("submit", loaded[run_aggregate_id(new_run)], submit)
+    data = {
+        "from_node": goal.node_id,
+        "to_node": node_id,
+        "round": round_,
+        "run_id": new_run,
+        "previous_run_id": old_run,
+    }
+    change = _goal_change(
+        goal, "goal.reassigned", data, node_id=node_id, round=round_, run_id=new_run
+    )
+    return [change, old, new]
+
+
+# --- the API ---------------------------------------------------------------------------------
+
+
+class Goals:
+    """Goal commands and reads over one journal. Every command is one journal transaction."""
+
+    def __init__(self, journal: Journal) -> None:
+        if not isinstance(journal, Journal):
+            raise InvalidInputError("Goals needs a Journal")
+        self._journal = journal
+
+    @property
+    def journal(self) -> Journal:
+        return self._journal
+
+    # --- commands ------------------------------------------------------------------------------
+
+    def create(
+        self,
+        *,
+        goal_id: str,
+        title: str,
+        node_id: str,
+        argv: Sequence[str],
+        cwd: str | None = None,
+        max_attempts: int = 3,
+        attempt_timeout_ms: int = 3_600_000,
+        redelivery: str = "safe",
+    ) -> GoalResult:
+        """A queued Goal at round 1 and its Run submitted. Repeating it exactly replays."""
+        goal_id = check_name(goal_id, "goal_id")
+        recipe = {"argv": check_argv(argv), "cwd": check_cwd(cwd)}
+        budget = {"max_attempts": max_attempts, "attempt_timeout_ms": attempt_timeout_ms}
+        state = {
+            "goal_id": goal_id,
+            "title": check_title(title),
+            "node_id": check_name(node_id, "node_id"),
+            "status": "queued",
+            "round": 1,
+            "run_id": run_id_for(goal_id, 1),
+            "recipe": recipe,
+            "budget": _budget(budget),
+            "redelivery": check_redelivery(redelivery),
+            "cancel_reason": None,
+        }
+        submit = validate_run_command(
+            "submit",
+            {"run_id": state["run_id"], "pins": pins_for(recipe, node_id), "budget": budget},
+        )
+        try:
+            outcome = self._execute(
+                f"goal:{goal_id}:create",
+                {"op": "goal.create", "goal": state},
+                goal_id,
+                [state["run_id"]],
+                lambda loaded: _decide_create(state, submit, loaded),
+            )
+        except CommandConflictError as exc:
+            # The create id is derived from the goal id: it was used, so the goal exists.
+            raise GoalExistsError(
+                f"goal {goal_id} already exists with other settings", goal_id=goal_id
+            ) from exc
+        return self._result(goal_id, state["run_id"], outcome)
+
+    def start(
+        self, *, goal_id: str, node_id: str, worker: str, token: str, round: int | None = None
+    ) -> GoalResult:
+        """queued → running and the Run claimed, in one transaction (``attempt`` is set).
+
+        Refused when the Goal is not queued, names another node, or its round moved on
+        (``round``: the round the caller was launched for). The first start to commit wins.
+        """
+        check_name(goal_id, "goal_id")
+        check_name(node_id, "node_id")
+        check_identifier(token, "token")
+        if round is not None:
+            _integer(round, "round", 1, MAX_ROUND)
+        goal = self._require(goal_id)
+        run_id = run_id_for(goal_id, round) if round is not None else goal.run_id
+        claim = validate_run_command("claim", {"run_id": run_id, "worker": worker})
+        payload = {"op": "goal.start", "goal_id": goal_id, "node_id": node_id, "worker": worker}
+        outcome = self._execute(
+            _command_id(f"run:{run_id}:claim:{token}"),
+            payload,
+            goal_id,
+            [run_id],
+            lambda loaded: _decide_start(goal_id, node_id, run_id, claim, loaded),
+        )
+        result = self._result(goal_id, run_id, outcome)
+        attempt = result.run.attempts[-1] if result.run and result.run.attempts else None
+        return GoalResult(result.goal, result.run, result.replayed, attempt)
+
+    def settle(
+        self,
+        *,
+        goal_id: str,
+        run_id: str,
+        epoch: int,
+        outcome: str,
+        reason: str | None = None,
+        evidence: Sequence[str] = (),
+    ) -> GoalResult:
+        """The attempt owner's report: completed, failed (retry while budget lasts), cancelled."""
+        check_name(goal_id, "goal_id")
+        check_run_of(goal_id, run_id)
+        check_epoch(epoch)
+        if outcome not in SETTLE_OUTCOMES or type(outcome) is not str:
+            raise InvalidInputError(
+                "outcome must be completed, failed or cancelled", goal_id=goal_id
+            )
+        if outcome == "completed":
+            if reason is not None:
+                raise InvalidInputError("a completed report has no reason", goal_id=goal_id)
+            inputs = {"run_id": run_id, "epoch": epoch, "evidence": list(evidence)}
+            inputs = validate_run_command("complete", inputs)
+        elif outcome == "failed":
+            inputs = {
+                "run_id": run_id,
+                "epoch": epoch,
+                "reason": reason,
+                "evidence": list(evidence),
+            }
+            inputs = validate_run_command("fail", inputs)
+        else:
+            if reason is not None:
+                _reason(reason)
+            inputs = {"reason": reason}
+        payload = {
+            "op": "goal.settle",
+            "goal_id": goal_id,
+            "run_id": run_id,
+            "epoch": epoch,
+            "outcome": outcome,
+            "reason": reason,
+            "evidence": list(evidence),
+        }
+        result = self._execute(
+            _command_id(f"run:{run_id}:settle:{epoch}"),
+            payload,
+            goal_id,
+            [run_id],
+            lambda loaded: _decide_settle(goal_id, run_id, epoch, outcome, inputs, loaded),
+        )
+        return self._result(goal_id, run_id, result)
+
+    def interrupt(
+        self,
+        *,
+        goal_id: str,
+        run_id: str,
+        epoch: int,
+        goal_version: int,
+        run_version: int,
+        confirmed_by: str,
+        method: str,
+        command_id: str,
+    ) -> GoalResult:
+        """End a running attempt by a cleanup confirmation, at the Goal and Run versions read.
+
+        A pending cancellation ends as ``cancel`` with the cleanup; otherwise the Goal is
+        requeued (``safe``), held (``operator``) or exhausted. VersionConflictError when the
+        Goal or the Run changed since they were read.
+        """
+        check_name(goal_id, "goal_id")
+        check_run_of(goal_id, run_id)
+        _integer(goal_version, "goal_version", 1, 2**53 - 1)
+        _integer(run_version, "run_version", 1, 2**53 - 1)
+        cleanup = {"epoch": epoch, "confirmed_by": confirmed_by, "method": method}
+        cleanup = validate_run_command("interrupt", {"run_id": run_id, "cleanup": cleanup})[
+            "cleanup"
+        ]
+        payload = {"op": "goal.interrupt", "goal_id": goal_id, "run_id": run_id, "cleanup": cleanup}
+        outcome = self._execute(
+            _command_id(command_id),
+            payload,
+            goal_id,
+            [run_id],
+            lambda loaded: _decide_interrupt(goal_id, run_id, cleanup, loaded),
+            versions=(goal_version, run_version),
+        )
+        return self._result(goal_id, run_id, outcome)
+
+    def cancel(self, *, goal_id: str, reason: str, command_id: str) -> GoalResult:
+        """Terminal intent: Goal cancelled; its Run cancelled (queued) or cancel_requested."""
+        check_name(goal_id, "goal_id")
+        _reason(reason)
+        _command_id(command_id)
+        run_id = self._require(goal_id).run_id
+        outcome = self._execute(
+            command_id,
+            {"op": "goal.cancel", "goal_id": goal_id, "reason": reason},
+            goal_id,
+            [run_id],
+            lambda loaded: _decide_cancel(goal_id, run_id, reason, loaded),
+        )
+        return self._result(goal_id, run_id, outcome)
+
+    def release(self, *, goal_id: str, command_id: str) -> GoalResult:
+        """held → queued: the operator has checked the external state."""
+        check_name(goal_id, "goal_id")
+        _command_id(command_id)
+        run_id = self._require(goal_id).run_id
+        outcome = self._execute(
+            command_id,
+            {"op": "goal.release", "goal_id": goal_id},
+            goal_id,
+            [run_id],
+            lambda loaded: _decide_release(goal_id, run_id, loaded),
+        )
+        return self._result(goal_id, run_id, outcome)
+
+    def reassign(self, *, goal_id: str, node_id: str, expected_version: int) -> GoalResult:
+        """Move a queued or held Goal to another node: a new round with a new Run."""
+        check_name(goal_id, "goal_id")
+        check_name(node_id, "node_id")
+        _integer(expected_version, "expected_version", 1, 2**53 - 1)
+        goal = self._require(goal_id)
+        if goal.version != expected_version:
+            raise VersionConflictError(
+                f"goal {goal_id} is at version {goal.version}, not {expected_version}",
+                goal_id=goal_id,
+            )
+        old_run, new_run = goal.run_id, run_id_for(goal_id, goal.round + 1)
+        outcome = self._execute(
+            _command_id(f"goal:{goal_id}:reassign:{expected_version}:{node_id}"),
+            {"op": "goal.reassign", "goal_id": goal_id, "node_id": node_id},
+            goal_id,
+            [old_run, new_run],
+            lambda loaded: _decide_reassign(goal_id, node_id, old_run, loaded),
+            versions=(expected_version, None, None),
+        )
+        return self._result(goal_id, new_run, outcome)
+
+    # --- reads ---------------------------------------------------------------------------------
+
+    def read(self, goal_id: str) -> Goal | None:
+        check_name(goal_id, "goal_id")
+        stored = self._journal.load(goal_aggregate_id(goal_id))
+        return goal_from_stored(stored) if stored is not None else None
+
+    def list(
+        self,
+        *,
+        status: str | Sequence[str] | None = None,
+        node_id: str | None = None,
+        newest_first: bool = False,
+        limit: int | None = None,
+    ) -> list[Goal]:
+        statuses = [status] if isinstance(status, str) else status
+        if statuses is not None and any(s not in GOAL_STATUSES for s in statuses):
+            raise InvalidInputError(f"status must be one of {', '.join(GOAL_STATUSES)}")
+        if node_id is not None:
+            check_name(node_id, "node_id")
+        if limit is not None:
+            _integer(limit, "limit", 1, 2**53 - 1)
+        rows = self._journal.aggregates(
+            "goal",
+            status=list(statuses) if statuses is not None else None,
+            node_id=node_id,
+            newest_first=newest_first,
+            limit=limit,
+        )
+        return [goal_from_stored(row) for row in rows]
+
+    def runs(self, goal_id: str) -> list[Run]:
+        """The Runs of every round of a Goal, oldest first ([] for an unknown Goal)."""
+        goal = self.read(goal_id)
+        if goal is None:
+            return []
+        ids = [run_aggregate_id(run_id_for(goal_id, r)) for r in range(1, goal.round + 1)]
+        found = self._journal.load_many(ids)
+        return [run_from_stored(found[i]) for i in ids if i in found]
+
+    def current_run(self, goal: Goal) -> Run | None:
+        stored = self._journal.load(run_aggregate_id(goal.run_id))
+        return run_from_stored(stored) if stored is not None else None
+
+    # --- plumbing ------------------------------------------------------------------------------
+
+    def _require(self, goal_id: str) -> Goal:
+        goal = self.read(goal_id)
+        if goal is None:
+            raise GoalNotFoundError(f"no goal {goal_id}", goal_id=goal_id)
+        return goal
+
+    def _execute(
+        self,
+        command_id: str,
+        payload: Mapping[str, Any],
+        goal_id: str,
+        run_ids: Sequence[str],
+        decide: Callable[[Mapping[str, Stored | None]], list[Change]],
+        versions: Sequence[int | None] | None = None,
+    ) -> Outcome:
+        ids = [goal_aggregate_id(goal_id), *map(run_aggregate_id, run_ids)]
+        expected = dict(zip(ids, versions or [None] * len(ids), strict=True))
+        return self._journal.execute(
+            command_id=command_id, payload=payload, expected=expected, decide=decide
+        )
+
+    def _result(self, goal_id: str, run_id: str, outcome: Outcome) -> GoalResult:
+        """The Goal and Run as the command left them (unchanged ones as stored now)."""
+        goal_agg, run_agg = goal_aggregate_id(goal_id), run_aggregate_id(run_id)
+        goal = outcome.states.get(goal_agg) or self._journal.load(goal_agg)
+        run = outcome.states.get(run_agg) or self._journal.load(run_agg)
+        assert goal is not None  # a committed command always leaves its Goal
+        return GoalResult(
+            goal_from_stored(goal),
+            run_from_stored(run) if run is not None else None,
+            outcome.replayed,
+        )
