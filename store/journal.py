@@ -367,10 +367,18 @@ class Journal:
         node_id: str | None = None,
         newest_first: bool = False,
         limit: int | None = None,
+        contains: str | None = None,
     ) -> list[Stored]:
-        """Aggregates of one kind, optionally by status and node, by id or by recency."""
+        """Aggregates of one kind, optionally by status and node, by id or by recency.
+
+        ``contains``: only those whose id or stored state text contains it (case-insensitive
+        for ASCII), a coarse pre-filter the caller refines on the parsed state.
+        """
         sql = "SELECT aggregate_id, version, state FROM aggregates WHERE kind = ?"
         args: list[Any] = [kind]
+        if contains:
+            sql += " AND (instr(lower(aggregate_id), ?) > 0 OR instr(lower(state), ?) > 0)"
+            args += [contains.lower(), contains.lower()]
         if status is not None:
             statuses = [status] if isinstance(status, str) else list(status)
             sql += f" AND status IN ({','.join('?' * len(statuses))})"
