@@ -1,0 +1,389 @@
+"""The node-local process registry: what a node runs, how to observe it, how to stop it safely.
+
+Records live beside the journal under ``nodes/<node>/processes/`` (one JSON file per attempt,
+written atomically) with logs under ``nodes/<node>/logs/``. They are never authority: the
+journal decides who owns work; a record only says which local process to look at or stop.
+
+A pid alone does not identify a process (pids are reused), and psutil's create time has 1/100 s
+resolution, so a process is "the recorded one" only when both the pid exists and its create
+time equals exactly the value psutil reported when it was recorded — and it is not a zombie (an
+unreaped child still "exists"). Nothing is ever signalled unless that holds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import tempfile
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import psutil
+
+POLL_S = 0.02  # how often stop_process looks whether the group has exited
+
+
+@dataclass(frozen=True)
+class ProcessRecord:
+    """One local process working on one attempt (``run_id``/``epoch``) for ``worker``."""
+
+    node_id: str
+    pid: int
+    create_time: float
+    pgid: int
+    run_id: str
+    epoch: int
+    worker: str
+    argv: tuple[str, ...]
+    log_path: str
+    started_at: float
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["argv"] = list(self.argv)
+        return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ProcessRecord:
+        """Parse a stored record; ``ValueError`` when it is not one."""
+        try:
+            rec = cls(
+                node_id=str(data["node_id"]),
+                pid=int(data["pid"]),
+                create_time=float(data["create_time"]),
+                pgid=int(data["pgid"]),
+                run_id=str(data["run_id"]),
+                epoch=int(data["epoch"]),
+                worker=str(data["worker"]),
+                argv=tuple(str(a) for a in data["argv"]),
+                log_path=str(data["log_path"]),
+                started_at=float(data["started_at"]),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"not a process record: {exc}") from None
+        if rec.pid <= 0 or rec.pgid <= 0:
+            raise ValueError("not a process record: pid and pgid must be positive")
+        return rec
+
+    @classmethod
+    def for_current_process(
+        cls, *, node_id: str, run_id: str, epoch: int, worker: str, log_path: str | Path
+    ) -> ProcessRecord:
+        """The record of the calling process (a worker recording itself)."""
+        me = psutil.Process()
+        return cls(
+            node_id=node_id,
+            pid=me.pid,
+            create_time=me.create_time(),
+            pgid=os.getpgid(0),
+            run_id=run_id,
+            epoch=epoch,
+            worker=worker,
+            argv=tuple(me.cmdline()),
+            log_path=str(log_path),
+            started_at=time.time(),
+        )
+
+
+class ProcessRegistry:
+    """``<journal dir>/nodes/<node_id>/{processes,logs}/``: this node's records and logs."""
+
+    def __init__(self, journal_path: str | os.PathLike[str], node_id: str) -> None:
+        self.node_id = node_id
+        self.root = Path(journal_path).absolute().parent / "nodes" / _safe_name(node_id)
+        self.processes_dir = self.root / "processes"
+        self.logs_dir = self.root / "logs"
+
+    def _record_path(self, run_id: str, epoch: int) -> Path:
+        return self.processes_dir / f"{_safe_name(run_id)}.{int(epoch)}.json"
+
+    def log_path(self, run_id: str, epoch: int) -> Path:
+        return self.logs_dir / f"{_safe_name(run_id)}.{int(epoch)}.log"
+
+    def record(self, rec: ProcessRecord) -> Path:
+        """Write ``rec`` atomically (temp file + ``os.replace``): readers see old or new, whole."""
+        self.processes_dir.mkdir(parents=True, exist_ok=True)
+        self.logs_dir.mkdir(parents=True, exist_ok=True)
+        target = self._record_path(rec.run_id, rec.epoch)
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".part", dir=self.processes_dir)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                json.dump(rec.to_json(), f, sort_keys=True)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, target)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        return target
+
+    def remove(self, run_id: str, epoch: int) -> bool:
+        """Forget the record; False when there was none."""
+        try:
+            self._record_path(run_id, epoch).unlink()
+        except FileNotFoundError:
+            return False
+        return True
+
+    def get(self, run_id: str, epoch: int) -> ProcessRecord | None:
+        return _read_record(self._record_path(run_id, epoch))
+
+    def all(self) -> list[ProcessRecord]:
+        """Every readable record, oldest first (unreadable files are skipped: not authority)."""
+        if not self.processes_dir.is_dir():
+            return []
+        found = (_read_record(p) for p in sorted(self.processes_dir.glob("*.json")))
+        return sorted((r for r in found if r is not None), key=lambda r: r.started_at)
+
+
+def _safe_name(value: str) -> str:
+    # Identifiers may hold "/" (and ":"); keep one flat, reversible file name per value.
+    return quote(value, safe="._-")
+
+
+def _read_record(path: Path) -> ProcessRecord | None:
+    try:
+        return ProcessRecord.from_json(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+# --- identity and observation ----------------------------------------------------------------
+
+
+def _process(rec: ProcessRecord) -> psutil.Process | None:
+    """The live, non-zombie process the record names, or None (gone, zombie or pid reused)."""
+    try:
+        proc = psutil.Process(rec.pid)
+        if proc.create_time() != rec.create_time:
+            return None
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return None
+    except psutil.NoSuchProcess:  # ZombieProcess is a NoSuchProcess too
+        return None
+    return proc
+
+
+def same_process(rec: ProcessRecord) -> bool:
+    """True when ``rec.pid`` is alive, not a zombie, with exactly the recorded create time."""
+    return _process(rec) is not None
+
+
+@dataclass(frozen=True)
+class ProcessObservation:
+    """What the recorded process (with its descendants) is doing; None fields when not alive."""
+
+    alive: bool
+    cpu_percent: float | None
+    rss_bytes: int | None
+    age_s: float | None
+
+
+_cpu_watch: dict[tuple[int, float], psutil.Process] = {}
+
+
+def observe(rec: ProcessRecord) -> ProcessObservation:
+    """Observe the process and its descendants (the recipe runs as the worker's child).
+
+    CPU is the percentage of one core since the previous observation of the same processes
+    (their lifetime average on the first one), so repeated calls never block.
+    """
+    proc = _process(rec)
+    if proc is None:
+        _cpu_watch.pop((rec.pid, rec.create_time), None)
+        return ProcessObservation(alive=False, cpu_percent=None, rss_bytes=None, age_s=None)
+    cpu = 0.0
+    rss = 0
+    for p in _family(proc):
+        with contextlib.suppress(psutil.Error):
+            cpu += _cpu_percent(p)
+            rss += p.memory_info().rss
+    return ProcessObservation(
+        alive=True, cpu_percent=cpu, rss_bytes=rss, age_s=max(0.0, time.time() - rec.create_time)
+    )
+
+
+def _family(proc: psutil.Process) -> list[psutil.Process]:
+    try:
+        return [proc, *proc.children(recursive=True)]
+    except psutil.Error:
+        return [proc]
+
+
+def _cpu_percent(p: psutil.Process) -> float:
+    key = (p.pid, p.create_time())
+    known = _cpu_watch.get(key)
+    if known is not None:
+        return known.cpu_percent(interval=None)
+    _cpu_watch[key] = p
+    p.cpu_percent(interval=None)  # primes the next delta
+    times = p.cpu_times()
+    age = max(time.time() - key[1], 1e-3)
+    return 100.0 * (times.user + times.system) / age
+
+
+# --- stopping --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StopOutcome:
+    """``signals`` sent (names, in order) and the ``outcome``:
+
+    ``exited`` (gone within the grace after SIGTERM), ``killed`` (SIGKILL was needed),
+    ``not-running`` (nothing to stop), ``mismatch`` (the pid now names another process, or
+    another process group: nothing was signalled).
+    """
+
+    signals: tuple[str, ...]
+    outcome: str
+    detail: str
+
+
+def stop_process(rec: ProcessRecord, grace_s: float = 5.0) -> StopOutcome:
+    """Stop the recorded process and its process group: SIGTERM, up to ``grace_s``, SIGKILL.
+
+    Identity is verified first (pid + exact create time, not a zombie) or nothing is signalled.
+    The whole group is signalled only while its id is still the recorded one, so children and
+    grandchildren die with the worker. Never raises for a process that vanished meanwhile.
+    """
+    reaped = _reap_if_our_zombie(rec.pid)
+    proc = _process(rec)
+    if proc is None:
+        return _not_running_or_mismatch(rec, reaped)
+    try:
+        group = os.getpgid(rec.pid) == rec.pgid
+    except ProcessLookupError:
+        return _not_running_or_mismatch(rec, _reap_if_our_zombie(rec.pid))
+    target = f"process group {rec.pgid}" if group else f"pid {rec.pid}"
+
+    def alive() -> bool:
+        _reap_if_our_zombie(rec.pid)
+        return _group_alive(rec.pgid) if group else same_process(rec)
+
+    if not _send(rec, group, signal.SIGTERM):
+        return StopOutcome((), "not-running", f"pid {rec.pid} exited before it was signalled")
+    deadline = time.monotonic() + max(0.0, grace_s)
+    while alive():
+        if time.monotonic() >= deadline:
+            _send(rec, group, signal.SIGKILL)
+            _wait_gone(alive)
+            return StopOutcome(
+                ("SIGTERM", "SIGKILL"),
+                "killed",
+                f"SIGTERM to {target}, SIGKILL after {grace_s:g} s",
+            )
+        time.sleep(POLL_S)
+    return StopOutcome(("SIGTERM",), "exited", f"SIGTERM to {target}; exited within the grace")
+
+
+def _not_running_or_mismatch(rec: ProcessRecord, reaped: bool) -> StopOutcome:
+    try:
+        other = psutil.Process(rec.pid)
+        if other.create_time() != rec.create_time and other.status() != psutil.STATUS_ZOMBIE:
+            return StopOutcome(
+                (),
+                "mismatch",
+                f"pid {rec.pid} is now another process (create time differs): not signalled",
+            )
+    except psutil.NoSuchProcess:
+        pass
+    note = " (reaped)" if reaped else ""
+    return StopOutcome((), "not-running", f"pid {rec.pid} is not running{note}")
+
+
+def _send(rec: ProcessRecord, group: bool, sig: signal.Signals) -> bool:
+    """Signal the group (only while its id is still the recorded one) or the verified pid."""
+    try:
+        if group:
+            if not _group_is_ours(rec):
+                return False
+            os.killpg(rec.pgid, sig)
+        else:
+            if not same_process(rec):
+                return False
+            os.kill(rec.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
+def _group_is_ours(rec: ProcessRecord) -> bool:
+    """The group id still names the recorded group: its leader pid is not a newer process."""
+    try:
+        leader = psutil.Process(rec.pgid)
+        return leader.create_time() <= rec.create_time
+    except psutil.NoSuchProcess:
+        return True  # leaderless: a live group id cannot have been reused
+
+
+def _group_members(pgid: int) -> Iterator[psutil.Process]:
+    for proc in psutil.process_iter():
+        with contextlib.suppress(ProcessLookupError, psutil.Error):
+            if os.getpgid(proc.pid) == pgid:
+                yield proc
+
+
+def _group_alive(pgid: int) -> bool:
+    """Any non-zombie process left in the group (orphaned zombies may never be reaped here)."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    for proc in _group_members(pgid):
+        with contextlib.suppress(psutil.Error):
+            if proc.status() != psutil.STATUS_ZOMBIE:
+                return True
+    return False
+
+
+def _wait_gone(alive: Any, timeout_s: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while alive() and time.monotonic() < deadline:
+        time.sleep(POLL_S)
+
+
+def _reap_if_our_zombie(pid: int) -> bool:
+    """Reap ``pid`` if it is our own exited child; True when it was reaped now."""
+    try:
+        proc = psutil.Process(pid)
+        if proc.ppid() != os.getpid() or proc.status() != psutil.STATUS_ZOMBIE:
+            return False
+    except psutil.NoSuchProcess:
+        return False
+    try:
+        done, _ = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return False
+    return done == pid
+
+
+# --- logs ------------------------------------------------------------------------------------
+
+
+def log_tail(path: str | os.PathLike[str], lines: int = 20) -> list[str]:
+    """The last ``lines`` lines of a log (decoded leniently); [] when it is missing."""
+    if lines <= 0:
+        return []
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            end = f.tell()
+            block, data = 8192, b""
+            while end > 0 and data.count(b"\n") <= lines:
+                start = max(0, end - block)
+                f.seek(start)
+                data = f.read(end - start) + data
+                end = start
+    except OSError:
+        return []
+    text = data.decode("utf-8", errors="replace")
+    return text.splitlines()[-lines:]

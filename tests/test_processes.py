@@ -1,0 +1,241 @@
+"""The node-local process registry with real processes, real signals and real files."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from store.processes import (
+    ProcessRecord,
+    ProcessRegistry,
+    log_tail,
+    observe,
+    same_process,
+    stop_process,
+)
+
+Spawn = Callable[[str], tuple[subprocess.Popen[str], list[str]]]
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+@pytest.fixture
+def spawn() -> Iterator[Spawn]:
+    """Start ``python -c code`` as a session leader; it prints one line when ready."""
+    started: list[subprocess.Popen[str]] = []
+
+    def start(code: str) -> tuple[subprocess.Popen[str], list[str]]:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", code], start_new_session=True, stdout=subprocess.PIPE, text=True
+        )
+        started.append(proc)
+        assert proc.stdout is not None
+        return proc, proc.stdout.readline().split()
+
+    yield start
+    for proc in started:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=5)
+        if proc.stdout:
+            proc.stdout.close()
+
+
+def _record(pid: int, *, pgid: int | None = None, create_time: float | None = None, **kw: object):
+    fields = {
+        "node_id": "n1",
+        "pid": pid,
+        "create_time": psutil.Process(pid).create_time() if create_time is None else create_time,
+        "pgid": pid if pgid is None else pgid,
+        "run_id": "g1.r1",
+        "epoch": 1,
+        "worker": "n1-w1",
+        "argv": ("python", "-c", "..."),
+        "log_path": "/dev/null",
+        "started_at": time.time(),
+    }
+    fields.update(kw)
+    return ProcessRecord(**fields)  # type: ignore[arg-type]
+
+
+FAMILY = """
+import subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c", '''
+import subprocess, time
+g = subprocess.Popen(["sleep", "30"])
+print(g.pid, flush=True)
+time.sleep(30)
+'''], stdout=subprocess.PIPE, text=True)
+print(child.pid, child.stdout.readline().strip(), flush=True)
+time.sleep(30)
+"""
+
+STUBBORN = """
+import signal, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+print("ready", flush=True)
+time.sleep(30)
+"""
+
+SLEEPER = "import time; print('ready', flush=True); time.sleep(30)"
+
+
+def test_a_group_with_grandchildren_dies_as_a_whole(spawn: Spawn) -> None:
+    proc, (child, grandchild) = spawn(FAMILY)
+    family = [proc.pid, int(child), int(grandchild)]
+    rec = _record(proc.pid)
+    assert all(os.getpgid(pid) == proc.pid for pid in family)
+
+    out = stop_process(rec, grace_s=5.0)
+
+    assert out.signals == ("SIGTERM",)
+    assert out.outcome == "exited"
+    assert all(_gone(pid) for pid in family)
+    assert not same_process(rec)
+
+
+def test_a_process_ignoring_sigterm_is_killed_after_the_grace(spawn: Spawn) -> None:
+    proc, _ = spawn(STUBBORN)
+    rec = _record(proc.pid)
+
+    out = stop_process(rec, grace_s=0.3)
+
+    assert out.signals == ("SIGTERM", "SIGKILL")
+    assert out.outcome == "killed"
+    assert _gone(proc.pid)
+
+
+def test_a_live_pid_with_another_create_time_is_never_signalled(spawn: Spawn) -> None:
+    proc, _ = spawn(SLEEPER)
+    real = psutil.Process(proc.pid).create_time()
+    rec = _record(proc.pid, create_time=real - 1.0)  # the pid was "reused" by this process
+
+    assert not same_process(rec)
+    out = stop_process(rec, grace_s=0.1)
+
+    assert out.signals == ()
+    assert out.outcome == "mismatch"
+    assert psutil.Process(proc.pid).is_running()
+    assert psutil.Process(proc.pid).status() != psutil.STATUS_ZOMBIE
+    assert proc.poll() is None
+
+
+def test_a_dead_pid_is_not_running(spawn: Spawn) -> None:
+    proc, _ = spawn(SLEEPER)
+    rec = _record(proc.pid)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=5)
+
+    out = stop_process(rec, grace_s=0.1)
+
+    assert (out.signals, out.outcome) == ((), "not-running")
+    assert not observe(rec).alive
+
+
+def test_our_zombie_child_is_not_the_process_and_gets_reaped() -> None:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"], start_new_session=True)
+    rec = _record(proc.pid)
+    deadline = time.monotonic() + 10
+    while psutil.Process(proc.pid).status() != psutil.STATUS_ZOMBIE:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+
+    assert not same_process(rec)
+    out = stop_process(rec, grace_s=0.1)
+
+    assert (out.signals, out.outcome) == ((), "not-running")
+    assert not psutil.pid_exists(proc.pid)
+    proc.wait(timeout=5)  # Popen copes with a child someone else reaped
+
+
+def test_a_changed_process_group_is_not_signalled_as_a_group(spawn: Spawn) -> None:
+    proc, (_child, grandchild) = spawn(FAMILY)
+    rec = _record(proc.pid, pgid=os.getpgid(0))  # not its group any more: never killpg ours
+
+    out = stop_process(rec, grace_s=2.0)
+
+    assert out.outcome == "exited"
+    assert "pid" in out.detail
+    assert _gone(proc.pid)
+    assert psutil.Process(int(grandchild)).is_running()  # only the verified pid was signalled
+
+
+def test_observe_a_live_process(spawn: Spawn) -> None:
+    proc, _ = spawn(SLEEPER)
+    rec = _record(proc.pid)
+
+    first, second = observe(rec), observe(rec)
+
+    for obs in (first, second):
+        assert obs.alive
+        assert obs.cpu_percent is not None and obs.cpu_percent >= 0.0
+        assert obs.rss_bytes is not None and obs.rss_bytes > 0
+        assert obs.age_s is not None and obs.age_s >= 0.0
+
+
+def test_registry_records_atomically_and_reads_back(tmp_path: Path) -> None:
+    reg = ProcessRegistry(tmp_path / "journal.db", "node/1")
+    rec = _record(os.getpid(), pgid=os.getpgid(0), run_id="team/build.r2", epoch=3)
+
+    path = reg.record(rec)
+
+    assert path.parent == tmp_path / "nodes" / "node%2F1" / "processes"
+    assert reg.logs_dir.is_dir()
+    assert reg.get("team/build.r2", 3) == rec
+    assert reg.all() == [rec]
+    assert [p.name for p in reg.processes_dir.iterdir()] == [path.name]  # no temp left behind
+    assert reg.log_path("team/build.r2", 3).parent == reg.logs_dir
+    assert json.loads(path.read_text())["argv"] == list(rec.argv)
+
+    newer = _record(os.getpid(), pgid=os.getpgid(0), run_id="team/build.r2", epoch=3, worker="w2")
+    reg.record(newer)
+    assert reg.get("team/build.r2", 3) == newer
+
+    assert reg.remove("team/build.r2", 3)
+    assert not reg.remove("team/build.r2", 3)
+    assert reg.get("team/build.r2", 3) is None
+    assert reg.all() == []
+
+
+def test_registry_skips_unreadable_records(tmp_path: Path) -> None:
+    reg = ProcessRegistry(tmp_path / "journal.db", "n1")
+    good = _record(os.getpid(), pgid=os.getpgid(0))
+    reg.record(good)
+    (reg.processes_dir / "broken.1.json").write_text("{not json")
+    (reg.processes_dir / "partial.1.json").write_text('{"pid": 3}')
+
+    assert reg.all() == [good]
+    assert ProcessRegistry(tmp_path / "elsewhere" / "j.db", "n1").all() == []
+
+
+def test_the_current_process_records_itself(tmp_path: Path) -> None:
+    rec = ProcessRecord.for_current_process(
+        node_id="n1", run_id="g.r1", epoch=1, worker="w", log_path=tmp_path / "l.log"
+    )
+    assert same_process(rec)
+    assert ProcessRecord.from_json(json.loads(json.dumps(rec.to_json()))) == rec
+
+
+def test_log_tail(tmp_path: Path) -> None:
+    log = tmp_path / "a.log"
+    log.write_bytes(b"".join(f"line {i}\n".encode() for i in range(5000)) + b"last \xff")
+
+    assert log_tail(log, lines=3) == ["line 4998", "line 4999", "last \ufffd"]
+    assert log_tail(log, lines=0) == []
+    assert log_tail(tmp_path / "missing.log") == []
+    assert len(log_tail(log)) == 20
