@@ -1,0 +1,244 @@
+"""The invariant checker behind `refine check`: fold every aggregate's events, compare, cross-check.
+
+It reads only; every violation names the aggregate and the event sequences involved.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from store.errors import RefineError
+from store.goals import goal_from_stored
+from store.journal import Event, Journal, Stored
+from store.run_model import fold_run, run_from_stored
+
+# Which Run statuses each Goal status may sit on (a cancelled Goal's Run may still be running
+# with a pending cancel request until its process is cleaned up).
+AGREEING_RUN_STATUS: Mapping[str, tuple[str, ...]] = {
+    "queued": ("queued",),
+    "held": ("queued",),
+    "running": ("running",),
+    "completed": ("completed",),
+    "exhausted": ("exhausted",),
+    "cancelled": ("cancelled", "running"),
+}
+
+
+@dataclass(frozen=True)
+class Violation:
+    aggregate_id: str
+    sequences: tuple[int, ...]
+    message: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "aggregate_id": self.aggregate_id,
+            "sequences": list(self.sequences),
+            "message": self.message,
+        }
+
+
+@dataclass
+class CheckReport:
+    goals: int = 0
+    runs: int = 0
+    events: int = 0
+    violations: list[Violation] = field(default_factory=list)
+
+    @property
+    def clean(self) -> bool:
+        return not self.violations
+
+    def add(self, aggregate_id: str, sequences: tuple[int, ...], message: str) -> None:
+        self.violations.append(Violation(aggregate_id, sequences, message))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "clean": self.clean,
+            "goals": self.goals,
+            "runs": self.runs,
+            "events": self.events,
+            "violations": [v.to_json() for v in self.violations],
+        }
+
+    def text(self) -> str:
+        head = f"checked {self.goals} goals, {self.runs} runs, {self.events} events: " + (
+            "clean" if self.clean else f"{len(self.violations)} violation(s)"
+        )
+        lines = [f"  {v.aggregate_id} at {list(v.sequences)}: {v.message}" for v in self.violations]
+        return "\n".join([head, *lines])
+
+
+def check_journal(journal: Journal) -> CheckReport:
+    """Check every invariant over one consistent snapshot of the journal."""
+    report = CheckReport()
+    with journal.snapshot():
+        events = _events_by_aggregate(journal, report)
+        stored = {s.aggregate_id: s for kind in ("goal", "run") for s in journal.aggregates(kind)}
+        outbox = {seq for seq, _agg, _topic in _all_outbox(journal)}
+    missing = sorted(
+        seq for evs in events.values() for seq in (e.sequence for e in evs) if seq not in outbox
+    )
+    if missing:
+        report.add("outbox", tuple(missing[:20]), "events without an outbox row")
+    for aggregate_id in sorted(set(stored) | set(events)):
+        _check_aggregate(
+            report, aggregate_id, stored.get(aggregate_id), events.get(aggregate_id, [])
+        )
+    for aggregate_id, goal_stored in stored.items():
+        if aggregate_id.startswith("goal:"):
+            _check_goal_against_runs(report, goal_stored, stored, events)
+    return report
+
+
+def _events_by_aggregate(journal: Journal, report: CheckReport) -> dict[str, list[Event]]:
+    events: dict[str, list[Event]] = defaultdict(list)
+    expected = 1
+    for event in _all_events(journal):
+        if event.sequence != expected:
+            report.add(event.aggregate_id, (expected, event.sequence), "sequence has a gap")
+        expected = event.sequence + 1
+        events[event.aggregate_id].append(event)
+        report.events += 1
+    return events
+
+
+def _all_events(journal: Journal) -> Iterator[Event]:
+    after = 0
+    while page := journal.events_after(after):
+        yield from page
+        after = page[-1].sequence
+
+
+def _all_outbox(journal: Journal) -> Iterator[tuple[int, str, str]]:
+    after = 0
+    while page := journal.outbox(after):
+        yield from page
+        after = page[-1][0]
+
+
+def _check_aggregate(
+    report: CheckReport, aggregate_id: str, stored: Stored | None, events: list[Event]
+) -> None:
+    seqs = tuple(e.sequence for e in events[-3:])
+    if stored is None:
+        report.add(aggregate_id, seqs, "events without a stored state")
+        return
+    versions = sorted({e.version for e in events})
+    if versions != list(range(1, stored.version + 1)):
+        report.add(
+            aggregate_id,
+            seqs,
+            f"versions {versions[:5]}… do not run 1..{stored.version} one per command",
+        )
+    kind = aggregate_id.split(":", 1)[0]
+    try:
+        if kind == "run":
+            report.runs += 1
+            run_from_stored(stored)
+            folded = fold_run(events)
+        else:
+            report.goals += 1
+            goal_from_stored(stored)
+            folded = fold_goal(events)
+    except RefineError as exc:
+        report.add(aggregate_id, seqs, f"stored record refused: {exc}")
+        return
+    except (KeyError, TypeError, ValueError) as exc:
+        report.add(aggregate_id, seqs, f"events do not fold: {exc!r}")
+        return
+    if folded != stored.state:
+        report.add(aggregate_id, seqs, "stored state differs from the fold of its events")
+
+
+def fold_goal(events: list[Event]) -> dict[str, Any] | None:
+    """The Goal state its events imply."""
+    state: dict[str, Any] | None = None
+    for event in events:
+        data = dict(event.data)
+        if event.type == "goal.created":
+            state = {**data, "status": "queued", "cancel_reason": None}
+            continue
+        if state is None:
+            raise ValueError(f"{event.type} before goal.created")
+        if event.type == "goal.cancelled":
+            state.update(status="cancelled", cancel_reason=data["reason"])
+        elif event.type == "goal.reassigned":
+            state.update(node_id=data["to_node"], round=data["round"], run_id=data["run_id"])
+        else:
+            state["status"] = GOAL_EVENT_STATUS[event.type]
+    return state
+
+
+GOAL_EVENT_STATUS = {
+    "goal.started": "running",
+    "goal.queued": "queued",
+    "goal.released": "queued",
+    "goal.held": "held",
+    "goal.completed": "completed",
+    "goal.exhausted": "exhausted",
+}
+
+
+def _check_goal_against_runs(
+    report: CheckReport,
+    goal_stored: Stored,
+    stored: Mapping[str, Stored],
+    events: Mapping[str, list[Event]],
+) -> None:
+    goal = goal_stored.state
+    goal_id = goal_stored.aggregate_id
+    run_agg = f"run:{goal.get('run_id')}"
+    run = stored.get(run_agg)
+    if run is None:
+        report.add(goal_id, (), f"its run {goal.get('run_id')} does not exist")
+        return
+    allowed = AGREEING_RUN_STATUS.get(goal.get("status"), ())
+    run_status = run.state.get("status")
+    pending = run.state.get("cancel_requested") is not None
+    if run_status not in allowed or (
+        goal["status"] == "cancelled" and run_status == "running" and not pending
+    ):
+        seqs = _last(events.get(goal_id)) + _last(events.get(run_agg))
+        report.add(goal_id, seqs, f"goal is {goal['status']} but its run is {run_status}")
+    _check_no_claim_while_stopped(report, goal_id, events)
+
+
+def _check_no_claim_while_stopped(
+    report: CheckReport, goal_id: str, events: Mapping[str, list[Event]]
+) -> None:
+    """A cancelled Goal never gets a later attempt; a held Goal none before its release."""
+    goal_events = events.get(goal_id, [])
+    cancelled = [e.sequence for e in goal_events if e.type == "goal.cancelled"]
+    if cancelled:
+        run_prefix = "run:" + goal_id.split(":", 1)[1] + ".r"
+        late = [
+            e.sequence
+            for agg, evs in events.items()
+            if agg.startswith(run_prefix)
+            for e in evs
+            if e.type == "attempt.claimed" and e.sequence > cancelled[0]
+        ]
+        if late:
+            report.add(goal_id, (cancelled[0], *late), "attempt claimed after the goal's cancel")
+    blocked_since: tuple[str, int] | None = None
+    for event in goal_events:
+        if event.type in ("goal.cancelled", "goal.held"):
+            blocked_since = (event.type, event.sequence)
+        elif event.type in ("goal.released", "goal.queued") and blocked_since:
+            if blocked_since[0] == "goal.cancelled":
+                report.add(goal_id, (blocked_since[1], event.sequence), "cancelled goal requeued")
+            blocked_since = None
+        elif event.type == "goal.started" and blocked_since:
+            report.add(
+                goal_id,
+                (blocked_since[1], event.sequence),
+                f"attempt started after {blocked_since[0]}",
+            )
+
+
+def _last(events: list[Event] | None) -> tuple[int, ...]:
+    return (events[-1].sequence,) if events else ()

@@ -1,0 +1,63 @@
+"""`refine check`: a clean journal passes; a tampered one is reported with its sequences."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+from store.check import check_journal
+from store.goals import Goals
+from store.journal import Journal
+
+
+def make_journal(path: Path) -> None:
+    with Journal.open(path) as journal:
+        goals = Goals(journal)
+        goals.create(goal_id="build", title="Build", node_id="n1", argv=["true"], max_attempts=2)
+        goals.start(goal_id="build", node_id="n1", worker="w1", token="t1")
+        goals.settle(
+            goal_id="build",
+            run_id="build.r1",
+            epoch=1,
+            outcome="failed",
+            reason="exit 1",
+            evidence=["exit:1"],
+        )
+        goals.create(goal_id="old", title="Old", node_id="n1", argv=["true"])
+        goals.cancel(goal_id="old", reason="not wanted", command_id="op:cancel:1")
+
+
+def test_clean_journal_is_clean(tmp_path: Path) -> None:
+    make_journal(tmp_path / "j.db")
+    with Journal.open(tmp_path / "j.db", read_only=True) as journal:
+        report = check_journal(journal)
+    assert report.clean, report.text()
+    assert (report.goals, report.runs) == (2, 2)
+
+
+def test_tampered_state_is_reported_with_sequences(tmp_path: Path) -> None:
+    make_journal(tmp_path / "j.db")
+    with sqlite3.connect(tmp_path / "j.db") as raw:  # a state that no event explains
+        raw.execute(
+            "UPDATE aggregates SET state = json_set(state, '$.title', 'Forged')"
+            " WHERE aggregate_id = 'goal:build'"
+        )
+    with Journal.open(tmp_path / "j.db", read_only=True) as journal:
+        report = check_journal(journal)
+    assert not report.clean
+    [violation] = report.violations
+    assert violation.aggregate_id == "goal:build" and violation.sequences
+    assert "fold" in violation.message
+
+
+def test_claim_after_cancel_is_a_violation(tmp_path: Path) -> None:
+    make_journal(tmp_path / "j.db")
+    with sqlite3.connect(tmp_path / "j.db") as raw:  # forge a goal.started after the cancel
+        seq = raw.execute("SELECT max(sequence) FROM events").fetchone()[0] + 1
+        raw.execute(
+            "INSERT INTO events VALUES (?, 'goal:old', 3, 'goal.started', '{}', 0, 'x')", (seq,)
+        )
+        raw.execute("INSERT INTO outbox VALUES (?, 'goal:old', 'goal.started', 0)", (seq,))
+    with Journal.open(tmp_path / "j.db", read_only=True) as journal:
+        messages = [v.message for v in check_journal(journal).violations]
+    assert any("after goal.cancelled" in m for m in messages), messages
