@@ -111,3 +111,15 @@ class NotThisNodeError(RefineError):
 
 class NoActiveAttemptError(RefineError):
     code = "NO_ACTIVE_ATTEMPT"
+
+
+class NoProcessRecordError(RefineError):
+    """Stop needs this node's process record of the attempt; without one, confirm cleanup."""
+
+    code = "NO_PROCESS_RECORD"
+
+
+class ProcessAliveError(RefineError):
+    """Cleanup refused: the recorded process is alive (same pid and create time): use Stop."""
+
+    code = "PROCESS_ALIVE"
