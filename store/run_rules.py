@@ -41,6 +41,8 @@ class ExecutionLimits:
 EXECUTION_LIMITS = ExecutionLimits()
 
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]*")
+# DESIGN §5 names who confirmed a cleanup "<operator>@<node>": the seed's alphabet plus "@".
+_CONFIRMER = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/@-]*")
 _DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 _RECORD_TYPES = (dict, MappingProxyType)
 
@@ -52,13 +54,23 @@ class Invalid(ValueError):
 # --- single values ---------------------------------------------------------------------------
 
 
-def identifier(value: Any, name: str, max_length: int = EXECUTION_LIMITS.max_id_length) -> str:
-    if type(value) is not str or len(value) > max_length or not _ID.fullmatch(value):
+def identifier(
+    value: Any,
+    name: str,
+    max_length: int = EXECUTION_LIMITS.max_id_length,
+    pattern: re.Pattern[str] = _ID,
+) -> str:
+    if type(value) is not str or len(value) > max_length or not pattern.fullmatch(value):
+        extra = " @" if pattern is _CONFIRMER else ""
         raise Invalid(
-            f"{name} must be 1–{max_length} characters of A-Z a-z 0-9 . _ : / -,"
+            f"{name} must be 1–{max_length} characters of A-Z a-z 0-9 . _ : /{extra} -,"
             " starting with a letter or digit"
         )
     return value
+
+
+def confirmer(value: Any, name: str) -> str:
+    return identifier(value, name, pattern=_CONFIRMER)
 
 
 def run_id_rule(value: Any, name: str = "run_id") -> str:
@@ -148,7 +160,7 @@ def cleanup(value: Any, name: str = "cleanup") -> dict[str, Any]:
     rec = record(value, name, ("epoch", "confirmed_by", "method"))
     return {
         "epoch": epoch_rule(rec["epoch"], f"{name}.epoch"),
-        "confirmed_by": identifier(rec["confirmed_by"], f"{name}.confirmed_by"),
+        "confirmed_by": confirmer(rec["confirmed_by"], f"{name}.confirmed_by"),
         "method": text(rec["method"], f"{name}.method"),
     }
 
