@@ -63,6 +63,7 @@ WORKER_CLEANUP_METHOD = "worker-stopped"
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _IDENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]*")
+_ACTOR = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/@-]*")  # "<operator>@<node>"
 _GOAL_KEYS = frozenset(
     {
         "goal_id",
@@ -225,6 +226,15 @@ def check_identifier(value: Any, name: str) -> str:
             f"{name} must be 1–128 characters of A-Z a-z 0-9 . _ : / -,"
             " starting with a letter or digit"
         )
+    return value
+
+
+def check_actor(value: Any) -> str | None:
+    """Who did it (e.g. "dana@n1"), or None."""
+    if value is not None and (
+        type(value) is not str or len(value) > 128 or not _ACTOR.fullmatch(value)
+    ):
+        raise InvalidInputError("by must be 1–128 characters of A-Z a-z 0-9 . _ : / @ -")
     return value
 
 
@@ -467,7 +477,9 @@ def _decide_interrupt(
     return [c for c in (goal_change, run) if c is not None]
 
 
-def _decide_cancel(goal_id: str, run_id: str, reason: str, loaded: Any) -> list[Change]:
+def _decide_cancel(
+    goal_id: str, run_id: str, reason: str, by: str | None, loaded: Any
+) -> list[Change]:
     goal = _loaded_goal(loaded, goal_id)
     _refuse_terminal(goal)
     if goal.run_id != run_id:
@@ -483,6 +495,7 @@ def _decide_cancel(goal_id: str, run_id: str, reason: str, loaded: Any) -> list[
         "run_id": run_id,
         "reason": reason,
         "run_status": run.state["status"],
+        "by": by,
     }
     return [
         _goal_change(goal, "goal.cancelled", data, status="cancelled", cancel_reason=reason),
@@ -490,7 +503,7 @@ def _decide_cancel(goal_id: str, run_id: str, reason: str, loaded: Any) -> list[
     ]
 
 
-def _decide_release(goal_id: str, run_id: str, loaded: Any) -> list[Change]:
+def _decide_release(goal_id: str, run_id: str, by: str | None, loaded: Any) -> list[Change]:
     goal = _loaded_goal(loaded, goal_id)
     _refuse_terminal(goal)
     if goal.status != "held":
@@ -498,7 +511,7 @@ def _decide_release(goal_id: str, run_id: str, loaded: Any) -> list[Change]:
     _same_round(goal, run_id)
     if _loaded_run(loaded, run_id).status != "queued":
         raise GoalStateError(f"run {run_id} is not queued", goal_id=goal_id, run_id=run_id)
-    data = {"round": goal.round, "run_id": run_id}
+    data = {"round": goal.round, "run_id": run_id, "by": by}
     return [_goal_change(goal, "goal.released", data, status="queued")]
 
 
@@ -725,32 +738,36 @@ class Goals:
         )
         return self._result(goal_id, run_id, outcome)
 
-    def cancel(self, *, goal_id: str, reason: str, command_id: str) -> GoalResult:
+    def cancel(
+        self, *, goal_id: str, reason: str, command_id: str, by: str | None = None
+    ) -> GoalResult:
         """Terminal intent: Goal cancelled; its Run cancelled (queued) or cancel_requested."""
         check_name(goal_id, "goal_id")
         _reason(reason)
         _command_id(command_id)
+        check_actor(by)
         run_id = self._require(goal_id).run_id
         outcome = self._execute(
             command_id,
-            {"op": "goal.cancel", "goal_id": goal_id, "reason": reason},
+            {"op": "goal.cancel", "goal_id": goal_id, "reason": reason, "by": by},
             goal_id,
             [run_id],
-            lambda loaded: _decide_cancel(goal_id, run_id, reason, loaded),
+            lambda loaded: _decide_cancel(goal_id, run_id, reason, by, loaded),
         )
         return self._result(goal_id, run_id, outcome)
 
-    def release(self, *, goal_id: str, command_id: str) -> GoalResult:
+    def release(self, *, goal_id: str, command_id: str, by: str | None = None) -> GoalResult:
         """held → queued: the operator has checked the external state."""
         check_name(goal_id, "goal_id")
         _command_id(command_id)
+        check_actor(by)
         run_id = self._require(goal_id).run_id
         outcome = self._execute(
             command_id,
-            {"op": "goal.release", "goal_id": goal_id},
+            {"op": "goal.release", "goal_id": goal_id, "by": by},
             goal_id,
             [run_id],
-            lambda loaded: _decide_release(goal_id, run_id, loaded),
+            lambda loaded: _decide_release(goal_id, run_id, by, loaded),
         )
         return self._result(goal_id, run_id, outcome)
 
