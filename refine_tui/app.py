@@ -1,0 +1,993 @@
+"""The refine dashboard: Goals → Runs → Attempts, live from the journal, with Stop/Cancel/Cleanup.
+
+Structure: a live worker (``follow_journal``) waits on the JournalWatcher, reads what changed
+through one ChangeFeed connection in a thread, and posts one ``JournalUpdate``; handlers diff the
+rows into KeyedTables by key. Operator actions call ``store.operator`` in threads and report back
+as notifications. ``check_action`` greys what does not apply and ``why_not`` says why.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import getpass
+import os
+import socket
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+from rich.text import Text
+from textual import on, work
+from textual.app import App, ComposeResult, SystemCommand
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.events import Key
+from textual.screen import Screen
+from textual.widgets import ContentSwitcher, DataTable, Footer, Input, Label, Static
+
+from refine_tui import format as fmt
+from refine_tui.messages import JournalTrouble, JournalUpdate
+from refine_tui.rows import AttemptRow, GoalRow, Reader, RunRow, WorkerRow, goals_touched
+from refine_tui.screens.confirm import CancelModal, ConfirmModal
+from refine_tui.screens.help import HelpScreen
+from refine_tui.widgets.follow_log import FollowLog
+from refine_tui.widgets.keyed_table import Column, KeyedTable
+from refine_tui.widgets.status_header import HeaderState, StatusHeader
+from store.errors import RefineError, StorageError
+from store.journal import Journal
+from store.watch import ChangeFeed, JournalWatcher
+
+# Order chosen for 80 columns: what an operator scans first (status, markers) is visible
+# without scrolling; round and worker come last.
+GOAL_COLUMNS = (
+    Column("goal", "Goal", 14),
+    Column("title", "Title", 14),
+    Column("status", "Status", 9),
+    Column("elapsed", "Elapsed", 7),
+    Column("attempts", "Att", 4),
+    Column("node", "Node", 5),
+    Column("note", "Note", 22),
+    Column("round", "Rnd", 3),
+    Column("worker", "Worker", 12),
+)
+RUN_COLUMNS = (
+    Column("run", "Run", 18),
+    Column("status", "Status", 9),
+    Column("attempts", "Att", 5),
+    Column("submitted", "Submitted", 9),
+    Column("cancel", "Cancel", None),
+)
+ATTEMPT_COLUMNS = (
+    Column("epoch", "#", 2),
+    Column("worker", "Worker", 10),
+    Column("state", "State", 24),
+    Column("started", "Started", 8),
+    Column("duration", "Duration", 8),
+    Column("pid", "PID", 7),
+    Column("alive", "Alive", 5),
+    Column("cpu", "CPU", 4),
+    Column("memory", "Mem", None),
+)
+WORKER_COLUMNS = (
+    Column("run", "Run", 16),
+    Column("epoch", "#", 2),
+    Column("pid", "PID", 7),
+    Column("worker", "Worker", 10),
+    Column("started", "Started", 8),
+    Column("alive", "Alive", 5),
+    Column("cpu", "CPU", 4),
+    Column("memory", "Mem", 7),
+    Column("argv", "Command", None),
+)
+OPERATOR_ACTIONS = ("stop", "cancel_goal", "cleanup", "release")
+SELECTION_ACTIONS = ("log", "history")
+ACTION_TITLES = {
+    "stop": "Stop",
+    "cancel_goal": "Cancel",
+    "cleanup": "Confirm cleanup",
+    "release": "Release",
+    "log": "Log",
+    "history": "History",
+}
+ACTION_KEYS = {"stop": "s", "cancel_goal": "c", "cleanup": "x", "release": "R"}
+OBSERVE_INTERVAL_S = 2.0  # CPU/memory/liveness of this node's processes (they change silently)
+
+
+@dataclass(frozen=True)
+class ReadRequest:
+    """What the live worker should read, captured on the UI thread."""
+
+    full: bool
+    filter: str
+    view: str
+    goal_id: str | None
+    run_id: str | None
+    history_run: str | None
+    history_after: int
+    recheck: tuple[str, ...] = ()  # goals to re-read even without events (process liveness)
+
+
+class RefineApp(App[None]):
+    """The dashboard. ``RefineApp(journal=PATH, node=NAME, read_only=False)``."""
+
+    CSS_PATH = "app.tcss"
+    TITLE = "refine"
+    BINDINGS: ClassVar = [
+        Binding("s", "stop", "Stop"),
+        Binding("c", "cancel_goal", "Cancel"),
+        Binding("x", "cleanup", "Cleanup"),
+        Binding("R", "release", "Release"),
+        Binding("l", "log", "Log"),
+        Binding("h", "history", "History"),
+        Binding("w", "workers", "Workers", show=False),
+        Binding("slash", "filter", "Filter"),
+        Binding("p", "pause", "Pause", show=False),
+        Binding("r", "refresh", "Refresh", show=False),
+        Binding("question_mark", "help", "Help"),
+        Binding("q", "quit", "Quit"),
+        Binding("escape,backspace", "back", "Back", show=False),
+    ]
+
+    def __init__(
+        self,
+        journal: str | os.PathLike[str],
+        node: str | None = None,
+        read_only: bool = False,
+        *,
+        operator: str | None = None,
+        grace_s: float = 5.0,
+        clock: Callable[[], float] = time.time,
+        watch: bool = True,
+    ) -> None:
+        super().__init__()
+        self.journal_path = Path(journal)
+        self.journal_label = str(journal)
+        self.node = node or socket.gethostname()
+        self.read_only = read_only
+        self.operator = operator or getpass.getuser()
+        self.grace_s = grace_s
+        self.clock = clock
+        self.watch_files = watch
+        self.paused = False
+        self.view = "goals"
+        self.filter_text = ""
+        self.focus_goal: str | None = None
+        self.focus_run: str | None = None
+        self.detail: str | None = None  # None | "history" | "log"
+        self.detail_run: str | None = None
+        self.detail_epoch: int | None = None
+        self.goal_rows: dict[str, GoalRow] = {}
+        self.run_rows: dict[str, RunRow] = {}
+        self.attempt_rows: dict[str, AttemptRow] = {}
+        self.header_state = HeaderState(self.journal_label, self.node, read_only)
+        self.feed = ChangeFeed(self.journal_path)
+        self._reader: Reader | None = None
+        self._generation = 0
+        self._writer: Journal | None = None
+        self._history_after = 0
+        self._log_file: str | None = None
+        self._log_offset = 0
+        self._wake = asyncio.Event()
+        self._full_pending = True
+        self._watcher: JournalWatcher | None = None
+
+    # --- layout --------------------------------------------------------------------------------
+
+    def compose(self) -> ComposeResult:
+        yield StatusHeader(id="header")
+        yield Label("Goals", id="crumbs")
+        with Vertical(id="body"):
+            yield Static("", id="trouble")
+            with ContentSwitcher(initial="goals", id="views"):
+                yield KeyedTable(GOAL_COLUMNS, id="goals")
+                yield KeyedTable(RUN_COLUMNS, id="runs")
+                yield KeyedTable(ATTEMPT_COLUMNS, id="attempts")
+                yield KeyedTable(WORKER_COLUMNS, id="workers")
+            yield FollowLog(id="detail", max_lines=5000)
+        yield Input(placeholder="filter goals: id, title, status or node (enter)", id="filter")
+        yield Label("", id="why")
+        yield Footer(compact=True, show_command_palette=False)
+
+    def on_mount(self) -> None:
+        self.show_header()
+        self.query_one("#goals", KeyedTable).focus()
+        self.set_interval(1.0, self.tick)
+        self.set_interval(OBSERVE_INTERVAL_S, self.observe_processes)
+        self.set_interval(0.5, self.follow_log_file)
+        self.follow_journal()
+
+    def on_unmount(self) -> None:
+        if self._watcher is not None:
+            self._watcher.stop()
+        self.feed.close()
+        if self._writer is not None:
+            self._writer.close()
+
+    # --- live updates --------------------------------------------------------------------------
+
+    @work(exclusive=True, group="live", exit_on_error=False)
+    async def follow_journal(self) -> None:
+        """Read the journal after every watcher batch (and on demand), one read at a time."""
+        self._watcher = watcher = JournalWatcher(self.journal_path)
+        batches = aiter(watcher)
+        next_batch: asyncio.Future[Any] | None = None
+        try:
+            while True:
+                if not self.paused:
+                    await self.read_and_post()
+                if next_batch is None and self.watch_files:
+                    next_batch = asyncio.ensure_future(anext(batches))
+                waits: list[asyncio.Future[Any]] = [asyncio.ensure_future(self._wake.wait())]
+                if next_batch is not None:
+                    waits.append(next_batch)
+                done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+                self._wake.clear()
+                waits[0].cancel()
+                if next_batch is not None and next_batch in done:
+                    next_batch = None
+        finally:
+            watcher.stop()
+            if next_batch is not None:
+                next_batch.cancel()
+
+    def wake(self, full: bool = False) -> None:
+        """Ask the live worker for a read now (``full``: reload the visible set)."""
+        self._full_pending = self._full_pending or full
+        self._wake.set()
+
+    async def read_and_post(self, recheck: Iterable[str] = ()) -> None:
+        request = self.read_request(tuple(recheck))
+        self._full_pending = False
+        try:
+            update = await asyncio.to_thread(self.read_changes, request)
+        except StorageError as exc:
+            self._full_pending = True
+            self.post_message(self.trouble_for(exc))
+            return
+        except RefineError as exc:
+            self.post_message(JournalTrouble("stale", exc.message))
+            return
+        if update is not None:
+            self.post_message(update)
+
+    def read_request(self, recheck: tuple[str, ...] = ()) -> ReadRequest:
+        return ReadRequest(
+            full=self._full_pending,
+            filter=self.filter_text,
+            view=self.view,
+            goal_id=self.focus_goal,
+            run_id=self.focus_run,
+            history_run=self.detail_run if self.detail == "history" else None,
+            history_after=self._history_after,
+            recheck=recheck,
+        )
+
+    def read_changes(self, req: ReadRequest) -> JournalUpdate | None:
+        """(thread) Poll the feed and read the rows the new events touched."""
+        events = self.feed.poll()
+        journal = self.feed.journal
+        assert journal is not None
+        full = req.full or self.feed.generation != self._generation
+        if self._reader is None or self._reader.journal is not journal:
+            self._reader = Reader(journal, self.node)
+        reader = self._reader
+        self._generation = self.feed.generation
+        touched = set(goals_touched(events)) | set(req.recheck)
+        if not full and not touched:
+            return None
+        if full:
+            ids, total = reader.visible_goal_ids(req.filter)
+        else:
+            ids, total = sorted(touched), journal.count("goal")
+        goals = reader.goal_rows(ids)
+        seq, at = journal.last_commit()
+        update = JournalUpdate(full, goals, total, seq, at)
+        if req.goal_id and (full or req.goal_id in touched):
+            update.runs = reader.run_rows(req.goal_id)
+            if req.run_id:
+                goal = goals.get(req.goal_id) or self.goal_rows.get(req.goal_id)
+                update.attempts = reader.attempt_rows(req.run_id, goal.node_id if goal else "")
+        if req.history_run:
+            after = 0 if full else req.history_after
+            update.history = [e for e in reader.history(req.history_run) if e.sequence > after]
+        return update
+
+    def trouble_for(self, exc: StorageError) -> JournalTrouble:
+        if not self.journal_path.exists():
+            return JournalTrouble("missing", f"{self.journal_path} is missing — waiting for it")
+        if "locked" in exc.message:
+            return JournalTrouble("stale", exc.message + " — retrying")
+        return JournalTrouble("broken", exc.message + " — waiting for a usable journal")
+
+    def on_journal_update(self, update: JournalUpdate) -> None:
+        self.set_trouble(None)
+        goals = self.query_one("#goals", KeyedTable)
+        with self.batch_update():
+            if update.full:
+                rows = {k: r for k, r in update.goals.items() if r is not None}
+                self.goal_rows = rows
+                goals.sync({k: self.goal_cells(r) for k, r in rows.items()})
+            else:
+                for key, row in update.goals.items():
+                    if row is None:
+                        self.goal_rows.pop(key, None)
+                        goals.drop(key)
+                    elif key in self.goal_rows or self.matches_filter(row):
+                        self.goal_rows[key] = row
+                        goals.upsert(key, self.goal_cells(row))
+            if update.runs is not None:
+                self.show_runs(update.runs)
+            if update.attempts is not None:
+                self.show_attempts(update.attempts)
+            if update.history:
+                self.append_history(update.history)
+        self.header_state = self._header(
+            state="paused" if self.paused else "live",
+            last_sequence=update.last_sequence,
+            last_commit=update.last_commit,
+            shown=len(self.goal_rows),
+            total=update.total,
+            detail="",
+        )
+        self.show_header()
+        self.selection_changed()
+
+    def on_journal_trouble(self, trouble: JournalTrouble) -> None:
+        self.header_state = self._header(state=trouble.state, detail=trouble.detail)
+        self.show_header()
+        if trouble.state != "stale":
+            self.set_trouble(trouble.detail)
+        self.selection_changed()
+
+    def set_trouble(self, text: str | None) -> None:
+        box = self.query_one("#trouble", Static)
+        box.display = text is not None
+        self.query_one("#views").display = text is None
+        if text is not None:
+            box.update(
+                Text.assemble(
+                    ("The journal cannot be read.\n\n", "bold red"),
+                    text,
+                    "\n\nNothing is written while it is unavailable; the dashboard picks up "
+                    "again as soon as the file is back.",
+                )
+            )
+
+    def matches_filter(self, row: GoalRow) -> bool:
+        if not self.filter_text:
+            return True
+        needle = self.filter_text.lower()
+        return any(needle in f.lower() for f in (row.goal_id, row.title, row.status, row.node_id))
+
+    def _header(self, **changes: Any) -> HeaderState:
+        fields = {**self.header_state.__dict__, "filter": self.filter_text, **changes}
+        return HeaderState(**fields)
+
+    def show_header(self) -> None:
+        self.query_one(StatusHeader).show(self.header_state)
+
+    # --- rows → cells --------------------------------------------------------------------------
+
+    def goal_cells(self, r: GoalRow) -> tuple[Any, ...]:
+        elapsed = fmt.duration(self.clock() - r.started_at) if r.started_at else ""
+        return (
+            fmt.clip(r.goal_id, 14),
+            fmt.clip(r.title, 14),
+            fmt.status_text(r.status),
+            elapsed,
+            r.attempts,
+            fmt.clip(r.node_id, 5),
+            fmt.note_text(fmt.clip(r.note, 22)),
+            str(r.round) if r.round else "",
+            fmt.clip(r.worker, 12),
+        )
+
+    def show_runs(self, runs: list[RunRow]) -> None:
+        self.run_rows = {r.run_id: r for r in runs}
+        self.query_one("#runs", KeyedTable).sync(
+            {
+                r.run_id: (
+                    r.run_id,
+                    fmt.status_text(r.status),
+                    r.attempts,
+                    fmt.clock(r.submitted_at),
+                    fmt.note_text(r.cancel),
+                )
+                for r in runs
+            }
+        )
+
+    def show_attempts(self, attempts: list[AttemptRow]) -> None:
+        self.attempt_rows = {str(a.epoch): a for a in attempts}
+        self.query_one("#attempts", KeyedTable).sync(
+            {str(a.epoch): self.attempt_cells(a) for a in attempts}
+        )
+
+    def attempt_cells(self, a: AttemptRow) -> tuple[Any, ...]:
+        end = a.ended_at if a.ended_at is not None else (self.clock() if a.running else None)
+        alive = {True: Text("yes", "green"), False: Text("no", "red"), None: ""}[a.alive]
+        return (
+            str(a.epoch),
+            fmt.clip(a.worker, 10),
+            fmt.status_text(fmt.clip(a.state, 24)),
+            fmt.clock(a.started_at),
+            fmt.duration(end - a.started_at) if a.started_at and end else "",
+            str(a.pid) if a.pid else "",
+            alive,
+            fmt.percent(a.cpu_percent),
+            fmt.size(a.rss_bytes),
+        )
+
+    def show_workers(self, workers: list[WorkerRow]) -> None:
+        self.query_one("#workers", KeyedTable).sync(
+            {
+                f"{w.run_id}/{w.epoch}": (
+                    fmt.clip(w.run_id, 16),
+                    str(w.epoch),
+                    str(w.pid),
+                    fmt.clip(w.worker, 10),
+                    fmt.clock(w.started_at),
+                    Text("yes", "green") if w.alive else Text("no", "red"),
+                    fmt.percent(w.cpu_percent),
+                    fmt.size(w.rss_bytes),
+                    w.argv,
+                )
+                for w in workers
+            }
+        )
+
+    def tick(self) -> None:
+        """Elapsed times tick once a second: only the running rows' cells are rewritten."""
+        if self.paused:
+            return
+        goals = self.query_one("#goals", KeyedTable)
+        for key, row in self.goal_rows.items():
+            if row.started_at is not None:
+                goals.upsert(key, self.goal_cells(row))
+        if self.view == "attempts":
+            table = self.query_one("#attempts", KeyedTable)
+            for key, a in self.attempt_rows.items():
+                if a.running:
+                    table.upsert(key, self.attempt_cells(a))
+
+    @work(exclusive=True, group="observe", exit_on_error=False)
+    async def observe_processes(self) -> None:
+        """Process facts change without commits: re-read this node's running rows now and then."""
+        if self.paused or self.header_state.state != "live":
+            return
+        recheck = [
+            k for k, r in self.goal_rows.items() if r.status == "running" and r.node_id == self.node
+        ]
+        if self.view == "attempts" and self.focus_goal:
+            recheck.append(self.focus_goal)
+        if recheck:
+            await self.read_and_post(recheck=recheck)
+        if self.view == "workers" and self._reader is not None:
+            reader = self._reader
+            with contextlib.suppress(RefineError, OSError):
+                self.show_workers(await asyncio.to_thread(reader.worker_rows))
+
+    # --- selection and views -------------------------------------------------------------------
+
+    def current_table(self) -> KeyedTable:
+        return self.query_one(f"#{self.view}", KeyedTable)
+
+    def selected_goal(self) -> GoalRow | None:
+        if self.view == "goals":
+            key = self.query_one("#goals", KeyedTable).selected_key
+        else:
+            key = self.focus_goal
+        return self.goal_rows.get(key) if key else None
+
+    def selected_attempt(self) -> tuple[str, int] | None:
+        """(run_id, epoch) the attempt-level actions (log, cleanup) apply to."""
+        if self.view == "attempts":
+            key = self.query_one("#attempts", KeyedTable).selected_key
+            row = self.attempt_rows.get(key) if key else None
+            return (row.run_id, row.epoch) if row else None
+        if self.view == "runs":
+            key = self.query_one("#runs", KeyedTable).selected_key
+            run = self.run_rows.get(key) if key else None
+            if run is not None:
+                used = int(run.attempts.split("/")[0] or 0)
+                return (run.run_id, used) if used else None
+        goal = self.selected_goal()
+        if goal is None or goal.run_id is None:
+            return None
+        if goal.running_epoch is not None:
+            return (goal.run_id, goal.running_epoch)
+        used = int(goal.attempts.split("/")[0] or 0) if goal.attempts else 0
+        return (goal.run_id, used) if used else None
+
+    def selected_run(self) -> str | None:
+        if self.view == "runs":
+            return self.query_one("#runs", KeyedTable).selected_key
+        if self.view == "attempts":
+            return self.focus_run
+        goal = self.selected_goal()
+        return goal.run_id if goal else None
+
+    @on(DataTable.RowHighlighted)
+    def on_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        self.selection_changed()
+        if self.detail is not None and event.data_table.id in ("goals", "runs", "attempts"):
+            self.retarget_detail()
+
+    def selection_changed(self) -> None:
+        self.refresh_bindings()
+        reasons = [
+            f"{ACTION_KEYS[a]}: {short}"
+            for a in OPERATOR_ACTIONS
+            if (short := (self._why(a) or ("", ""))[0])
+        ]
+        why = self.query_one("#why", Label)
+        if self.read_only:
+            why.update("read-only: s c x R are disabled")
+        elif self.header_state.state in ("missing", "broken"):
+            why.update("journal unavailable: actions are disabled until it is back")
+        else:
+            why.update(" · ".join(reasons))
+
+    @on(DataTable.RowSelected)
+    def on_row_selected(self, event: DataTable.RowSelected) -> None:
+        key = event.row_key.value
+        if event.data_table.id == "goals" and key:
+            self.open_runs(key)
+        elif event.data_table.id == "runs" and key:
+            self.open_attempts(key)
+        elif event.data_table.id == "attempts":
+            self.action_log()
+
+    def switch_view(self, view: str, crumbs: str) -> None:
+        self.view = view
+        self.query_one("#views", ContentSwitcher).current = view
+        self.query_one("#crumbs", Label).update(crumbs)
+        self.current_table().focus()
+        self.selection_changed()
+
+    def open_runs(self, goal_id: str) -> None:
+        self.focus_goal, self.focus_run = goal_id, None
+        self.query_one("#runs", KeyedTable).sync({})
+        self.switch_view("runs", f"Goals › {goal_id} › Runs   (escape: back)")
+        self.wake(full=True)
+
+    def open_attempts(self, run_id: str) -> None:
+        self.focus_run = run_id
+        self.query_one("#attempts", KeyedTable).sync({})
+        self.switch_view(
+            "attempts", f"Goals › {self.focus_goal} › {run_id} › Attempts   (escape: back)"
+        )
+        self.wake(full=True)
+
+    def action_back(self) -> None:
+        box = self.query_one("#filter", Input)
+        if box.display:
+            box.display = False
+            self.current_table().focus()
+        elif self.detail is not None:
+            self.close_detail()
+        elif self.view == "attempts":
+            self.switch_view("runs", f"Goals › {self.focus_goal} › Runs   (escape: back)")
+            self.focus_run = None
+        elif self.view in ("runs", "workers"):
+            self.focus_goal = self.focus_run = None
+            self.switch_view("goals", "Goals")
+            if self.filter_text:
+                self.query_one("#crumbs", Label).update(f"Goals — filter “{self.filter_text}”")
+
+    def action_workers(self) -> None:
+        if self.view == "workers":
+            self.action_back()
+            return
+        self.switch_view("workers", f"Workers on node {self.node}   (escape: back)")
+        self.observe_processes()
+
+    # --- detail pane: history and log ----------------------------------------------------------
+
+    def action_history(self) -> None:
+        self.toggle_detail("history")
+
+    def action_log(self) -> None:
+        self.toggle_detail("log")
+
+    def toggle_detail(self, mode: str) -> None:
+        if self.detail == mode:
+            self.close_detail()
+            return
+        self.detail = mode
+        self.query_one("#detail").display = True
+        self.add_class("with-detail")
+        self.retarget_detail(force=True)
+
+    def close_detail(self) -> None:
+        self.detail = self.detail_run = self._log_file = None
+        self.query_one("#detail").display = False
+        self.remove_class("with-detail")
+        self.current_table().focus()
+
+    def retarget_detail(self, force: bool = False) -> None:
+        """Point the pane at the selected Run (history) or Attempt (log)."""
+        log = self.query_one("#detail", FollowLog)
+        if self.detail == "history":
+            run_id = self.selected_run()
+            if run_id == self.detail_run and not force:
+                return
+            self.detail_run, self._history_after = run_id, 0
+            log.clear()
+            log.border_title = f"History of {run_id}" if run_id else "History"
+            if run_id is None:
+                log.write_line("No run selected.")
+                return
+            self.wake(full=True)
+        elif self.detail == "log":
+            target = self.selected_attempt()
+            key = f"{target[0]}/{target[1]}" if target else None
+            if key == self._log_key() and not force:
+                return
+            self.detail_run, self.detail_epoch = target if target else (None, None)
+            log.clear()
+            log.border_title = f"Log of attempt {key}" if key else "Log"
+            self._log_file, self._log_offset = None, 0
+            self.load_log_path()
+
+    def _log_key(self) -> str | None:
+        if self.detail_run is None:
+            return None
+        return f"{self.detail_run}/{self.detail_epoch}"
+
+    def append_history(self, events: list[Any]) -> None:
+        log = self.query_one("#detail", FollowLog)
+        for e in events:
+            if e.sequence <= self._history_after:
+                continue
+            data = ", ".join(f"{k}={v}" for k, v in e.data.items() if k not in ("run_id",))
+            log.write_line(f"#{e.sequence:<6} {fmt.clock(e.committed_at)}  {e.type:<22} {data}")
+            self._history_after = e.sequence
+
+    @work(exclusive=True, group="log", exit_on_error=False)
+    async def load_log_path(self) -> None:
+        log = self.query_one("#detail", FollowLog)
+        run_id, epoch = self.detail_run, self.detail_epoch
+        goal = self.goal_rows.get(self.focus_goal or "") or self.selected_goal()
+        if run_id is None or epoch is None or self._reader is None:
+            log.write_line("No attempt selected (a run's attempts start with the first claim).")
+            return
+        node = goal.node_id if goal else self.node
+        reader = self._reader
+        try:
+            path = await asyncio.to_thread(reader.log_path, run_id, epoch, node)
+        except (RefineError, OSError) as exc:
+            log.write_line(f"Cannot find the log: {exc}")
+            return
+        if path is None:
+            log.write_line(f"This attempt ran on node {node}; its log is on that machine.")
+            return
+        self._log_file, self._log_offset = path, 0
+        self.follow_log_file()
+
+    def follow_log_file(self) -> None:
+        """Append what the log file gained since the last look (bounded, local file)."""
+        if self.detail != "log" or self._log_file is None or self.paused:
+            return
+        log = self.query_one("#detail", FollowLog)
+        try:
+            with open(self._log_file, "rb") as f:
+                end = f.seek(0, os.SEEK_END)
+                if end < self._log_offset:  # truncated or replaced: start over
+                    log.clear()
+                    self._log_offset = 0
+                start = max(self._log_offset, end - 256 * 1024)
+                f.seek(start)
+                data = f.read(end - start)
+        except FileNotFoundError:
+            if self._log_offset == 0 and not log.line_count:
+                log.write_line(f"(no log file yet: {self._log_file})")
+                self._log_offset = -1
+            return
+        if self._log_offset == -1:
+            log.clear()
+            self._log_offset = 0
+        if not data:
+            return
+        cut = data.rfind(b"\n") + 1  # keep a partial last line for the next look
+        if cut == 0:
+            return
+        self._log_offset = start + cut
+        log.write(data[:cut].decode("utf-8", "replace"))
+
+    # --- actions: availability -----------------------------------------------------------------
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action in OPERATOR_ACTIONS or action in SELECTION_ACTIONS:
+            return True if self.why_not(action) is None else None
+        return True
+
+    def why_not(self, action: str) -> str | None:
+        """Why ``action`` does not apply to the selection now, in words (None: it does)."""
+        why = self._why(action)
+        return why[1] if why else None
+
+    def _why(self, action: str) -> tuple[str, str] | None:
+        """(short, long) reason ``action`` is greyed: short for the hint line, long to notify."""
+        if action in OPERATOR_ACTIONS:
+            if self.read_only:
+                return "read-only", "the journal is open read-only"
+            if self.header_state.state in ("missing", "broken", "connecting"):
+                return "no journal", "the journal is unavailable"
+        if self.view == "workers":
+            return "n/a here", "not in the Workers view (escape goes back)"
+        goal = self.selected_goal()
+        if goal is None:
+            return "no goal", "no goal selected"
+        if goal.status == "corrupt":
+            return "corrupt", "the goal's record is corrupt"
+        if action == "stop":
+            if goal.status != "running":
+                return f"{goal.status}", f"goal is {goal.status}, nothing runs"
+            if goal.node_id != self.node:
+                return (
+                    f"on {goal.node_id}",
+                    f"it runs on node {goal.node_id}; Stop works on this node ({self.node}) only",
+                )
+        elif action == "cancel_goal":
+            if goal.terminal:
+                return f"{goal.status}", f"goal is already {goal.status}"
+        elif action == "cleanup":
+            target = self.selected_attempt()
+            if goal.running_epoch is None or target is None:
+                return "nothing running", "the goal has no running attempt"
+            if target != (goal.run_id, goal.running_epoch):
+                return "not running", f"attempt {target[1]} of {target[0]} is not running"
+        elif action == "release":
+            if goal.status != "held":
+                return "not held", f"goal is {goal.status}; only a held goal is released"
+        elif action == "history" and self.selected_run() is None:
+            return "no run", "no run selected"
+        return None
+
+    def on_key(self, event: Key) -> None:
+        """A greyed key says why instead of doing nothing."""
+        if self.screen is not self.screen_stack[0] or isinstance(self.focused, Input):
+            return
+        for binding in self.BINDINGS:
+            if isinstance(binding, Binding) and event.key in binding.key.split(","):
+                why = self.why_not(binding.action) if binding.action in ACTION_TITLES else None
+                if why is not None:
+                    self.notify(f"{ACTION_TITLES[binding.action]}: {why}", severity="warning")
+                    event.stop()
+                return
+
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        yield from super().get_system_commands(screen)
+        commands = [
+            ("Stop", "Stop the selected goal's attempt (s)", "stop"),
+            ("Cancel goal", "Cancel the selected goal, with a reason (c)", "cancel_goal"),
+            ("Confirm cleanup", "Confirm a silent attempt's work has ended (x)", "cleanup"),
+            ("Release", "Make a held goal actionable again (R)", "release"),
+            ("Log", "Show / hide the attempt's log (l)", "log"),
+            ("History", "Show / hide the run's event history (h)", "history"),
+            ("Workers", "This node's worker processes (w)", "workers"),
+            ("Filter goals", "Filter by id, title, status or node (/)", "filter"),
+            ("Pause / resume", "Pause live updates (p)", "pause"),
+            ("Refresh", "Reload everything from the journal (r)", "refresh"),
+            ("Help", "All keys (?)", "help"),
+        ]
+        for title, help_text, action in commands:
+            yield SystemCommand(title, help_text, lambda a=action: self.run_checked(a))
+
+    async def run_checked(self, action: str) -> None:
+        why = self.why_not(action) if action in ACTION_TITLES else None
+        if why is not None:
+            self.notify(f"{ACTION_TITLES[action]}: {why}", severity="warning")
+            return
+        await self.run_action(action)
+
+    # --- actions: operator commands ------------------------------------------------------------
+
+    def writer(self) -> Journal:
+        """(thread) The one writable connection, reopened if the file was replaced."""
+        if self._writer is not None and self._writer.file_replaced():
+            self._writer.close()
+            self._writer = None
+        if self._writer is None:
+            self._writer = Journal.open(self.journal_path, create=False)
+        return self._writer
+
+    def reading(self) -> Journal:
+        journal = self.feed.journal
+        if journal is None:
+            raise StorageError("the journal is unavailable")
+        return journal
+
+    def action_stop(self) -> None:
+        goal = self.selected_goal()
+        if goal is not None:
+            self.stop_flow(goal.goal_id)
+
+    @work(group="operator", exit_on_error=False)
+    async def stop_flow(self, goal_id: str) -> None:
+        from store.operator import describe_stop, stop_goal
+
+        sentence = await self.call_store(
+            lambda: describe_stop(self.reading(), goal_id, node=self.node, grace_s=self.grace_s)
+        )
+        if sentence is None:
+            return
+        if not await self.push_screen_wait(ConfirmModal(f"Stop goal {goal_id}", sentence, "Stop")):
+            return
+        report = await self.call_store(
+            lambda: stop_goal(
+                self.writer(), goal_id, node=self.node, operator=self.operator, grace_s=self.grace_s
+            ),
+            busy=f"Stopping {goal_id}…",
+        )
+        self.notify_report(report)
+
+    def action_cancel_goal(self) -> None:
+        goal = self.selected_goal()
+        if goal is not None:
+            self.cancel_flow(goal.goal_id)
+
+    @work(group="operator", exit_on_error=False)
+    async def cancel_flow(self, goal_id: str) -> None:
+        from store.operator import cancel_goal, describe_cancel
+
+        sentence = await self.call_store(
+            lambda: describe_cancel(self.reading(), goal_id, node=self.node)
+        )
+        if sentence is None:
+            return
+        reason = await self.push_screen_wait(CancelModal(goal_id, sentence))
+        if reason is None:
+            return
+        report = await self.call_store(
+            lambda: cancel_goal(
+                self.writer(),
+                goal_id,
+                reason=reason,
+                node=self.node,
+                operator=self.operator,
+                grace_s=self.grace_s,
+            ),
+            busy=f"Cancelling {goal_id}…",
+        )
+        self.notify_report(report)
+
+    def action_cleanup(self) -> None:
+        target = self.selected_attempt()
+        if target is not None:
+            self.cleanup_flow(*target)
+
+    @work(group="operator", exit_on_error=False)
+    async def cleanup_flow(self, run_id: str, epoch: int) -> None:
+        from store.operator import cleanup_evidence, confirm_cleanup
+
+        evidence = await self.call_store(
+            lambda: cleanup_evidence(self.reading(), run_id, epoch=epoch, node=self.node)
+        )
+        if evidence is None:
+            return
+        title = f"Confirm cleanup of attempt {epoch} of run {run_id}"
+        if not await self.push_screen_wait(
+            ConfirmModal(title, evidence_text(evidence), "Confirm cleanup")
+        ):
+            return
+        report = await self.call_store(
+            lambda: confirm_cleanup(
+                self.writer(), run_id, epoch=epoch, node=self.node, operator=self.operator
+            )
+        )
+        self.notify_report(report)
+
+    def action_release(self) -> None:
+        goal = self.selected_goal()
+        if goal is not None:
+            self.release_flow(goal)
+
+    @work(group="operator", exit_on_error=False)
+    async def release_flow(self, goal: GoalRow) -> None:
+        from store.operator import release_goal
+
+        body = (
+            f"Release goal {goal.goal_id}: it becomes queued and node {goal.node_id} starts its "
+            f"next attempt ({goal.attempts} used). Release only once the external system has "
+            "been checked: this goal's recipe is not safe to redeliver blindly."
+        )
+        if not await self.push_screen_wait(
+            ConfirmModal(f"Release goal {goal.goal_id}", body, "Release")
+        ):
+            return
+        report = await self.call_store(
+            lambda: release_goal(self.writer(), goal.goal_id, operator=self.operator)
+        )
+        self.notify_report(report)
+
+    async def call_store(self, fn: Callable[[], Any], busy: str | None = None) -> Any:
+        """Run a blocking store call in a thread; a refusal becomes a notification, in words."""
+        if busy:
+            self.notify(busy, timeout=2)
+        try:
+            return await asyncio.to_thread(fn)
+        except RefineError as exc:
+            self.notify(refusal_text(exc), title="Refused", severity="error", timeout=8)
+        except Exception as exc:  # never a traceback on the operator's screen
+            self.notify(f"{type(exc).__name__}: {exc}", title="Failed", severity="error")
+        return None
+
+    def notify_report(self, report: Any) -> None:
+        if report is None:
+            return
+        self.notify(report_text(report), title=str(report.action).capitalize(), timeout=8)
+        self.wake()
+
+    # --- actions: view -------------------------------------------------------------------------
+
+    def action_filter(self) -> None:
+        box = self.query_one("#filter", Input)
+        box.value = self.filter_text
+        box.display = True
+        box.focus()
+
+    @on(Input.Submitted, "#filter")
+    def apply_filter(self, event: Input.Submitted) -> None:
+        event.stop()
+        self.filter_text = event.value.strip()
+        event.input.display = False
+        if self.view != "goals":
+            self.focus_goal = self.focus_run = None
+            self.switch_view("goals", "Goals")
+        crumbs = f"Goals — filter “{self.filter_text}”" if self.filter_text else "Goals"
+        self.query_one("#crumbs", Label).update(crumbs)
+        self.query_one("#goals", KeyedTable).focus()
+        self.wake(full=True)
+
+    def action_pause(self) -> None:
+        self.paused = not self.paused
+        self.header_state = self._header(state="paused" if self.paused else "live")
+        self.show_header()
+        if not self.paused:
+            self.wake()
+
+    def action_refresh(self) -> None:
+        self.wake(full=True)
+        self.notify("Reloading from the journal", timeout=1.5)
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen())
+
+
+def refusal_text(exc: RefineError) -> str:
+    """A refusal in words, with its code for the curious (never a traceback)."""
+    return f"{exc.message} ({exc.code})"
+
+
+def report_text(report: Any) -> str:
+    parts = [f"{report.goal_id or report.run_id}: {report.outcome}"]
+    if getattr(report, "signals", ()):
+        parts.append("signals " + ", ".join(report.signals))
+    if getattr(report, "why", ""):
+        parts.append(str(report.why))
+    return " — ".join(parts)
+
+
+def evidence_text(evidence: Any) -> Text:
+    """The cleanup modal's body: the store's evidence sentence, the record, the log tail."""
+    text = Text()
+    text.append(str(evidence.sentence) + "\n", style="bold")
+    rec = evidence.record
+    if rec is not None:
+        text.append(f"worker {rec.worker} · command: {' '.join(rec.argv)}\n", style="dim")
+    if evidence.same_process_alive:
+        text.append("That process is still alive: stop it first (s).\n", style="bold red")
+    if evidence.log_tail:
+        text.append("\nlast log lines:\n", style="dim")
+        for line in evidence.log_tail[-8:]:
+            text.append("  " + line.rstrip("\n") + "\n", style="dim")
+    text.append(
+        "\nConfirm only if this attempt's work has really ended (process gone or fenced).",
+        style="italic",
+    )
+    return text

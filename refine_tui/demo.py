@@ -1,0 +1,204 @@
+"""`refine demo`: a journal with a realistic mix of work, a live node running it, the dashboard.
+
+``populate`` writes the history through the real Goals API, as workers would have: quick
+successes, a failure that retried, one that exhausted its budget, a cancelled goal, a held
+goal (operator redelivery, interrupted), another node's running goal, and one orphaned attempt
+of this node whose process record points to a process that no longer exists (`needs cleanup`).
+Then it queues live goals for ``refine node`` to run while the operator watches.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from store.goals import Goals
+from store.journal import Journal
+from store.processes import ProcessRecord, ProcessRegistry
+
+DEMO_NODE = "n1"
+OTHER_NODE = "n2"
+
+
+def _sh(script: str) -> list[str]:
+    return ["sh", "-c", script]
+
+
+def _finish(
+    goals: Goals, goal_id: str, worker: str, outcomes: list[tuple[str, str | None]]
+) -> None:
+    """Play attempts of a goal as its workers would: start, then settle with each outcome."""
+    for n, (outcome, reason) in enumerate(outcomes, 1):
+        goal = goals.read(goal_id)
+        assert goal is not None
+        result = goals.start(
+            goal_id=goal_id, node_id=goal.node_id, worker=f"{worker}-{n}", token=f"demo{n}"
+        )
+        assert result.attempt is not None
+        goals.settle(
+            goal_id=goal_id,
+            run_id=goal.run_id,
+            epoch=result.attempt.epoch,
+            outcome=outcome,
+            reason=reason,
+            evidence=[f"log:{goal_id}/{n}"],
+        )
+
+
+def populate(path: str | os.PathLike[str], *, node: str = DEMO_NODE, live: bool = True) -> Path:
+    """Create the demo journal at ``path`` (``live``: also queue goals for a node to run)."""
+    path = Path(path)
+    with Journal.open(path) as journal:
+        goals = Goals(journal)
+
+        def add(goal_id: str, title: str, argv: list[str], **kw: object) -> None:
+            kw.setdefault("node_id", node)
+            goals.create(goal_id=goal_id, title=title, argv=argv, **kw)  # type: ignore[arg-type]
+
+        add("build-docs", "Build the docs site", _sh("echo building; sleep 1; echo done"))
+        _finish(goals, "build-docs", "w-a1", [("completed", None)])
+        add("lint", "Lint the repository", _sh("echo ok"))
+        _finish(goals, "lint", "w-b2", [("completed", None)])
+        add("unit-tests", "Unit tests (flaky)", _sh("echo ok"), max_attempts=3)
+        _finish(goals, "unit-tests", "w-c3", [("failed", "exit 1"), ("completed", None)])
+        add("deploy-stage", "Deploy to staging", _sh("exit 1"), max_attempts=3)
+        _finish(goals, "deploy-stage", "w-d4", [("failed", "exit 1")] * 3)
+        add("old-backfill", "Backfill 2023 metrics", _sh("sleep 3600"))
+        goals.cancel(
+            goal_id="old-backfill", reason="superseded by backfill-v2", command_id="op:cancel:demo"
+        )
+        _held(goals, node)
+        add("gpu-train", "Train the ranker", _sh("sleep 3600"), node_id=OTHER_NODE)
+        goals.start(goal_id="gpu-train", node_id=OTHER_NODE, worker="w-n2-7", token="demo")
+        _orphan(goals, path, node)
+        if live:
+            _queue_live(add)
+    return path
+
+
+def _held(goals: Goals, node: str) -> None:
+    """An operator-redelivery goal whose attempt was stopped: held until released."""
+    goals.create(
+        goal_id="migrate-db",
+        title="Migrate orders table",
+        node_id=node,
+        argv=_sh("echo migrating; sleep 30; echo done"),
+        redelivery="operator",
+        max_attempts=3,
+    )
+    started = goals.start(goal_id="migrate-db", node_id=node, worker="w-e5", token="demo")
+    goal = goals.read("migrate-db")
+    assert goal is not None and started.run is not None
+    goals.interrupt(
+        goal_id="migrate-db",
+        run_id=goal.run_id,
+        epoch=1,
+        goal_version=goal.version,
+        run_version=started.run.version,
+        confirmed_by="dana@" + node,
+        method="sigterm",
+        command_id="op:stop:demo",
+    )
+
+
+def _orphan(goals: Goals, path: Path, node: str) -> None:
+    """A running attempt claimed by a worker whose recorded process no longer exists."""
+    goals.create(
+        goal_id="nightly-report",
+        title="Nightly sales report",
+        node_id=node,
+        argv=_sh("echo report"),
+        max_attempts=3,
+    )
+    started = goals.start(goal_id="nightly-report", node_id=node, worker="w-f6", token="demo")
+    assert started.attempt is not None
+    registry = ProcessRegistry(path, node)
+    run_id = "nightly-report.r1"
+    log = registry.log_path(run_id, 1)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_text("loading sales for 2026-11-28\nquerying warehouse…\n")
+    os.utime(log, (time.time() - 2460, time.time() - 2460))  # silent for 41 minutes
+    gone = subprocess.Popen(["true"], start_new_session=True)
+    gone.wait()  # a real pid, now exited: the record proves nothing is running
+    registry.record(
+        ProcessRecord(
+            node_id=node,
+            pid=gone.pid,
+            create_time=time.time() - 2460,
+            pgid=gone.pid,
+            run_id=run_id,
+            epoch=1,
+            worker="w-f6",
+            argv=("sh", "-c", "echo report"),
+            log_path=str(log),
+            started_at=time.time() - 2460,
+        )
+    )
+
+
+def _queue_live(add) -> None:  # type: ignore[no-untyped-def]
+    """Goals the node will run while the operator watches."""
+    loop = 'i=0; while true; do i=$((i+1)); echo "step $i"; sleep 1; done'
+    add("soak-test", "Soak test (runs until stopped)", _sh(loop), max_attempts=5)
+    add("index-rebuild", "Rebuild search index", _sh(loop.replace("true", "[ $i -lt 45 ]")))
+    add(
+        "sync-billing",
+        "Sync billing (operator redelivery)",
+        _sh(loop),
+        redelivery="operator",
+        max_attempts=3,
+    )
+    add("flaky-fetch", "Fetch vendor feed", _sh("echo fetching; sleep 3; exit 2"), max_attempts=3)
+    for n in range(1, 4):
+        add(f"thumbs-{n}", f"Thumbnails batch {n}", _sh(f"echo batch {n}; sleep {2 * n}; echo ok"))
+
+
+def start_node(path: Path, node: str) -> subprocess.Popen[bytes]:
+    """``refine node`` in the background, its output in the journal's folder."""
+    log = open(path.parent / f"node-{node}.log", "ab")  # noqa: SIM115 (lives with the process)
+    code = (
+        "import sys; from store.scheduler import run_node; "
+        "sys.exit(run_node(sys.argv[1], sys.argv[2], capacity=4))"
+    )
+    return subprocess.Popen(
+        [sys.executable, "-c", code, str(path), node],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+
+
+def stop_node(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def run_demo(directory: Path | None = None) -> int:
+    """Create the demo journal, start a node, open the dashboard; stop the node on exit."""
+    from refine_tui.app import RefineApp
+
+    folder = Path(directory) if directory else Path(tempfile.mkdtemp(prefix="refine-demo-"))
+    path = folder / "journal.db"
+    if path.exists():
+        print(f"refine demo: {path} exists; using it as it is", file=sys.stderr)
+    else:
+        populate(path)
+    node = start_node(path, DEMO_NODE)
+    try:
+        RefineApp(journal=path, node=DEMO_NODE).run()
+    finally:
+        stop_node(node)
+    print(f"demo journal kept at {path}  (refine --journal {path} goals)")
+    return 0

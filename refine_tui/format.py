@@ -1,0 +1,71 @@
+"""How values read on screen: durations, clock times, sizes, status colours."""
+
+from __future__ import annotations
+
+import time
+
+from rich.text import Text
+
+STATUS_STYLES = {
+    "queued": "cyan",
+    "held": "bold yellow",
+    "running": "bold green",
+    "completed": "dim green",
+    "exhausted": "bold red",
+    "cancelled": "magenta",
+    "corrupt": "reverse red",
+    "failed": "red",
+    "interrupted": "yellow",
+}
+NOTE_STYLES = {"needs cleanup": "bold reverse yellow", "cancelling…": "bold magenta"}
+
+
+def status_text(status: str) -> Text:
+    """A status word in its colour (the first word decides: ``interrupted (…)``)."""
+    return Text(status, style=STATUS_STYLES.get(status.split(" ", 1)[0], ""))
+
+
+def note_text(note: str) -> Text:
+    text = Text(note)
+    for marker, style in NOTE_STYLES.items():
+        start = note.find(marker)
+        if start >= 0:
+            text.stylize(style, start, start + len(marker))
+    return text
+
+
+def duration(seconds: float | None) -> str:
+    """``42s``, ``3m05s``, ``2h14m``, ``3d02h``: short and fixed-ish width."""
+    if seconds is None:
+        return ""
+    s = max(0, int(seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    if s < 86400:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
+
+
+def clock(at: float | None) -> str:
+    """Local wall-clock time of day (commit times are informational only)."""
+    return "" if at is None else time.strftime("%H:%M:%S", time.localtime(at))
+
+
+def size(n: int | None) -> str:
+    if n is None:
+        return ""
+    for unit in ("B", "K", "M", "G"):
+        if n < 1024 or unit == "G":
+            return f"{n:.0f}{unit}" if unit == "B" else f"{n:.1f}{unit}"
+        n /= 1024  # type: ignore[assignment]
+    return ""
+
+
+def percent(p: float | None) -> str:
+    return "" if p is None else f"{p:.0f}%"
+
+
+def clip(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"

@@ -1,0 +1,38 @@
+"""Messages from the live worker to the app: small, and one per batch of commits.
+
+A burst of commits arrives as one watcher batch, and the worker reads everything since the last
+sequence in one go, so a burst becomes one ``JournalUpdate``; the next read starts only after the
+previous one was applied (Dolphie's rule), so updates never overlap.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from textual.message import Message
+
+from refine_tui.rows import AttemptRow, GoalRow, RunRow, WorkerRow
+from store.journal import Event
+
+
+@dataclass
+class JournalUpdate(Message):
+    """What changed, read off the UI thread. ``full``: ``goals`` is the whole visible set."""
+
+    full: bool
+    goals: dict[str, GoalRow | None]
+    total: int
+    last_sequence: int
+    last_commit: float | None
+    runs: list[RunRow] | None = None  # the drilled-into Goal's Runs, when they may have changed
+    attempts: list[AttemptRow] | None = None  # the drilled-into Run's Attempts, likewise
+    workers: list[WorkerRow] | None = None
+    history: list[Event] = field(default_factory=list)  # new events of the detail pane's Run
+
+
+@dataclass
+class JournalTrouble(Message):
+    """The journal cannot be read: ``state`` is ``missing``, ``broken`` or ``stale``."""
+
+    state: str
+    detail: str

@@ -1,0 +1,99 @@
+"""Confirmation modals: the safe choice has the focus; ``y`` confirms, ``n``/``escape`` back out."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Button, Input, Label, Static
+
+
+class ConfirmModal(ModalScreen[bool]):
+    """Say what will happen, then ask. Dismissed with True (confirmed) or False."""
+
+    BINDINGS: ClassVar = [
+        Binding("y", "confirm", "Confirm"),
+        Binding("n,escape", "back", "Back"),
+    ]
+
+    def __init__(self, title: str, body: str | Text, confirm_label: str) -> None:
+        super().__init__()
+        self.title_text = title
+        self.body = body
+        self.confirm_label = confirm_label
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="dialog", classes="destructive"):
+            yield Label(self.title_text, id="dialog-title")
+            with VerticalScroll(id="dialog-body"):
+                yield Static(self.body)
+            with Horizontal(id="dialog-buttons"):
+                yield Button("Back (n)", id="back", variant="primary")
+                yield Button(f"{self.confirm_label} (y)", id="confirm", variant="error")
+
+    def on_mount(self) -> None:
+        self.query_one("#back", Button).focus()
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        self.dismiss(event.button.id == "confirm")
+
+    def action_confirm(self) -> None:
+        self.dismiss(True)
+
+    def action_back(self) -> None:
+        self.dismiss(False)
+
+
+class CancelModal(ModalScreen[str | None]):
+    """Ask for the reason of a Cancel; the reason field has the focus and ``enter`` confirms.
+
+    Dismissed with the reason, or None when the operator backs out. An empty reason is refused
+    in words, inline, and the modal stays open.
+    """
+
+    BINDINGS: ClassVar = [Binding("escape", "back", "Back")]
+
+    def __init__(self, goal_id: str, body: str) -> None:
+        super().__init__()
+        self.goal_id = goal_id
+        self.body = body
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="dialog", classes="destructive"):
+            yield Label(f"Cancel goal {self.goal_id}", id="dialog-title")
+            yield Static(self.body, id="dialog-text")
+            yield Input(placeholder="reason (required), enter to cancel the goal", id="reason")
+            yield Label("", id="dialog-error")
+            with Horizontal(id="dialog-buttons"):
+                yield Button("Back (esc)", id="back", variant="primary")
+                yield Button("Cancel goal (enter)", id="confirm", variant="error")
+
+    def on_mount(self) -> None:
+        self.query_one("#reason", Input).focus()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        event.stop()
+        self._confirm()
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        if event.button.id == "confirm":
+            self._confirm()
+        else:
+            self.dismiss(None)
+
+    def _confirm(self) -> None:
+        reason = self.query_one("#reason", Input).value.strip()
+        if not reason:
+            self.query_one("#dialog-error", Label).update(
+                "A reason is required: say why this goal is no longer wanted."
+            )
+            self.query_one("#reason", Input).focus()
+            return
+        self.dismiss(reason)
+
+    def action_back(self) -> None:
+        self.dismiss(None)
