@@ -189,7 +189,7 @@ class Journal:
                 if not read_only:
                     conn.execute("PRAGMA journal_mode = WAL")
                     conn.execute(f"PRAGMA synchronous = {synchronous}")
-                _migrate(conn, file, read_only)
+                _migrate(conn, file, initialize=create and not read_only)
             return cls(conn, file, read_only)
         except BaseException:
             conn.close()
@@ -240,6 +240,13 @@ class Journal:
             conn = self._connection()
             conn.execute("BEGIN IMMEDIATE")
             try:
+                # An unlinked or replaced file still accepts writes through our old handle:
+                # they would be lost (or mixed into the new file through its -wal). Refuse.
+                if self.file_replaced():
+                    raise StorageError(
+                        f"journal {self.path} was deleted or replaced since it was opened:"
+                        " reopen it"
+                    )
                 outcome = self._execute_in(conn, command_id, key, expected, decide)
                 conn.execute("COMMIT")
                 return outcome
@@ -485,8 +492,9 @@ class Journal:
         return _stored(row) if row else None
 
 
-def _migrate(conn: sqlite3.Connection, file: Path, read_only: bool) -> None:
-    """Create the schema in a new file; refuse files that are not our journal."""
+def _migrate(conn: sqlite3.Connection, file: Path, *, initialize: bool) -> None:
+    """Create the schema in a new file (only when ``initialize``: a journal truncated to zero
+    bytes must be refused, not silently reborn empty); refuse files that are not our journal."""
     version = conn.execute("PRAGMA user_version").fetchone()[0]
     app_id = conn.execute("PRAGMA application_id").fetchone()[0]
     if version == SCHEMA_VERSION and app_id == APPLICATION_ID:
@@ -496,7 +504,7 @@ def _migrate(conn: sqlite3.Connection, file: Path, read_only: bool) -> None:
     tables = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
     if version != 0 or app_id not in (0, APPLICATION_ID) or tables:
         raise StorageError(f"not a refine journal: {file}")
-    if read_only:
+    if not initialize:
         raise StorageError(f"not a refine journal (empty file): {file}")
     conn.execute("BEGIN IMMEDIATE")
     try:

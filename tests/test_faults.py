@@ -1,0 +1,270 @@
+"""Faults (DESIGN §10, issue 6): a locked journal, a full disk, a journal file deleted, replaced
+or truncated under live connections, and recipes that ignore SIGTERM or fork grandchildren.
+
+Real SQLite files, real processes, real signals; every refusal must be typed and write nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from helpers.run_support import footprint
+from helpers.soak_recipes import (
+    ROOT,
+    alive,
+    kill_group,
+    ours,
+    pids_in,
+    recipe_argv,
+    start_worker,
+    wait_for,
+    write_locked,
+)
+
+from refine_tui import cli
+from store.check import check_journal
+from store.errors import StorageError
+from store.goals import Goals
+from store.journal import Journal
+from store.processes import ProcessRegistry
+from store.watch import ChangeFeed
+
+
+def add_goal(journal: Journal, goal_id: str, **kw: object) -> None:
+    Goals(journal).create(goal_id=goal_id, title=goal_id.title(), node_id="n1", argv=["true"], **kw)
+
+
+@pytest.fixture
+def journal_path(tmp_path: Path) -> Path:
+    path = tmp_path / "j" / "journal.db"
+    with Journal.open(path) as journal:
+        add_goal(journal, "first")
+    return path
+
+
+# --- locked by a long writer ------------------------------------------------------------------
+
+
+def test_locked_journal_refuses_commands_within_busy_timeout_and_writes_nothing(
+    journal_path: Path,
+) -> None:
+    with Journal.open(journal_path, busy_timeout_ms=200) as journal:
+        before = footprint(journal)
+        with write_locked(journal_path):
+            with pytest.raises(StorageError, match="locked") as refused:
+                add_goal(journal, "second")
+            assert refused.value.code == "STORAGE"
+            # Readers are not blocked by a writer (WAL): the dashboard can still show the state.
+            assert [g.goal_id for g in Goals(journal).list()] == ["first"]
+            assert footprint(journal) == before
+        # The refused command left its ID unused: the same command now succeeds.
+        add_goal(journal, "second")
+        assert check_journal(journal).clean
+
+
+def test_cli_on_a_locked_journal_exits_3_with_one_line(journal_path: Path) -> None:
+    base = [sys.executable, "-m", "refine_tui.cli", "--journal", str(journal_path)]
+    with write_locked(journal_path):
+        write = subprocess.run(
+            [*base, "goal", "add", "--id", "late", "--title", "Late", "--", "true"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        read = subprocess.run(
+            [*base, "goals", "--json"], cwd=ROOT, capture_output=True, text=True, timeout=60
+        )
+    assert write.returncode == 3
+    assert write.stdout == ""
+    [line] = write.stderr.splitlines()
+    assert line.startswith("refine: STORAGE:") and "locked" in line
+    assert read.returncode == 0, read.stderr
+    with Journal.open(journal_path, read_only=True) as journal:
+        assert Goals(journal).read("late") is None
+
+
+# --- disk full ----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 600 KiB tmpfs mounted for this test (root only; skipped where mount is not allowed)."""
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("mounting a small tmpfs needs root")
+    mount_point = tmp_path / "small"
+    mount_point.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=600k", "tmpfs", str(mount_point)],
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+    try:
+        yield mount_point
+    finally:
+        subprocess.run(["umount", "-l", str(mount_point)], check=False)
+
+
+def fill(directory: Path) -> Path:
+    """Write a file until the file system has no byte left."""
+    filler = directory / "filler"
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT)
+    try:
+        for block in (65536, 4096, 1):
+            with contextlib.suppress(OSError):
+                while True:
+                    os.write(fd, b"x" * block)
+    finally:
+        os.close(fd)
+    assert shutil.disk_usage(directory).free == 0
+    return filler
+
+
+def test_disk_full_refuses_cleanly_and_nothing_is_half_written(small_disk: Path) -> None:
+    path = small_disk / "journal.db"
+    with Journal.open(path) as journal:
+        for i in range(3):
+            add_goal(journal, f"g{i}")
+        before = footprint(journal)
+        filler = fill(small_disk)
+        refusals = []
+        for i in range(40):  # big commands, so the WAL must grow
+            with pytest.raises(StorageError) as refused:
+                Goals(journal).create(
+                    goal_id=f"big{i}", title="B" * 200, node_id="n1", argv=["x" * 2000] * 8
+                )
+            refusals.append(refused.value)
+        assert {e.code for e in refusals} == {"STORAGE"}
+        assert all("full" in e.message for e in refusals), refusals[0].message
+        assert footprint(journal) == before
+        assert check_journal(journal).clean
+        # The CLI says so in one line and exits 3.
+        assert cli.main(["--journal", str(path), "goal", "add", "--title", "T", "--", "x"]) == 3
+        filler.unlink()
+        add_goal(journal, "after")  # space is back: commands work again
+    with Journal.open(path, create=False) as journal:
+        report = check_journal(journal)
+        assert report.clean, report.text()
+        assert [g.goal_id for g in Goals(journal).list()] == ["after", "g0", "g1", "g2"]
+
+
+# --- the journal file deleted, replaced or truncated under live connections -------------------
+
+
+def test_deleted_journal_refuses_writes_and_the_feed_says_missing(journal_path: Path) -> None:
+    feed = ChangeFeed(journal_path)
+    feed.poll()
+    with Journal.open(journal_path) as writer:
+        for suffix in ("", "-wal", "-shm"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(f"{journal_path}{suffix}")
+        # Regression: the old handle used to accept writes into the unlinked file (lost).
+        with pytest.raises(StorageError, match="deleted or replaced"):
+            add_goal(writer, "lost")
+        with pytest.raises(StorageError, match="missing"):
+            feed.poll()
+    feed.close()
+    with pytest.raises(StorageError, match="missing"):
+        Journal.open(journal_path, create=False)
+
+
+def test_replaced_journal_refuses_old_writers_and_the_feed_follows_the_new_file(
+    journal_path: Path, tmp_path: Path
+) -> None:
+    feed = ChangeFeed(journal_path, after_sequence=0)
+    assert {e.aggregate_id for e in feed.poll()} == {"goal:first", "run:first.r1"}
+    replacement = tmp_path / "replacement.db"
+    with Journal.open(replacement) as other:
+        add_goal(other, "restored")
+    with Journal.open(journal_path) as writer:
+        # Replace as a careful operator would: the database and its WAL files together.
+        for suffix in ("-wal", "-shm"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(f"{journal_path}{suffix}")
+        os.replace(replacement, journal_path)
+        with pytest.raises(StorageError, match="deleted or replaced"):
+            add_goal(writer, "into-the-old-file")
+    feed.poll()  # reopens on the new inode
+    assert feed.generation == 2
+    with Journal.open(journal_path, create=False) as journal:
+        add_goal(journal, "next")
+    assert {e.aggregate_id for e in feed.poll()} == {"goal:next", "run:next.r1"}
+    feed.close()
+    with Journal.open(journal_path, read_only=True) as journal:
+        report = check_journal(journal)
+        assert report.clean, report.text()
+        assert [g.goal_id for g in Goals(journal).list()] == ["next", "restored"]
+
+
+@pytest.mark.parametrize("keep", [0.0, 0.5])
+def test_truncated_journal_gives_typed_errors_everywhere(journal_path: Path, keep: float) -> None:
+    with Journal.open(journal_path) as writer:
+        for i in range(100):
+            add_goal(writer, f"g{i}")
+    feed = ChangeFeed(journal_path)
+    feed.poll()
+    with Journal.open(journal_path) as writer:
+        with sqlite3.connect(journal_path) as raw:  # everything in the main file, WAL empty
+            raw.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        raw.close()
+        os.truncate(journal_path, int(os.path.getsize(journal_path) * keep))
+        with pytest.raises(StorageError):
+            add_goal(writer, "late")
+        with pytest.raises(StorageError):
+            feed.poll()
+        with pytest.raises(StorageError):
+            check_journal(writer)
+    feed.close()
+    # Regression: a journal truncated to zero bytes used to be silently re-created empty.
+    with pytest.raises(StorageError):
+        Journal.open(journal_path, create=False)
+    assert cli.main(["--journal", str(journal_path), "check"]) == 3
+    assert cli.main(["--journal", str(journal_path), "goals"]) == 3
+
+
+# --- recipes that ignore SIGTERM or fork grandchildren, through the operator's Stop -----------
+
+
+@pytest.mark.parametrize("kind", ["ignore-term", "grandchildren"])
+def test_stop_ends_the_whole_group_of_a_stubborn_recipe(tmp_path: Path, kind: str) -> None:
+    operator = pytest.importorskip("store.operator")
+    path = tmp_path / "j" / "journal.db"
+    marker, pids_dir = str(tmp_path / "marker"), tmp_path / "pids"
+    expected = 3 if kind == "grandchildren" else 1
+    with Journal.open(path) as journal:
+        Goals(journal).create(
+            goal_id="stubborn",
+            title="Stubborn",
+            node_id="n1",
+            argv=recipe_argv(kind, marker, pids_dir),
+        )
+        worker = start_worker(path, "n1", "stubborn", "t1")
+        try:
+            registry = ProcessRegistry(path, "n1")
+            wait_for(lambda: registry.get("stubborn.r1", 1), what="the worker's process record")
+            wait_for(lambda: len(pids_in(pids_dir)) == expected, what="the recipe's processes")
+            report = operator.stop_goal(
+                journal, "stubborn", node="n1", operator="tester", grace_s=0.5
+            )
+            worker.wait(timeout=10)  # (stop_process may have reaped it already)
+        finally:
+            kill_group(worker)
+        assert report.signals[0] == "SIGTERM"
+        if kind == "grandchildren":  # they ignore SIGTERM: only the group's SIGKILL ends them
+            assert report.signals == ("SIGTERM", "SIGKILL") and report.process == "killed"
+        assert report.outcome == "requeued", report.why
+        assert not [pid for pid in pids_in(pids_dir) if alive(pid)]
+        assert ours(marker) == []
+        goal = Goals(journal).read("stubborn")
+        assert goal is not None and goal.status == "queued"
+        assert check_journal(journal).clean
