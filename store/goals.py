@@ -64,6 +64,7 @@ WORKER_CLEANUP_METHOD = "worker-stopped"
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _IDENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]*")
 _ACTOR = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/@-]*")  # "<operator>@<node>"
+_RUN_OF_GOAL = re.compile(r"([A-Za-z0-9][A-Za-z0-9._-]{0,63})\.r([1-9][0-9]{0,3})")  # MAX_NAME
 _GOAL_KEYS = frozenset(
     {
         "goal_id",
@@ -94,10 +95,8 @@ def run_id_for(goal_id: str, round_: int) -> str:
 
 def goal_id_of_run(run_id: str) -> str | None:
     """The Goal a Run id belongs to, or None when the id is not ``<goal_id>.r<round>``."""
-    goal_id, sep, round_ = run_id.rpartition(".r")
-    if not sep or not round_.isdigit() or not _NAME.fullmatch(goal_id):
-        return None
-    return goal_id
+    match = _RUN_OF_GOAL.fullmatch(run_id) if isinstance(run_id, str) else None
+    return match.group(1) if match else None
 
 
 def pins_for(recipe: Mapping[str, Any], node_id: str) -> dict[str, str]:
@@ -238,6 +237,15 @@ def check_actor(value: Any) -> str | None:
     return value
 
 
+def _storable(value: str) -> bool:
+    """UTF-8 encodable (no lone surrogates) and without NUL: SQLite and exec accept it."""
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        return False
+    return "\0" not in value
+
+
 def check_title(value: Any) -> str:
     if type(value) is not str or not value.strip() or len(value) > MAX_TITLE:
         raise InvalidInputError(f"title must be non-empty text of at most {MAX_TITLE} characters")
@@ -276,7 +284,6 @@ def check_run_of(goal_id: str, run_id: Any) -> str:
     """A run id of this Goal: ``<goal_id>.r<round>``."""
     if type(run_id) is not str or goal_id_of_run(run_id) != goal_id:
         raise InvalidInputError(f"run_id must be a run of goal {goal_id}", goal_id=goal_id)
-    _integer(int(run_id.rpartition(".r")[2]), "round", 1, MAX_ROUND)
     return run_id
 
 
@@ -295,7 +302,7 @@ def check_argv(value: Any) -> list[str]:
         raise InvalidInputError(
             f"argv must be a non-empty list of at most {MAX_ARGV_ITEMS} strings"
         )
-    if any(type(arg) is not str or "\0" in arg for arg in value) or not value[0]:
+    if any(type(arg) is not str or not _storable(arg) for arg in value) or not value[0]:
         raise InvalidInputError("argv must hold strings without NUL, the first one non-empty")
     if sum(len(arg) for arg in value) > MAX_RECIPE_CHARS:
         raise InvalidInputError(f"argv must be at most {MAX_RECIPE_CHARS} characters in all")
@@ -305,7 +312,7 @@ def check_argv(value: Any) -> list[str]:
 def check_cwd(value: Any) -> str | None:
     if value is None:
         return None
-    if type(value) is not str or not value or "\0" in value or len(value) > 4096:
+    if type(value) is not str or not value or not _storable(value) or len(value) > 4096:
         raise InvalidInputError("cwd must be null or a non-empty path without NUL")
     return value
 

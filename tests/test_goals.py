@@ -26,7 +26,7 @@ from store.errors import (
     StaleAttemptError,
     VersionConflictError,
 )
-from store.goals import MAX_NAME, Goals, goal_from_stored, pins_for
+from store.goals import MAX_NAME, Goals, goal_from_stored, goal_id_of_run, pins_for
 from store.journal import Change, Journal, Stored
 
 
@@ -359,6 +359,10 @@ BAD_CREATE = [
     {"max_attempts": True},
     {"attempt_timeout_ms": 0},
     {"node_id": "n/1"},
+    {"argv": ["echo", "\ud800"]},
+    {"argv": ["echo", "a\0b"]},
+    {"cwd": "/tmp/\ud800"},
+    {"title": "lone \ud800"},
 ]
 
 
@@ -403,3 +407,10 @@ def test_fuzzed_input_gives_only_typed_errors(
     ):
         with pytest.raises(RefineError):
             call()
+
+
+def test_run_ids_name_their_goal_exactly() -> None:
+    assert goal_id_of_run("build.r1") == "build"
+    assert goal_id_of_run("a.r1.r2") == "a.r1"
+    for bad in ("x.r0", "x.r01", "x.r\u00b2", ".r1", "a:b.r1", "build", 7):
+        assert goal_id_of_run(bad) is None

@@ -386,3 +386,20 @@ def test_every_refusal_writes_and_signals_nothing(journal: Journal, spawn, tmp_p
     goals.cancel(goal_id="idle", reason="done with it", command_id="op:cancel:x")
     refused(journal, GoalTerminalError, lambda: stop("idle"))
     refused(journal, GoalTerminalError, lambda: describe_cancel(journal, "idle", node="n1"))
+
+
+def test_cancel_without_a_record_waits_for_cleanup_then_ends_as_cancel(journal: Journal) -> None:
+    goals = running_goal(journal)
+    assert "no process record" in describe_cancel(journal, "build", node="n1")
+    report = cancel_goal(journal, "build", reason="stale input", node="n1", operator="dana")
+    assert (report.outcome, report.process) == ("cancel-requested", "no-record")
+    run = goals.current_run(goals.read("build"))
+    assert run.status == "running" and needs_cleanup(journal, run, node="n1")
+    evidence = cleanup_evidence(journal, "build.r1", epoch=1, node="n1")
+    assert evidence.record is None and "no process record on node n1" in evidence.sentence
+    report = confirm_cleanup(journal, "build.r1", epoch=1, node="n1", operator="dana")
+    assert report.outcome == "cancelled" and not report.requeued
+    run = goals.current_run(goals.read("build"))
+    assert run.status == "cancelled" and run.cancel_reason == "stale input"
+    assert run.attempts[0].cleanup["method"] == "operator-confirmed"
+    assert check_journal(journal).clean
