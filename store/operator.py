@@ -213,6 +213,8 @@ def _ending(goal: Goal, run: Run, epoch: int) -> str:
 
 def describe_stop(journal: Journal, goal_id: str, *, node: str, grace_s: float = 5.0) -> str:
     """The Stop modal's sentence; raises the typed refusal when Stop does not apply."""
+    _check_grace(grace_s)
+    _writable(journal)
     target = _stop_target(journal, goal_id, node)
     run, epoch, rec = target.run, target.epoch, target.record
     assert rec is not None and epoch is not None
@@ -226,6 +228,8 @@ def describe_stop(journal: Journal, goal_id: str, *, node: str, grace_s: float =
 
 def describe_cancel(journal: Journal, goal_id: str, *, node: str, grace_s: float = 5.0) -> str:
     """The Cancel modal's sentence; raises the typed refusal when Cancel does not apply."""
+    _check_grace(grace_s)
+    _writable(journal)
     check_name(goal_id, "goal_id")
     check_name(node, "node")
     goals = Goals(journal)

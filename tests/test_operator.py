@@ -371,6 +371,7 @@ def test_every_refusal_writes_and_signals_nothing(journal: Journal, spawn, tmp_p
     )
     refused(journal, RefineError, lambda: stop_goal(journal, "build", node="n1", operator="a b"))
     with Journal.open(journal.path, read_only=True) as ro:
+        refused(journal, JournalReadOnlyError, lambda: describe_stop(ro, "build", node="n1"))
         refused(
             journal,
             JournalReadOnlyError,
@@ -403,3 +404,46 @@ def test_cancel_without_a_record_waits_for_cleanup_then_ends_as_cancel(journal: 
     assert run.status == "cancelled" and run.cancel_reason == "stale input"
     assert run.attempts[0].cleanup["method"] == "operator-confirmed"
     assert check_journal(journal).clean
+
+
+def test_stop_of_a_real_worker_interrupts_it_and_the_goal_starts_again(journal: Journal) -> None:
+    goals = Goals(journal)
+    goals.create(goal_id="loop", title="Stuck", node_id="n1", argv=["sleep", "60"])
+    worker = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "store.worker",
+            "--journal",
+            str(journal.path),
+            "--node",
+            "n1",
+            "--goal",
+            "loop",
+            "--token",
+            "t1",
+        ],
+        start_new_session=True,
+    )
+    try:
+        registry = ProcessRegistry(journal.path, "n1")
+        deadline = time.monotonic() + 20
+        while registry.get("loop.r1", 1) is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        record = registry.get("loop.r1", 1)
+        assert record is not None and record.pid == worker.pid
+        recipe: list[tuple[int, float]] = []
+        while not recipe and time.monotonic() < deadline:  # the recipe runs in the group
+            children = psutil.Process(worker.pid).children()
+            recipe = [(p.pid, p.create_time()) for p in children if p.name() == "sleep"]
+        assert recipe
+        report = stop_goal(journal, "loop", node="n1", operator="dana", grace_s=5)
+        assert report.requeued and report.process in ("exited", "killed")
+        assert worker.wait(timeout=10) is not None
+        assert all(wait_dead(pid, created) for pid, created in recipe)
+        run = goals.current_run(goals.read("loop"))
+        assert run.status == "queued" and run.attempts[0].cleanup["confirmed_by"] == "dana@n1"
+    finally:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(worker.pid, signal.SIGKILL)
+        worker.wait(timeout=5)
