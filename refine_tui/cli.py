@@ -16,13 +16,18 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
+from store.check import check_journal
 from store.errors import (
+    GoalNotFoundError,
     InvalidInputError,
     JournalClosedError,
     RefineError,
     StorageError,
 )
+from store.execution import Execution
+from store.goals import Goals
 from store.journal import Journal
+from store.operator import cancel_goal, confirm_cleanup, release_goal, stop_goal
 
 EXIT_OK, EXIT_REFUSED, EXIT_USAGE, EXIT_UNAVAILABLE = 0, 1, 2, 3
 DEFAULT_JOURNAL = Path(".refine") / "journal.db"
@@ -98,8 +103,6 @@ def cmd_init(args: argparse.Namespace) -> int:
 
 
 def cmd_goal_add(args: argparse.Namespace) -> int:
-    from store.goals import Goals
-
     argv = list(args.argv)
     if argv and argv[0] == "--":
         argv = argv[1:]
@@ -132,8 +135,6 @@ def default_goal_id(title: str) -> str:
 
 
 def cmd_goals(args: argparse.Namespace) -> int:
-    from store.goals import Goals
-
     with open_journal(args, write=False) as journal:
         goals = Goals(journal).list(status=args.status, node_id=args.only_node)
     rows = [
@@ -149,8 +150,6 @@ def cmd_goals(args: argparse.Namespace) -> int:
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
-    from store.goals import Goals
-
     with open_journal(args, write=False) as journal:
         goals = Goals(journal)
         if args.goal:
@@ -177,8 +176,6 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
 
 def require_goal(goals: Any, goal_id: str) -> Any:
-    from store.errors import GoalNotFoundError
-
     goal = goals.read(goal_id)
     if goal is None:
         raise GoalNotFoundError(f"no goal {goal_id}", goal_id=goal_id)
@@ -186,9 +183,6 @@ def require_goal(goals: Any, goal_id: str) -> Any:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    from store.execution import Execution
-    from store.goals import Goals
-
     with open_journal(args, write=False) as journal:
         goals = Goals(journal)
         goal = goals.read(args.target)
@@ -207,8 +201,6 @@ def cmd_show(args: argparse.Namespace) -> int:
             return EXIT_OK
         run = Execution(journal).read(args.target)
         if run is None:
-            from store.errors import GoalNotFoundError
-
             raise GoalNotFoundError(f"no goal or run named {args.target}")
         events = all_events(journal, "run:" + run.run_id)
         data = {"run": run.to_json(), "events": [event_json(e) for e in events]}
@@ -258,8 +250,6 @@ def show_text(goal: dict[str, Any] | None, runs: list[dict[str, Any]], events: l
 
 
 def cmd_stop(args: argparse.Namespace) -> int:
-    from store.operator import stop_goal
-
     with open_journal(args, write=True) as journal:
         report = stop_goal(
             journal, args.goal, node=node_name(args), operator=operator_name(), grace_s=args.grace
@@ -269,8 +259,6 @@ def cmd_stop(args: argparse.Namespace) -> int:
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
-    from store.operator import cancel_goal
-
     with open_journal(args, write=True) as journal:
         report = cancel_goal(
             journal,
@@ -285,8 +273,6 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 
 def cmd_cleanup(args: argparse.Namespace) -> int:
-    from store.operator import confirm_cleanup
-
     with open_journal(args, write=True) as journal:
         report = confirm_cleanup(
             journal,
@@ -301,8 +287,6 @@ def cmd_cleanup(args: argparse.Namespace) -> int:
 
 
 def cmd_release(args: argparse.Namespace) -> int:
-    from store.operator import release_goal
-
     with open_journal(args, write=True) as journal:
         report = release_goal(journal, args.goal, operator=operator_name())
     emit(args, report.to_json(), report_text(report))
@@ -310,8 +294,6 @@ def cmd_release(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from store.check import check_journal
-
     with open_journal(args, write=False) as journal:
         report = check_journal(journal)
     emit(args, report.to_json(), report.text())

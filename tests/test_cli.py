@@ -1,0 +1,163 @@
+"""The `refine` command line: DESIGN §11's commands, --json shapes, exit codes, one-line errors."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from refine_tui.cli import main
+
+
+def refine(capsys: pytest.CaptureFixture[str], journal: Path, *args: str) -> tuple[int, str, str]:
+    capsys.readouterr()
+    code = main(["--journal", str(journal), "--node", "n1", *args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def dump(path: Path) -> list[str]:
+    """The journal's logical content: what must not change after a refusal."""
+    with sqlite3.connect(path) as conn:
+        return list(conn.iterdump())
+
+
+@pytest.fixture
+def journal(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Path:
+    path = tmp_path / "state" / "journal.db"
+    assert refine(capsys, path, "init")[0] == 0
+    return path
+
+
+def test_init_creates_file_and_folder_idempotently(tmp_path: Path, capsys) -> None:
+    path = tmp_path / "deep" / "dir" / "journal.db"
+    code, out, _ = refine(capsys, path, "init", "--json")
+    assert code == 0 and json.loads(out) == {"journal": str(path), "created": True}
+    code, out, _ = refine(capsys, path, "init", "--json")
+    assert code == 0 and json.loads(out)["created"] is False
+
+
+def test_goal_add_list_show_json_shapes(journal: Path, capsys) -> None:
+    code, out, _ = refine(capsys, journal, "goal", "add", "--title", "Build", "--id", "build",
+                          "--max-attempts", "5", "--redelivery", "operator", "--json",
+                          "--", "python", "-c", "print(1)")
+    assert code == 0
+    goal = json.loads(out)
+    assert goal["goal_id"] == "build" and goal["recipe"]["argv"] == ["python", "-c", "print(1)"]
+    code, out, _ = refine(capsys, journal, "goals", "--json")
+    [listed] = json.loads(out)
+    for key in ("goal_id", "title", "node_id", "status", "round", "run_id", "redelivery",
+                "version"):
+        assert key in listed
+    assert listed["status"] == "queued" and listed["node_id"] == "n1"
+    assert listed["redelivery"] == "operator"
+    code, out, _ = refine(capsys, journal, "runs", "build", "--json")
+    [run] = json.loads(out)
+    assert run["run_id"] == "build.r1" and run["budget"]["max_attempts"] == 5
+    assert run["attempts"] == [] and run["status"] == "queued"
+    code, out, _ = refine(capsys, journal, "show", "build", "--json")
+    shown = json.loads(out)
+    assert set(shown) == {"goal", "runs", "events"}
+    assert [e["type"] for e in shown["events"]] == ["goal.created", "run.submitted"]
+    code, out, _ = refine(capsys, journal, "show", "build.r1", "--json")
+    assert set(json.loads(out)) == {"run", "events"}
+
+
+def test_goal_add_repeated_exactly_replays(journal: Path, capsys) -> None:
+    args = ("goal", "add", "--title", "Build", "--id", "build", "--", "true")
+    assert refine(capsys, journal, *args)[0] == 0
+    code, out, _ = refine(capsys, journal, *args)
+    assert code == 0 and "replayed" in out
+    code, _, err = refine(capsys, journal, "goal", "add", "--title", "Other", "--id", "build",
+                          "--", "true")
+    assert code == 1 and "GOAL_EXISTS" in err
+
+
+def test_cancel_queued_goal_is_terminal_and_release_refuses(journal: Path, capsys) -> None:
+    refine(capsys, journal, "goal", "add", "--title", "Build", "--id", "build", "--", "true")
+    code, out, _ = refine(capsys, journal, "cancel", "build", "--reason", "not wanted",
+                          "--json")
+    assert code == 0
+    assert json.loads(out)["action"] == "cancel"
+    code, out, _ = refine(capsys, journal, "goals", "--json")
+    [goal] = json.loads(out)
+    assert goal["status"] == "cancelled" and goal["cancel_reason"] == "not wanted"
+    before = dump(journal)
+    code, _, err = refine(capsys, journal, "release", "build")
+    assert code == 1 and err.count("\n") == 1 and "refine:" in err
+    code, _, err = refine(capsys, journal, "cancel", "build", "--reason", "again")
+    assert code == 1
+    assert dump(journal) == before
+    assert refine(capsys, journal, "check")[0] == 0
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("goal", "add", "--title", "No recipe"),
+        ("goal", "add", "--title", "T", "--id", "bad id!", "--", "true"),
+        ("goal", "add", "--title", "T", "--max-attempts", "0", "--", "true"),
+        ("goal", "add", "--title", "T", "--max-attempts", "21", "--", "true"),
+        ("goal", "add", "--title", "T", "--redelivery", "sometimes", "--", "true"),
+        ("cleanup", "build.r1"),
+        ("cleanup", "build.r1", "--epoch", "x"),
+        ("cancel", "build"),
+        ("cancel", "build", "--reason", ""),
+        ("stop",),
+        ("frobnicate",),
+    ],
+)
+def test_bad_input_exits_2_and_changes_nothing(journal: Path, capsys, args) -> None:
+    refine(capsys, journal, "goal", "add", "--title", "Build", "--id", "build", "--", "true")
+    before = dump(journal)
+    code, _, err = refine(capsys, journal, *args)
+    assert code == 2, err
+    assert err.startswith("refine: ") and err.count("\n") == 1
+    assert dump(journal) == before
+
+
+def test_model_refusals_exit_1_with_the_code(journal: Path, capsys) -> None:
+    refine(capsys, journal, "goal", "add", "--title", "Build", "--id", "build", "--", "true")
+    before = dump(journal)
+    code, _, err = refine(capsys, journal, "stop", "build")
+    assert code == 1 and err.startswith("refine: ")
+    code, _, err = refine(capsys, journal, "show", "nope")
+    assert code == 1 and "NOT_FOUND" in err
+    code, _, err = refine(capsys, journal, "cleanup", "build.r1", "--epoch", "1")
+    assert code == 1
+    assert dump(journal) == before
+
+
+def test_missing_or_foreign_journal_exits_3_and_is_never_created(tmp_path: Path, capsys) -> None:
+    missing = tmp_path / "nowhere" / "journal.db"
+    for args in (("goals",), ("show", "x"), ("check",), ("cancel", "x", "--reason", "r"),
+                 ("goal", "add", "--title", "T", "--", "true")):
+        code, _, err = refine(capsys, missing, *args)
+        assert code == 3, (args, err)
+        assert "journal missing" in err
+    assert not missing.parent.exists()
+    foreign = tmp_path / "notes.txt"
+    foreign.write_text("plain text, not a journal\n" * 50)
+    code, _, err = refine(capsys, foreign, "goals")
+    assert code == 3 and err.count("\n") == 1
+    assert foreign.read_text() == "plain text, not a journal\n" * 50
+    other_db = tmp_path / "other.db"
+    with sqlite3.connect(other_db) as conn:
+        conn.execute("CREATE TABLE t (x)")
+    assert refine(capsys, other_db, "goals")[0] == 3
+    assert refine(capsys, other_db, "cancel", "x", "--reason", "r")[0] == 3
+
+
+def test_console_script_never_prints_a_traceback(tmp_path: Path) -> None:
+    env_journal = tmp_path / "j.db"
+    for args in (["goals"], ["show"], ["cleanup", "r", "--epoch", "-1"]):
+        proc = subprocess.run(
+            [sys.executable, "-m", "refine_tui.cli", "--journal", str(env_journal), *args],
+            capture_output=True, text=True, timeout=30,
+        )
+        assert proc.returncode in (2, 3), proc.stderr
+        assert "Traceback" not in proc.stderr and proc.stderr.count("\n") == 1
