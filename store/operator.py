@@ -234,8 +234,7 @@ def describe_cancel(journal: Journal, goal_id: str, *, node: str, grace_s: float
     check_name(node, "node")
     goals = Goals(journal)
     goal = _goal(goals, goal_id)
-    if goal.terminal:
-        raise GoalTerminalError(f"goal {goal_id} is {goal.status}", goal_id=goal_id)
+    _refuse_cancel(goals, goal)
     head = f"Cancel goal {goal_id} ({goal.status}): it becomes cancelled at once, never to restart"
     run = goals.current_run(goal)
     attempt = run.running_attempt if run is not None else None
@@ -250,6 +249,21 @@ def describe_cancel(journal: Journal, goal_id: str, *, node: str, grace_s: float
     if not same_process(rec):
         return f"{head}; the process of {which} (pid {rec.pid}) is gone: its cleanup is recorded"
     return f"{head}; {which}: SIGTERM to process group {rec.pgid}, SIGKILL after {grace_s:g} s"
+
+
+def _refuse_cancel(goals: Goals, goal: Goal) -> None:
+    """A terminal Goal cannot be cancelled; one still cancelling says how to finish it."""
+    if not goal.terminal:
+        return
+    run = goals.current_run(goal)
+    attempt = run.running_attempt if run is not None else None
+    if goal.status == "cancelled" and attempt is not None:
+        raise GoalTerminalError(
+            f"goal {goal.goal_id} is already cancelled; attempt {attempt.epoch} still runs:"
+            f" stop it on node {goal.node_id}, or confirm cleanup once it has ended",
+            goal_id=goal.goal_id,
+        )
+    raise GoalTerminalError(f"goal {goal.goal_id} is {goal.status}", goal_id=goal.goal_id)
 
 
 # --- Stop ------------------------------------------------------------------------------------
@@ -342,6 +356,9 @@ def _record_ending(
         else:
             why = "the goal was cancelled meanwhile: the cancellation is recorded"
             return done("cancelled", f"{why} ({method} by {by})", result.goal)
+    if fresh.run.run_id == target.run.run_id and fresh.run.status == "cancelled":
+        why = "the cancellation was recorded meanwhile by another party: nothing was requeued"
+        return done("cancelled", why, fresh.goal)
     now = f"it is now {fresh.goal.status}"
     if fresh.epoch is not None:
         now += f" with attempt {fresh.epoch} running"
@@ -383,7 +400,11 @@ def cancel_goal(
     check_name(node, "node")
     _check_grace(grace_s)
     command_id = f"op:cancel:{uuid.uuid4()}"
-    result = Goals(journal).cancel(
+    goals = Goals(journal)
+    goal = goals.read(check_name(goal_id, "goal_id"))
+    if goal is not None:
+        _refuse_cancel(goals, goal)  # the transaction decides; this only words the refusal
+    result = goals.cancel(
         goal_id=goal_id, reason=reason, command_id=command_id, by=f"{operator}@{node}"
     )
     goal, run = result.goal, result.run

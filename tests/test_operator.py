@@ -269,6 +269,21 @@ def test_cancel_of_another_nodes_goal_writes_intent_only(journal: Journal, spawn
     refused(
         journal, NotThisNodeError, lambda: stop_goal(journal, "build", node="n1", operator="dana")
     )
+    error = refused(
+        journal,
+        GoalTerminalError,
+        lambda: cancel_goal(journal, "build", reason="again", node="n1", operator="dana"),
+    )
+    assert "still runs: stop it on node n2" in error.message
+    # on its own node, Stop ends the pending cancellation: cancel with cleanup, no requeue
+    assert "pending cancellation will be recorded" in describe_stop(journal, "build", node="n2")
+    report = stop_goal(journal, "build", node="n2", operator="dana")
+    assert report.outcome == "cancelled" and not report.requeued
+    assert wait_dead(worker.grandchild, worker.grandchild_created)
+    run = goals.current_run(goals.read("build"))
+    assert run.status == "cancelled" and run.cancel_reason == "not ours"
+    assert run.attempts[0].cleanup["confirmed_by"] == "dana@n2"
+    assert check_journal(journal).clean
 
 
 def test_operator_redelivery_holds_after_stop_and_cleanup(journal: Journal, spawn) -> None:
