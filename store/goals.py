@@ -676,20 +676,22 @@ class Goals:
         if outcome == "completed":
             if reason is not None:
                 raise InvalidInputError("a completed report has no reason", goal_id=goal_id)
-            inputs = {"run_id": run_id, "epoch": epoch, "evidence": list(evidence)}
+            inputs = {"run_id": run_id, "epoch": epoch, "evidence": evidence}
             inputs = validate_run_command("complete", inputs)
         elif outcome == "failed":
             inputs = {
                 "run_id": run_id,
                 "epoch": epoch,
                 "reason": reason,
-                "evidence": list(evidence),
+                "evidence": evidence,
             }
             inputs = validate_run_command("fail", inputs)
         else:
             if reason is not None:
                 _reason(reason)
-            inputs = {"reason": reason}
+            if evidence not in ((), []):
+                raise InvalidInputError("a cancelled report carries no evidence", goal_id=goal_id)
+            inputs = {"reason": reason, "evidence": []}
         payload = {
             "op": "goal.settle",
             "goal_id": goal_id,
@@ -697,7 +699,7 @@ class Goals:
             "epoch": epoch,
             "outcome": outcome,
             "reason": reason,
-            "evidence": list(evidence),
+            "evidence": inputs["evidence"],
         }
         result = self._execute(
             _command_id(f"run:{run_id}:settle:{epoch}"),
@@ -816,7 +818,9 @@ class Goals:
         limit: int | None = None,
     ) -> list[Goal]:
         statuses = [status] if isinstance(status, str) else status
-        if statuses is not None and any(s not in GOAL_STATUSES for s in statuses):
+        if statuses is not None and (
+            type(statuses) not in (list, tuple) or any(s not in GOAL_STATUSES for s in statuses)
+        ):
             raise InvalidInputError(f"status must be one of {', '.join(GOAL_STATUSES)}")
         if node_id is not None:
             check_name(node_id, "node_id")

@@ -414,3 +414,22 @@ def test_run_ids_name_their_goal_exactly() -> None:
     assert goal_id_of_run("a.r1.r2") == "a.r1"
     for bad in ("x.r0", "x.r01", "x.r\u00b2", ".r1", "a:b.r1", "build", 7):
         assert goal_id_of_run(bad) is None
+
+
+def test_bad_reports_are_refused_before_anything_is_touched(journal: Journal) -> None:
+    goals = Goals(journal)
+    add(goals)
+    start(goals)
+    for bad in (
+        {"evidence": "exit:0"},
+        {"evidence": ["a", "a"]},
+        {"outcome": "done"},
+        {"run_id": "other.r1"},
+        {"epoch": 0},
+        {"reason": "completed has none"},
+        {"outcome": "failed"},  # a failure needs its reason
+        {"outcome": "cancelled", "evidence": ["exit:1"]},
+    ):
+        args = {"goal_id": "build", "run_id": "build.r1", "epoch": 1, "outcome": "completed", **bad}
+        refused_without_writing(journal, InvalidInputError, lambda a=args: goals.settle(**a))
+    assert goals.read("build").status == "running"
