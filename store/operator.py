@@ -10,6 +10,7 @@ a pid counts as the recorded process only with the same create time.
 from __future__ import annotations
 
 import getpass
+import re
 import time
 import uuid
 from dataclasses import asdict, dataclass
@@ -93,7 +94,12 @@ class CleanupEvidence:
 
 
 def default_operator() -> str:
-    return getpass.getuser()
+    """The login name, made a valid operator name (it appears in ``<operator>@<node>``)."""
+    try:
+        name = getpass.getuser()
+    except (KeyError, OSError):
+        name = ""
+    return re.sub(r"[^A-Za-z0-9._-]", "-", name).strip("-._")[:64] or "operator"
 
 
 # --- what a command acts on ------------------------------------------------------------------
