@@ -62,14 +62,14 @@ RUN_COLUMNS = (
 )
 ATTEMPT_COLUMNS = (
     Column("epoch", "#", 2),
-    Column("worker", "Worker", 10),
-    Column("state", "State", 24),
+    Column("state", "State", 28),
     Column("started", "Started", 8),
     Column("duration", "Duration", 8),
     Column("pid", "PID", 7),
     Column("alive", "Alive", 5),
     Column("cpu", "CPU", 4),
-    Column("memory", "Mem", None),
+    Column("memory", "Mem", 6),
+    Column("worker", "Worker", None),
 )
 WORKER_COLUMNS = (
     Column("run", "Run", 16),
@@ -210,28 +210,27 @@ class RefineApp(App[None]):
 
     @work(exclusive=True, group="live", exit_on_error=False)
     async def follow_journal(self) -> None:
-        """Read the journal after every watcher batch (and on demand), one read at a time."""
+        """Read the journal after every watcher batch (and on demand), one read at a time.
+
+        Wake-ups that arrive during a read collapse into one: the next read starts only after
+        the previous one was applied, and it reads everything committed meanwhile.
+        """
         self._watcher = watcher = JournalWatcher(self.journal_path)
-        batches = aiter(watcher)
-        next_batch: asyncio.Future[Any] | None = None
+        pump = asyncio.create_task(self._pump(watcher)) if self.watch_files else None
         try:
             while True:
                 if not self.paused:
                     await self.read_and_post()
-                if next_batch is None and self.watch_files:
-                    next_batch = asyncio.ensure_future(anext(batches))
-                waits: list[asyncio.Future[Any]] = [asyncio.ensure_future(self._wake.wait())]
-                if next_batch is not None:
-                    waits.append(next_batch)
-                done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+                await self._wake.wait()
                 self._wake.clear()
-                waits[0].cancel()
-                if next_batch is not None and next_batch in done:
-                    next_batch = None
         finally:
             watcher.stop()
-            if next_batch is not None:
-                next_batch.cancel()
+            if pump is not None:
+                pump.cancel()
+
+    async def _pump(self, watcher: JournalWatcher) -> None:
+        async for _ in watcher:
+            self._wake.set()
 
     def wake(self, full: bool = False) -> None:
         """Ask the live worker for a read now (``full``: reload the visible set)."""
@@ -411,14 +410,14 @@ class RefineApp(App[None]):
         alive = {True: Text("yes", "green"), False: Text("no", "red"), None: ""}[a.alive]
         return (
             str(a.epoch),
-            fmt.clip(a.worker, 10),
-            fmt.status_text(fmt.clip(a.state, 24)),
+            fmt.status_text(a.state),
             fmt.clock(a.started_at),
             fmt.duration(end - a.started_at) if a.started_at and end else "",
             str(a.pid) if a.pid else "",
             alive,
             fmt.percent(a.cpu_percent),
             fmt.size(a.rss_bytes),
+            a.worker,
         )
 
     def show_workers(self, workers: list[WorkerRow]) -> None:
@@ -812,7 +811,7 @@ class RefineApp(App[None]):
         from store.operator import describe_stop, stop_goal
 
         sentence = await self.call_store(
-            lambda: describe_stop(self.reading(), goal_id, node=self.node, grace_s=self.grace_s)
+            lambda: describe_stop(self.writer(), goal_id, node=self.node, grace_s=self.grace_s)
         )
         if sentence is None:
             return
@@ -836,7 +835,7 @@ class RefineApp(App[None]):
         from store.operator import cancel_goal, describe_cancel
 
         sentence = await self.call_store(
-            lambda: describe_cancel(self.reading(), goal_id, node=self.node)
+            lambda: describe_cancel(self.writer(), goal_id, node=self.node)
         )
         if sentence is None:
             return
@@ -866,7 +865,7 @@ class RefineApp(App[None]):
         from store.operator import cleanup_evidence, confirm_cleanup
 
         evidence = await self.call_store(
-            lambda: cleanup_evidence(self.reading(), run_id, epoch=epoch, node=self.node)
+            lambda: cleanup_evidence(self.writer(), run_id, epoch=epoch, node=self.node)
         )
         if evidence is None:
             return

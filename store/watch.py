@@ -162,7 +162,7 @@ class JournalWatcher:
             self._watch_stop.set()
         self._watch_task = None
         if task is not None:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
+            with contextlib.suppress(Exception):
                 await asyncio.wait_for(task, 2.0)
 
 

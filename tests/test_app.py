@@ -1,0 +1,425 @@
+"""The dashboard driven through Pilot: real journals, real processes, real file events."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import psutil
+import pytest
+from textual.widgets import Button, Input, Label
+
+from refine_tui.app import RefineApp
+from refine_tui.demo import populate
+from refine_tui.screens.confirm import CancelModal, ConfirmModal
+from refine_tui.screens.help import HelpScreen
+from refine_tui.widgets.keyed_table import KeyedTable
+from store.goals import Goals
+from store.journal import Journal
+from store.processes import ProcessRecord, ProcessRegistry
+
+NODE = "n1"
+SIZE = (100, 30)
+
+
+@pytest.fixture
+def journal_path(tmp_path: Path) -> Path:
+    return populate(tmp_path / "journal.db", node=NODE, live=False)
+
+
+async def until(pilot, condition: Callable[[], bool], timeout: float = 5.0) -> None:
+    """Let the app run until ``condition`` holds (never asserting on elapsed time)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached"
+        await pilot.pause(0.03)
+
+
+async def loaded(pilot) -> None:
+    await until(pilot, lambda: bool(pilot.app.goal_rows) and pilot.app.header_state.state == "live")
+
+
+def goals_table(app: RefineApp) -> KeyedTable:
+    return app.query_one("#goals", KeyedTable)
+
+
+async def select(pilot, goal_id: str) -> None:
+    goals_table(pilot.app).select(goal_id)
+    await pilot.pause()
+    assert pilot.app.selected_goal().goal_id == goal_id
+
+
+def notes(app: RefineApp) -> list[str]:
+    return [n.message for n in app._notifications]
+
+
+def read_goal(path: Path, goal_id: str):
+    with Journal.open(path, read_only=True) as j:
+        return Goals(j).read(goal_id)
+
+
+def commit_in_process(path: Path, code: str) -> None:
+    """Run Goals API code in another process (``goals`` is bound), as the CLI or a worker would."""
+    prelude = (
+        "import sys\nfrom store.journal import Journal\nfrom store.goals import Goals\n"
+        "j = Journal.open(sys.argv[1], create=False)\ngoals = Goals(j)\n"
+    )
+    subprocess.run([sys.executable, "-c", prelude + code, str(path)], check=True)
+
+
+# --- reading ---------------------------------------------------------------------------------
+
+
+async def test_goals_table_shows_the_journal(journal_path: Path) -> None:
+    app = RefineApp(journal=journal_path, node=NODE)
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        table = goals_table(app)
+        assert set(table.keys()) == {
+            "build-docs",
+            "lint",
+            "unit-tests",
+            "deploy-stage",
+            "old-backfill",
+            "migrate-db",
+            "gpu-train",
+            "nightly-report",
+        }
+        rows = app.goal_rows
+        assert rows["deploy-stage"].status == "exhausted"
+        assert rows["nightly-report"].needs_cleanup
+        assert "needs cleanup" in str(table.get_cell("nightly-report", "note"))
+        assert rows["old-backfill"].note == "superseded by backfill-v2"
+        assert str(table.get_cell("old-backfill", "note")).startswith("superseded by")
+        assert str(table.get_cell("unit-tests", "attempts")) == "2/3"
+        assert str(table.get_cell("gpu-train", "worker")) == "w-n2-7"
+        assert app.header_state.last_sequence > 0 and app.header_state.total == 8
+
+
+async def test_drill_down_to_runs_attempts_history_and_log(journal_path: Path) -> None:
+    app = RefineApp(journal=journal_path, node=NODE)
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        await select(pilot, "unit-tests")
+        await pilot.press("enter")
+        runs = app.query_one("#runs", KeyedTable)
+        await until(pilot, lambda: runs.keys() == ["unit-tests.r1"])
+        assert app.view == "runs"
+        await pilot.press("enter")
+        attempts = app.query_one("#attempts", KeyedTable)
+        await until(pilot, lambda: attempts.keys() == ["1", "2"])
+        assert str(attempts.get_cell("1", "state")) == "failed (exit 1)"
+        assert str(attempts.get_cell("2", "state")) == "completed"
+        await pilot.press("h")
+        detail = app.query_one("#detail")
+        await until(pilot, lambda: detail.line_count >= 5)
+        lines = [str(line) for line in detail.lines]
+        assert lines[0].startswith("#") and "run.submitted" in lines[0]
+        assert any("attempt.failed" in line for line in lines)
+        await pilot.press("escape")  # closes the pane
+        assert app.detail is None
+        await pilot.press("escape", "escape")
+        assert app.view == "goals"
+        assert app.selected_goal().goal_id == "unit-tests"
+
+
+async def test_log_follows_the_attempt(journal_path: Path) -> None:
+    app = RefineApp(journal=journal_path, node=NODE)
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        await select(pilot, "nightly-report")
+        await pilot.press("l")
+        detail = app.query_one("#detail")
+        await until(pilot, lambda: any("querying warehouse" in str(x) for x in detail.lines))
+        log = ProcessRegistry(journal_path, NODE).log_path("nightly-report.r1", 1)
+        with open(log, "a") as f:
+            f.write("still querying\n")
+        await until(pilot, lambda: any("still querying" in str(x) for x in detail.lines))
+        assert detail.following
+
+
+async def test_workers_view_lists_this_nodes_processes(journal_path: Path) -> None:
+    app = RefineApp(journal=journal_path, node=NODE)
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        await pilot.press("w")
+        workers = app.query_one("#workers", KeyedTable)
+        await until(pilot, lambda: workers.keys() == ["nightly-report.r1/1"])
+        assert str(workers.get_cell("nightly-report.r1/1", "alive")) == "no"
+        assert app.check_action("stop", ()) is None  # actions apply to goals, not here
+        await pilot.press("escape")
+        assert app.view == "goals"
+
+
+async def test_filter_queries_the_journal(journal_path: Path) -> None:
+    app = RefineApp(journal=journal_path, node=NODE)
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        await pilot.press("slash")
+        assert isinstance(app.focused, Input)
+        await pilot.press(*"running", "enter")
+        await until(pilot, lambda: set(goals_table(app).keys()) == {"gpu-train", "nightly-report"})
+        assert app.header_state.filter == "running"
+        await pilot.press("slash", *["backspace"] * 7, "enter")
+        await until(pilot, lambda: len(goals_table(app).keys()) == 8)
+
+
+async def test_help_and_command_palette(journal_path: Path) -> None:
+    app = RefineApp(journal=journal_path, node=NODE)
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        await pilot.press("question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        await pilot.press("escape")
+        titles = {c.title for c in app.get_system_commands(app.screen)}
+        assert {"Stop", "Cancel goal", "Confirm cleanup", "Release", "Filter goals"} <= titles
+
+
+# --- live updates ----------------------------------------------------------------------------
+
+
+async def test_commit_by_another_process_updates_the_row_in_place(journal_path: Path) -> None:
+    app = RefineApp(journal=journal_path, node=NODE)
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        await select(pilot, "nightly-report")
+        index = goals_table(app).cursor_row
+        commit_in_process(
+            journal_path,
+            "goals.cancel(goal_id='migrate-db', reason='not needed', command_id='op:cancel:t1')\n"
+            "goals.create(goal_id='aaa-first', title='sorts first', node_id='n1', argv=['true'])",
+        )
+        await until(pilot, lambda: app.goal_rows["migrate-db"].status == "cancelled")
+        await until(pilot, lambda: "aaa-first" in app.goal_rows)
+        table = goals_table(app)
+        assert "not needed" in app.goal_rows["migrate-db"].note
+        # The new goal is appended, nothing moves: the cursor stays on the same goal and row.
+        assert table.keys()[-1] == "aaa-first"
+        assert app.selected_goal().goal_id == "nightly-report"
+        assert table.cursor_row == index
+
+
+async def test_pause_holds_the_screen_still(journal_path: Path) -> None:
+    app = RefineApp(journal=journal_path, node=NODE)
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        await pilot.press("p")
+        assert app.header_state.state == "paused"
+        commit_in_process(
+            journal_path,
+            "goals.cancel(goal_id='migrate-db', reason='later', command_id='op:cancel:t2')",
+        )
+        await pilot.pause(0.4)
+        assert app.goal_rows["migrate-db"].status == "held"
+        await pilot.press("p")
+        await until(pilot, lambda: app.goal_rows["migrate-db"].status == "cancelled")
+        assert app.header_state.state == "live"
+
+
+# --- actions ---------------------------------------------------------------------------------
+
+
+async def test_cancel_asks_for_a_reason(journal_path: Path) -> None:
+    app = RefineApp(journal=journal_path, node=NODE, operator="dana")
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        await select(pilot, "migrate-db")
+        await pilot.press("c")
+        await until(pilot, lambda: isinstance(app.screen, CancelModal))
+        assert isinstance(app.focused, Input)
+        await pilot.press("enter")  # empty reason: refused in words, modal stays
+        error = app.screen.query_one("#dialog-error", Label)
+        assert "reason is required" in str(error.render())
+        assert isinstance(app.screen, CancelModal)
+        await pilot.press(*"no longer wanted", "enter")
+        await until(pilot, lambda: app.goal_rows["migrate-db"].status == "cancelled")
+        goal = read_goal(journal_path, "migrate-db")
+        assert goal.status == "cancelled" and goal.cancel_reason == "no longer wanted"
+
+
+async def test_cancel_escape_writes_nothing(journal_path: Path) -> None:
+    app = RefineApp(journal=journal_path, node=NODE)
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        before = app.header_state.last_sequence
+        await select(pilot, "migrate-db")
+        await pilot.press("c")
+        await until(pilot, lambda: isinstance(app.screen, CancelModal))
+        await pilot.press(*"oops", "escape")
+        await until(pilot, lambda: not isinstance(app.screen, CancelModal))
+        with Journal.open(journal_path, read_only=True) as j:
+            assert j.last_sequence() == before
+
+
+async def test_confirm_cleanup_shows_evidence_and_backs_out_safely(journal_path: Path) -> None:
+    app = RefineApp(journal=journal_path, node=NODE, operator="dana")
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        await select(pilot, "nightly-report")
+        await pilot.press("x")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmModal))
+        assert isinstance(app.focused, Button) and app.focused.id == "back"  # the safe choice
+        body = str(app.screen.query_one("#dialog-body Static").render())
+        assert "no process" in body and "querying warehouse" in body
+        await pilot.press("n")
+        await until(pilot, lambda: not isinstance(app.screen, ConfirmModal))
+        assert read_goal(journal_path, "nightly-report").status == "running"
+        await pilot.press("x")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmModal))
+        await pilot.press("y")
+        await until(pilot, lambda: app.goal_rows["nightly-report"].status == "queued")
+        await pilot.press("enter")
+        await until(pilot, lambda: app.query_one("#runs", KeyedTable).keys() != [])
+        await pilot.press("enter")
+        attempts = app.query_one("#attempts", KeyedTable)
+        await until(pilot, lambda: attempts.keys() == ["1"])
+        assert str(attempts.get_cell("1", "state")) == "interrupted (confirmed by dana@n1)"
+
+
+async def test_release_a_held_goal(journal_path: Path) -> None:
+    app = RefineApp(journal=journal_path, node=NODE)
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        await select(pilot, "migrate-db")
+        await pilot.press("R")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmModal))
+        await pilot.press("y")
+        await until(pilot, lambda: app.goal_rows["migrate-db"].status == "queued")
+
+
+async def test_greyed_actions_say_why(journal_path: Path) -> None:
+    app = RefineApp(journal=journal_path, node=NODE)
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        await select(pilot, "gpu-train")  # running on another node
+        assert app.check_action("stop", ()) is None
+        assert app.check_action("cancel_goal", ()) is True
+        assert "s: on n2" in str(app.query_one("#why", Label).render())
+        await pilot.press("s")
+        assert any("runs on node n2" in m for m in notes(app))
+        assert not isinstance(app.screen, ConfirmModal)
+        await select(pilot, "build-docs")
+        for action in ("stop", "cancel_goal", "cleanup", "release"):
+            assert app.check_action(action, ()) is None
+        await pilot.press("c")
+        assert any("already completed" in m for m in notes(app))
+
+
+async def test_refusal_from_the_store_is_a_notification(journal_path: Path) -> None:
+    """Stop of an attempt with no process record: the store refuses, the operator reads why."""
+    app = RefineApp(journal=journal_path, node=NODE)
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        ProcessRegistry(journal_path, NODE).remove("nightly-report.r1", 1)
+        await select(pilot, "nightly-report")
+        await pilot.press("s")
+        await until(pilot, lambda: any("(" in m and "_" in m for m in notes(app)))
+        assert not isinstance(app.screen, ConfirmModal)
+        assert read_goal(journal_path, "nightly-report").status == "running"
+
+
+async def test_stop_a_real_process(journal_path: Path) -> None:
+    """A real process group on this node: Stop signals it and requeues the goal."""
+    with Journal.open(journal_path) as j:
+        goals = Goals(j)
+        goals.create(goal_id="loop", title="stuck loop", node_id=NODE, argv=["sleep", "60"])
+        started = goals.start(goal_id="loop", node_id=NODE, worker="w-loop", token="t")
+        assert started.attempt is not None
+    proc = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    registry = ProcessRegistry(journal_path, NODE)
+    registry.record(
+        ProcessRecord(
+            node_id=NODE,
+            pid=proc.pid,
+            create_time=psutil.Process(proc.pid).create_time(),
+            pgid=proc.pid,
+            run_id="loop.r1",
+            epoch=1,
+            worker="w-loop",
+            argv=("sleep", "60"),
+            log_path=str(registry.log_path("loop.r1", 1)),
+            started_at=time.time(),
+        )
+    )
+    app = RefineApp(journal=journal_path, node=NODE, operator="dana", grace_s=2)
+    try:
+        async with app.run_test(size=SIZE) as pilot:
+            await loaded(pilot)
+            await select(pilot, "loop")
+            await pilot.press("s")
+            await until(pilot, lambda: isinstance(app.screen, ConfirmModal))
+            body = str(app.screen.query_one("#dialog-body Static").render())
+            assert f"SIGTERM to process group {proc.pid}" in body
+            assert "requeued (attempt 2 of 3)" in body
+            await pilot.press("y")
+            await until(pilot, lambda: app.goal_rows["loop"].status == "queued", timeout=10)
+            proc.wait(timeout=5)  # gone (the stopper may have reaped it already)
+            assert any("loop" in m and "SIGTERM" in m.upper() for m in notes(app))
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+async def test_read_only_greys_every_action_and_writes_nothing(journal_path: Path) -> None:
+    before = os.stat(journal_path).st_mtime_ns
+    app = RefineApp(journal=journal_path, node=NODE, read_only=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        await select(pilot, "migrate-db")
+        for action in ("stop", "cancel_goal", "cleanup", "release"):
+            assert app.check_action(action, ()) is None
+        assert "read-only" in str(app.query_one("#why", Label).render())
+        await pilot.press("R", "c", "x")
+        assert not isinstance(app.screen, ConfirmModal | CancelModal)
+        assert any("read-only" in m for m in notes(app))
+        assert app.check_action("history", ()) is True  # reading still works
+    assert os.stat(journal_path).st_mtime_ns == before
+    assert read_goal(journal_path, "migrate-db").status == "held"
+
+
+# --- a broken journal ------------------------------------------------------------------------
+
+
+async def test_missing_journal_waits_and_recovers(tmp_path: Path) -> None:
+    path = tmp_path / "later" / "journal.db"
+    app = RefineApp(journal=path, node=NODE)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.header_state.state == "missing")
+        assert app.query_one("#trouble").display
+        assert app.check_action("cancel_goal", ()) is None
+        assert not path.exists()  # the dashboard never creates a journal
+        await asyncio.to_thread(populate, path, node=NODE, live=False)
+        await loaded(pilot)
+        assert not app.query_one("#trouble").display
+        assert len(goals_table(app).keys()) == 8
+
+
+async def test_not_sqlite_is_a_clear_message(tmp_path: Path) -> None:
+    path = tmp_path / "journal.db"
+    path.write_text("these are my notes, not a journal\n" * 50)
+    app = RefineApp(journal=path, node=NODE)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.header_state.state == "broken")
+        assert "not" in app.header_state.detail
+        assert "these are my notes" in path.read_text()
+
+
+async def test_deleted_then_restored_journal(journal_path: Path, tmp_path: Path) -> None:
+    app = RefineApp(journal=journal_path, node=NODE)
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        await select(pilot, "lint")
+        aside = tmp_path / "aside.db"
+        os.replace(journal_path, aside)
+        await until(pilot, lambda: app.header_state.state == "missing")
+        assert "missing" in app.header_state.detail
+        os.replace(aside, journal_path)
+        await until(pilot, lambda: app.header_state.state == "live")
+        assert len(goals_table(app).keys()) == 8
+        assert app.selected_goal().goal_id == "lint"  # picks up where it was
