@@ -7,7 +7,6 @@ Exit codes (DESIGN §11): 0 done, 1 refused by the model, 2 bad usage or input,
 from __future__ import annotations
 
 import argparse
-import getpass
 import json
 import os
 import socket
@@ -27,7 +26,13 @@ from store.errors import (
 from store.execution import Execution
 from store.goals import Goals
 from store.journal import Journal
-from store.operator import cancel_goal, confirm_cleanup, release_goal, stop_goal
+from store.operator import (
+    cancel_goal,
+    confirm_cleanup,
+    default_operator,
+    release_goal,
+    stop_goal,
+)
 
 EXIT_OK, EXIT_REFUSED, EXIT_USAGE, EXIT_UNAVAILABLE = 0, 1, 2, 3
 DEFAULT_JOURNAL = Path(".refine") / "journal.db"
@@ -51,7 +56,7 @@ def node_name(args: argparse.Namespace) -> str:
 
 
 def operator_name() -> str:
-    return os.environ.get("REFINE_OPERATOR") or getpass.getuser()
+    return os.environ.get("REFINE_OPERATOR") or default_operator()
 
 
 # --- output ------------------------------------------------------------------------------------
