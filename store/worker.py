@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from store.errors import RefineError
+from store.errors import RefineError, StorageError
 from store.execution import Execution
 from store.goals import Goal, Goals
 from store.journal import Journal
@@ -89,6 +89,9 @@ def run_worker(
         started = goals.start(
             goal_id=goal_id, node_id=node_id, worker=worker, token=token, round=round
         )
+    except StorageError as exc:  # not a refusal: the node may try again
+        _say(f"{goal_id}: not started, journal unavailable: {exc}")
+        return EXIT_UNAVAILABLE
     except RefineError as exc:
         _say(f"{goal_id}: not started: {exc}")
         return EXIT_REFUSED

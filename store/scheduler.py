@@ -1,0 +1,360 @@
+"""``refine node``: this node's scheduler.
+
+It launches a worker (``python -m store.worker``) for each queued Goal that names this node,
+within a soft capacity, and cleans up after work the journal says has ended:
+
+- reconciliation: a running attempt whose local process record proves the process gone (pid
+  absent, or another create time) is interrupted with method ``process-exited``. Where there is
+  no record there is no proof: the attempt is left for an operator (``needs cleanup``).
+- cancellation: a Goal of this node cancelled while its attempt runs here has its process
+  stopped (SIGTERM to the group, grace, SIGKILL) and the cancellation recorded with cleanup.
+
+The launched set and the process records are efficiency controls, never authority: a start
+that loses a race is simply refused by the journal. A restarted node rebuilds the set from live
+records, so it does not launch a Goal twice; its workers outlive it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+from store.errors import RefineError, VersionConflictError
+from store.execution import Execution
+from store.goals import Goal, GoalResult, Goals, check_name, goal_id_of_run
+from store.journal import Journal
+from store.processes import ProcessRecord, ProcessRegistry, same_process, stop_process
+from store.run_model import Run
+from store.watch import JournalWatcher
+from store.worker import EXIT_REFUSED
+
+RECONCILE_METHOD = "process-exited"
+SAFETY_POLL_S = 2.0  # ticks happen on journal changes, and at least this often
+GONE_GRACE_S = 3.0  # while running, an exited worker is reconciled after this long (see tick)
+STOP_GRACE_S = 5.0
+
+
+@dataclass
+class _Launch:
+    """A worker this node started (``proc``) or found running at startup (``record`` only)."""
+
+    goal_id: str
+    goal_version: int
+    proc: subprocess.Popen[bytes] | None = None
+    record: ProcessRecord | None = None
+    pidfd: int | None = None  # readable once ``proc`` exited: wakes the loop to reap it
+
+    def alive(self) -> bool:
+        if self.proc is not None:
+            return self.proc.poll() is None
+        return self.record is not None and same_process(self.record)
+
+
+class Node:
+    """One node's scheduler over one journal; ``tick()`` does one round of work."""
+
+    def __init__(
+        self,
+        journal_path: str | Path,
+        node_id: str,
+        capacity: int = 4,
+        *,
+        grace_s: float = STOP_GRACE_S,
+    ) -> None:
+        self.node_id = check_name(node_id, "node_id")
+        if type(capacity) is not int or capacity < 1:
+            raise ValueError("capacity must be a positive integer")
+        self.capacity = capacity
+        self.grace_s = grace_s
+        self.journal_path = Path(journal_path).absolute()
+        self.journal = Journal.open(self.journal_path, create=False)
+        self.goals = Goals(self.journal)
+        self.runs = Execution(self.journal)
+        self.registry = ProcessRegistry(self.journal_path, node_id)
+        self.confirmed_by = f"scheduler@{node_id}"
+        self.launched: dict[str, _Launch] = {}
+        self._refused: dict[str, int] = {}  # goal → version whose start was refused
+        self._gone_since: dict[tuple[str, int], float] = {}
+        self._log: IO[bytes] | None = None
+        # serve() points these at its event loop, so a worker's exit wakes the node at once.
+        self.watch_fd: Callable[[int], None] = lambda fd: None
+        self.unwatch_fd: Callable[[int], None] = lambda fd: None
+        for rec in self.registry.all():  # workers of a previous run of this node
+            goal_id = goal_id_of_run(rec.run_id)
+            if goal_id and same_process(rec):
+                self.launched[goal_id] = _Launch(goal_id, 0, record=rec)
+
+    def close(self) -> None:
+        """Close the journal and the node log; running workers are left running."""
+        for launch in self.launched.values():
+            if launch.pidfd is not None:
+                os.close(launch.pidfd)
+                launch.pidfd = None
+        self.journal.close()
+        if self._log is not None:
+            self._log.close()
+
+    def __enter__(self) -> Node:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- one round -----------------------------------------------------------------------------
+
+    def tick(self) -> list[str]:
+        """Reap, reconcile, clean up cancellations, then launch; returns the goals launched."""
+        self.reap()
+        self.reconcile(settle_s=GONE_GRACE_S)
+        self.cleanup_cancelled()
+        return self.schedule()
+
+    def reap(self) -> None:
+        """Forget workers that exited (remembering a refused start until the Goal changes)."""
+        for goal_id, launch in list(self.launched.items()):
+            if launch.alive():
+                continue
+            del self.launched[goal_id]
+            if launch.pidfd is not None:
+                self.unwatch_fd(launch.pidfd)
+                os.close(launch.pidfd)
+            if launch.proc is not None and launch.proc.returncode == EXIT_REFUSED:
+                self._refused[goal_id] = launch.goal_version
+
+    def reconcile(self, *, settle_s: float = 0.0) -> list[GoalResult]:
+        """Interrupt running attempts whose recorded process is gone; drop stale records.
+
+        At startup ``settle_s`` is 0. While the node runs, a process must have been seen gone
+        for ``settle_s`` first, so that an operator's Stop, which kills and then records, is
+        not raced by this node recording ``process-exited`` in between.
+        """
+        now = time.monotonic()
+        ended = []
+        for rec in self.registry.all():
+            key = (rec.run_id, rec.epoch)
+            if same_process(rec):
+                self._gone_since.pop(key, None)
+                continue
+            if now - self._gone_since.setdefault(key, now) < settle_s:
+                continue
+            result = self._end_gone(rec)
+            if result is not None:
+                ended.append(result)
+        return ended
+
+    def _end_gone(self, rec: ProcessRecord) -> GoalResult | None:
+        goal, run = self._read(rec.run_id)
+        if goal is None or run is None or not _runs(run, rec.epoch):
+            self._forget(rec)  # the attempt ended otherwise: the record is stale
+            return None
+        if goal.node_id != self.node_id:
+            return None
+        try:
+            result = self._interrupt(goal, run, rec.epoch, RECONCILE_METHOD, "reconcile")
+        except VersionConflictError:
+            return None  # it changed meanwhile: look again next time
+        self._forget(rec)
+        return result
+
+    def cleanup_cancelled(self) -> list[GoalResult]:
+        """Stop this node's processes whose attempt has a pending cancellation; record it."""
+        ended = []
+        for rec in self.registry.all():
+            goal, run = self._read(rec.run_id)
+            if goal is None or run is None or run.cancel_requested is None:
+                continue
+            if not _runs(run, rec.epoch) or goal.node_id != self.node_id:
+                continue
+            stopped = stop_process(rec, self.grace_s)
+            if same_process(rec):
+                continue  # still alive after SIGKILL: the cancellation stays pending
+            method = f"cancel cleanup by node {self.node_id}: {stopped.detail}"
+            try:
+                ended.append(self._interrupt(goal, run, rec.epoch, method[:500], "node-cancel"))
+            except RefineError as exc:  # e.g. its worker reported the cancellation first
+                self._say(f"{rec.run_id}/{rec.epoch}: cancel cleanup not recorded: {exc}")
+                continue
+            self._forget(rec)
+        return ended
+
+    def schedule(self) -> list[str]:
+        """Launch workers for queued Goals of this node, while capacity allows."""
+        room = self.capacity - sum(1 for launch in self.launched.values() if launch.alive())
+        if room <= 0:
+            return []
+        limit = room + len(self.launched) + len(self._refused)
+        started = []
+        for goal in self.goals.list(status="queued", node_id=self.node_id, limit=limit):
+            if len(started) >= room:
+                break
+            if goal.goal_id in self.launched:
+                continue
+            if self._refused.get(goal.goal_id) == goal.version:
+                continue
+            self._refused.pop(goal.goal_id, None)
+            self._launch(goal)
+            started.append(goal.goal_id)
+        return started
+
+    # --- plumbing ------------------------------------------------------------------------------
+
+    def _launch(self, goal: Goal) -> None:
+        argv = [
+            sys.executable,
+            "-m",
+            "store.worker",
+            "--journal",
+            str(self.journal_path),
+            "--node",
+            self.node_id,
+            "--goal",
+            goal.goal_id,
+            "--token",
+            uuid.uuid4().hex,
+            "--round",
+            str(goal.round),
+        ]
+        log = self._node_log()
+        proc = subprocess.Popen(
+            argv, start_new_session=True, stdin=subprocess.DEVNULL, stdout=log, stderr=log
+        )
+        pidfd = _pidfd(proc.pid)
+        self.launched[goal.goal_id] = _Launch(goal.goal_id, goal.version, proc=proc, pidfd=pidfd)
+        if pidfd is not None:
+            self.watch_fd(pidfd)
+
+    def _node_log(self) -> IO[bytes]:
+        if self._log is None:
+            self.registry.root.mkdir(parents=True, exist_ok=True)
+            self._log = open(self.registry.root / "node.log", "ab")  # noqa: SIM115
+        return self._log
+
+    def _read(self, run_id: str) -> tuple[Goal | None, Run | None]:
+        goal_id = goal_id_of_run(run_id)
+        if goal_id is None:
+            return None, None
+        with self.journal.snapshot():
+            return self.goals.read(goal_id), self.runs.read(run_id)
+
+    def _interrupt(self, goal: Goal, run: Run, epoch: int, method: str, kind: str) -> GoalResult:
+        """End the attempt at the versions read (cancel instead when a cancel is pending)."""
+        return self.goals.interrupt(
+            goal_id=goal.goal_id,
+            run_id=run.run_id,
+            epoch=epoch,
+            goal_version=goal.version,
+            run_version=run.version,
+            confirmed_by=self.confirmed_by,
+            method=method,
+            command_id=f"op:{kind}:{uuid.uuid4()}",
+        )
+
+    def _forget(self, rec: ProcessRecord) -> None:
+        self.registry.remove(rec.run_id, rec.epoch)
+        self._gone_since.pop((rec.run_id, rec.epoch), None)
+
+    def _say(self, message: str) -> None:
+        print(f"node {self.node_id}: {message}", file=sys.stderr, flush=True)
+
+    # --- foreground loop -----------------------------------------------------------------------
+
+    async def serve(self, stop: asyncio.Event | None = None) -> int:
+        """Reconcile, then tick on every journal change (and every SAFETY_POLL_S) until stopped.
+
+        SIGINT/SIGTERM (or ``stop``) end the loop; workers keep running and keep their records.
+        """
+        loop = asyncio.get_running_loop()
+        stop = stop or asyncio.Event()
+        wake = asyncio.Event()
+
+        def quit_() -> None:
+            stop.set()
+            wake.set()
+
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, quit_)
+        self.watch_fd = lambda fd: loop.add_reader(fd, wake.set)
+        self.unwatch_fd = loop.remove_reader
+        for launch in self.launched.values():
+            if launch.pidfd is not None:
+                self.watch_fd(launch.pidfd)
+        watcher = JournalWatcher(self.journal_path)
+        pump = asyncio.create_task(_pump(watcher, wake))
+        try:
+            self._guarded(self.reconcile)
+            while not stop.is_set():
+                wake.clear()
+                self._guarded(self.tick)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(wake.wait(), SAFETY_POLL_S)
+        finally:
+            watcher.stop()
+            pump.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await pump
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.remove_signal_handler(sig)
+            for launch in self.launched.values():
+                if launch.pidfd is not None:
+                    self.unwatch_fd(launch.pidfd)
+            self.watch_fd = self.unwatch_fd = lambda fd: None
+        return 0
+
+    def _guarded(self, step: Callable[[], object]) -> None:
+        try:
+            step()
+        except RefineError as exc:  # e.g. the journal is locked for a while: try again later
+            self._say(f"{exc}")
+
+
+async def _pump(watcher: JournalWatcher, wake: asyncio.Event) -> None:
+    async for _ in watcher:
+        wake.set()
+
+
+def _pidfd(pid: int) -> int | None:
+    """A descriptor that becomes readable when ``pid`` exits (Linux ≥ 5.3), else None."""
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return None
+
+
+def _runs(run: Run, epoch: int) -> bool:
+    attempt = run.running_attempt
+    return attempt is not None and attempt.epoch == epoch
+
+
+def run_node(journal_path: str | Path, node_id: str, *, capacity: int = 4) -> int:
+    """Run this node's scheduler in the foreground until SIGINT/SIGTERM; the exit code."""
+    try:
+        node = Node(journal_path, node_id, capacity)
+    except RefineError as exc:
+        print(f"refine node: {exc}", file=sys.stderr)
+        return 3
+    with node:
+        return asyncio.run(node.serve())
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m store.scheduler")
+    parser.add_argument("--journal", required=True)
+    parser.add_argument("--node", required=True)
+    parser.add_argument("--capacity", type=int, default=4)
+    args = parser.parse_args(argv)
+    return run_node(args.journal, args.node, capacity=args.capacity)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
