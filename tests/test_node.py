@@ -1,0 +1,427 @@
+"""The node scheduler and the worker: real node processes, real workers, real signals, real files.
+
+Every process a test starts carries the test's tmp_path in its argv (the journal path, or a
+marker argument of the recipe), so the fixture can find and kill every leftover by that mark.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TypeVar
+
+import psutil
+import pytest
+
+from store.errors import RunTerminalError, StaleAttemptError
+from store.goals import Goal, Goals
+from store.journal import Journal
+from store.processes import ProcessRecord, ProcessRegistry, same_process
+from store.run_model import Run
+from store.scheduler import Node
+from store.worker import EXIT_SUPERSEDED
+
+T = TypeVar("T")
+PY = sys.executable
+
+
+def wait_until(fn: Callable[[], T], timeout: float = 20.0, what: str = "condition") -> T:
+    """Poll ``fn`` until it returns something truthy; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = fn()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}")
+        time.sleep(0.03)
+
+
+def _ours(marker: str) -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter(["cmdline", "status"]):
+        if proc.info["status"] == psutil.STATUS_ZOMBIE:
+            continue
+        if any(marker in arg for arg in proc.info["cmdline"] or ()):
+            found.append(proc)
+    return found
+
+
+class Env:
+    """A journal in tmp_path, a reading connection, and every process the test starts."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.dir = tmp_path
+        self.marker = str(tmp_path)
+        self.path = tmp_path / "journal.db"
+        self.journal = Journal.open(self.path)
+        self.goals = Goals(self.journal)
+        self.started: list[subprocess.Popen[bytes]] = []
+
+    # --- processes -----------------------------------------------------------------------------
+
+    def node(self, node_id: str = "n1", capacity: int = 4) -> subprocess.Popen[bytes]:
+        argv = [PY, "-m", "store.scheduler", "--journal", str(self.path), "--node", node_id]
+        proc = subprocess.Popen([*argv, "--capacity", str(capacity)], start_new_session=True)
+        self.started.append(proc)
+        return proc
+
+    def worker(self, goal_id: str, token: str, node_id: str = "n1") -> subprocess.Popen[bytes]:
+        argv = ["--journal", str(self.path), "--node", node_id, "--goal", goal_id]
+        proc = subprocess.Popen(
+            [PY, "-m", "store.worker", *argv, "--token", token],
+            start_new_session=True,
+            stderr=subprocess.DEVNULL,
+        )
+        self.started.append(proc)
+        return proc
+
+    def kill_node_and_workers(self, node: subprocess.Popen[bytes], node_id: str = "n1") -> None:
+        """A crash: SIGKILL the node and every worker group it recorded."""
+        node.kill()
+        node.wait(timeout=10)
+        for rec in self.registry(node_id).all():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(rec.pgid, signal.SIGKILL)
+            wait_until(lambda rec=rec: not same_process(rec), what="worker death")
+
+    def cleanup(self) -> None:
+        for proc in self.started:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+        for proc in _ours(self.marker):
+            with contextlib.suppress(ProcessLookupError, psutil.Error):
+                os.killpg(os.getpgid(proc.pid), signal.SIGKILL)
+        wait_until(lambda: not _ours(self.marker), timeout=10, what="no leftover processes")
+        self.journal.close()
+
+    # --- journal -------------------------------------------------------------------------------
+
+    def goal(self, goal_id: str, code: str, *, node_id: str = "n1", **kw: object) -> Goal:
+        """A goal whose recipe is ``python -c code <tmp_path>`` (argv[1] is the test's dir)."""
+        argv = [PY, "-c", code, self.marker]
+        return self.goals.create(
+            goal_id=goal_id, title=goal_id, node_id=node_id, argv=argv, **kw
+        ).goal  # type: ignore[arg-type]
+
+    def read(self, goal_id: str) -> tuple[Goal, Run]:
+        goal = self.goals.read(goal_id)
+        assert goal is not None
+        run = self.goals.current_run(goal)
+        assert run is not None
+        return goal, run
+
+    def status(self, goal_id: str) -> str:
+        return self.read(goal_id)[0].status
+
+    def first_run_started(self) -> bool:
+        return (self.dir / "ran").exists()
+
+    def registry(self, node_id: str = "n1") -> ProcessRegistry:
+        return ProcessRegistry(self.path, node_id)
+
+    def running_record(self, goal_id: str, node_id: str = "n1") -> ProcessRecord | None:
+        _, run = self.read(goal_id)
+        attempt = run.running_attempt
+        if attempt is None:
+            return None
+        return self.registry(node_id).get(run.run_id, attempt.epoch)
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> Iterator[Env]:
+    e = Env(tmp_path)
+    try:
+        yield e
+    finally:
+        e.cleanup()
+
+
+# Recipes: argv[1] is the test's directory.
+QUICK = "import time; time.sleep(0.2); print('hello from the recipe')"
+FAIL = "import sys; print('broken'); sys.exit(3)"
+# The first run leaves a flag and hangs; every later run succeeds at once.
+HANG_ONCE = (
+    "import os, sys, time\n"
+    "flag = os.path.join(sys.argv[1], 'ran')\n"
+    "if os.path.exists(flag): sys.exit(0)\n"
+    "open(flag, 'w').close(); time.sleep(60)"
+)
+# The first run leaves a flag and hangs; later runs wait for <dir>/go.
+HANG_ONCE_THEN_WAIT = (
+    "import os, sys, time\n"
+    "flag = os.path.join(sys.argv[1], 'ran')\n"
+    "if not os.path.exists(flag): open(flag, 'w').close(); time.sleep(60)\n"
+    "while not os.path.exists(os.path.join(sys.argv[1], 'go')): time.sleep(0.05)"
+)
+HANG = "import time; time.sleep(60)"
+# Runs until the test creates <dir>/go.
+WAIT_FOR_GO = (
+    "import os, sys, time\n"
+    "while not os.path.exists(os.path.join(sys.argv[1], 'go')): time.sleep(0.05)"
+)
+
+
+def _completed(env: Env, goal_id: str) -> bool:
+    return env.status(goal_id) == "completed"
+
+
+def _settled_after(env: Env, goal_id: str) -> None:
+    """Let the node prove it has ticked since now: a fresh goal runs to completion."""
+    env.goal(goal_id, QUICK)
+    wait_until(lambda: _completed(env, goal_id), what=f"{goal_id} completed")
+
+
+# --- end to end ------------------------------------------------------------------------------
+
+
+def test_a_goal_runs_and_completes_end_to_end(env: Env) -> None:
+    env.goal("hello", QUICK)
+    node = env.node()
+
+    wait_until(lambda: _completed(env, "hello"), what="completion")
+
+    _, run = env.read("hello")
+    assert run.status == "completed"
+    (attempt,) = run.attempts
+    assert attempt.worker.startswith("n1/")
+    assert attempt.evidence[0] == "exit:0"
+    assert attempt.evidence[1].startswith("sha256:")
+    log = env.registry().log_path(run.run_id, 1)
+    assert "hello from the recipe" in log.read_text()
+    wait_until(lambda: env.registry().all() == [], what="the worker's record removed")
+    wait_until(lambda: _ours(env.marker) == [node] or len(_ours(env.marker)) == 1, what="quiet")
+    assert [p.pid for p in _ours(env.marker)] == [node.pid]  # only the node is left
+
+
+def test_a_failing_recipe_retries_then_exhausts(env: Env) -> None:
+    env.goal("flaky", FAIL, max_attempts=3)
+    env.node()
+
+    wait_until(lambda: env.status("flaky") == "exhausted", what="exhaustion")
+
+    _, run = env.read("flaky")
+    assert run.status == "exhausted"
+    assert [a.state for a in run.attempts] == ["failed"] * 3
+    assert {a.reason for a in run.attempts} == {"exit code 3"}
+    assert all(a.evidence[0] == "exit:3" for a in run.attempts)
+
+
+def test_soft_capacity_runs_one_at_a_time(env: Env) -> None:
+    trace = env.dir / "trace"
+    code = (
+        "import os, sys, time\n"
+        f"log = open({str(trace)!r}, 'a', buffering=1)\n"
+        "log.write('start\\n'); time.sleep(0.2); log.write('end\\n')"
+    )
+    for i in range(3):
+        env.goal(f"c{i}", code)
+    env.node(capacity=1)
+
+    wait_until(lambda: all(_completed(env, f"c{i}") for i in range(3)), what="all done")
+
+    assert trace.read_text().split() == ["start", "end"] * 3
+
+
+def test_an_attempt_past_its_timeout_is_stopped_by_its_worker_and_reported_failed(
+    env: Env,
+) -> None:
+    env.goal("slow", HANG, max_attempts=1, attempt_timeout_ms=300)
+    worker = env.worker("slow", "tok1")
+
+    assert worker.wait(timeout=20) == 0
+
+    goal, run = env.read("slow")
+    assert goal.status == "exhausted"
+    assert run.attempts[0].reason is not None
+    assert run.attempts[0].reason.startswith("timeout")
+    assert _ours(env.marker) == []  # the recipe was stopped too
+
+
+# --- crash, restart, reconciliation ----------------------------------------------------------
+
+
+def test_a_crashed_node_is_reconciled_on_restart_and_the_goal_reruns(env: Env) -> None:
+    env.goal("crash", HANG_ONCE)
+    node = env.node()
+    rec = wait_until(lambda: env.running_record("crash"), what="a running, recorded attempt")
+    wait_until(env.first_run_started, what="the recipe started")
+
+    env.kill_node_and_workers(node)
+    assert env.status("crash") == "running"  # nothing ended it: time ends nothing
+    env.node()
+
+    wait_until(lambda: _completed(env, "crash"), what="the rerun completes")
+    _, run = env.read("crash")
+    first, second = run.attempts
+    assert (first.epoch, first.state) == (1, "interrupted")
+    assert first.cleanup is not None
+    assert first.cleanup["method"] == "process-exited"
+    assert first.cleanup["confirmed_by"] == "scheduler@n1"
+    assert (second.epoch, second.state) == (2, "completed")
+    assert env.registry().get(rec.run_id, 1) is None  # the stale record is gone
+
+
+def test_an_operator_redelivery_goal_is_held_after_crash_reconciliation(env: Env) -> None:
+    env.goal("payment", HANG_ONCE, redelivery="operator")
+    node = env.node()
+    wait_until(lambda: env.running_record("payment"), what="a running, recorded attempt")
+    wait_until(env.first_run_started, what="the recipe started")
+
+    env.kill_node_and_workers(node)
+    env.node()
+
+    wait_until(lambda: env.status("payment") == "held", what="held")
+    _settled_after(env, "later")
+    goal, run = env.read("payment")
+    assert goal.status == "held"
+    assert len(run.attempts) == 1  # held: the node does not run it again
+    assert run.attempts[0].cleanup["method"] == "process-exited"  # type: ignore[index]
+
+    env.goals.release(goal_id="payment", command_id="op:release:test")
+    wait_until(lambda: _completed(env, "payment"), what="released and completed")
+    assert len(env.read("payment")[1].attempts) == 2
+
+
+def test_a_restarted_node_does_not_launch_its_running_goals_again(env: Env) -> None:
+    env.goal("long", WAIT_FOR_GO)
+    node = env.node()
+    rec = wait_until(lambda: env.running_record("long"), what="a running, recorded attempt")
+
+    node.send_signal(signal.SIGTERM)
+    assert node.wait(timeout=10) == 0
+    assert same_process(rec)  # its worker outlives it
+    env.node()
+    _settled_after(env, "probe")
+
+    assert len(env.read("long")[1].attempts) == 1
+    (env.dir / "go").touch()
+    wait_until(lambda: _completed(env, "long"), what="the adopted worker completes")
+    assert len(env.read("long")[1].attempts) == 1
+
+
+def test_no_process_record_means_no_proof_and_the_attempt_is_left(env: Env) -> None:
+    env.goal("silent", HANG)
+    env.goals.start(goal_id="silent", node_id="n1", worker="n1/elsewhere", token="t1")
+    env.node()
+    _settled_after(env, "probe")
+
+    goal, run = env.read("silent")
+    assert goal.status == "running"
+    assert run.running_attempt is not None  # the operator decides (needs cleanup)
+
+
+# --- two nodes -------------------------------------------------------------------------------
+
+
+def test_two_nodes_on_one_journal_each_run_only_their_own_goals(env: Env) -> None:
+    mine = {"n1": [f"a{i}" for i in range(3)], "n2": [f"b{i}" for i in range(3)]}
+    for node_id, ids in mine.items():
+        for goal_id in ids:
+            env.goal(goal_id, QUICK, node_id=node_id)
+    env.node("n1")
+    env.node("n2")
+
+    everything = [g for ids in mine.values() for g in ids]
+    wait_until(lambda: all(_completed(env, g) for g in everything), what="all completed")
+
+    for node_id, ids in mine.items():
+        for goal_id in ids:
+            (attempt,) = env.read(goal_id)[1].attempts
+            assert attempt.worker.startswith(f"{node_id}/")
+        other = "n2" if node_id == "n1" else "n1"
+        logs = {p.name for p in env.registry(other).logs_dir.glob("*.log")}
+        assert not any(name.startswith(tuple(f"{g}." for g in ids)) for name in logs)
+
+
+# --- cancellation ----------------------------------------------------------------------------
+
+
+def test_a_cancel_written_elsewhere_is_cleaned_up_by_the_running_node(env: Env) -> None:
+    env.goal("doomed", HANG)
+    env.node()
+    rec = wait_until(lambda: env.running_record("doomed"), what="a running, recorded attempt")
+
+    env.goals.cancel(goal_id="doomed", reason="not needed any more", command_id="op:cancel:x")
+
+    wait_until(lambda: env.read("doomed")[1].status == "cancelled", what="run cancelled")
+    goal, run = env.read("doomed")
+    assert goal.status == "cancelled"
+    assert run.cancel_reason == "not needed any more"
+    (attempt,) = run.attempts
+    assert attempt.cleanup is not None and attempt.cleanup["epoch"] == 1
+    wait_until(lambda: not same_process(rec), what="the worker gone")
+    _settled_after(env, "probe")
+    assert len(env.read("doomed")[1].attempts) == 1  # nothing restarts it
+
+
+def test_the_node_stops_a_silent_worker_of_a_cancelled_goal(env: Env) -> None:
+    """The worker is frozen (it cannot clean up itself): the node stops its group and records."""
+    env.goal("frozen", HANG)
+    with Node(env.path, "n1", grace_s=0.3) as node:
+        assert node.tick() == ["frozen"]
+        rec = wait_until(lambda: env.running_record("frozen"), what="a running, recorded attempt")
+        os.killpg(rec.pgid, signal.SIGSTOP)
+        env.goals.cancel(goal_id="frozen", reason="stop it", command_id="op:cancel:y")
+
+        (ended,) = node.cleanup_cancelled()
+
+        assert ended.goal.status == "cancelled"
+        assert ended.run is not None and ended.run.status == "cancelled"
+        cleanup = ended.run.attempts[0].cleanup
+        assert cleanup is not None and cleanup["confirmed_by"] == "scheduler@n1"
+        assert "SIGKILL" in cleanup["method"]
+        assert not same_process(rec)
+        assert env.registry().all() == []
+        node.reap()
+        assert node.tick() == []
+    assert _ours(env.marker) == []
+
+
+# --- late reports ----------------------------------------------------------------------------
+
+
+def test_a_late_report_after_replacement_is_refused_and_writes_nothing(env: Env) -> None:
+    env.goal("late", HANG_ONCE_THEN_WAIT)
+    old = env.worker("late", "old")
+    rec = wait_until(lambda: env.running_record("late"), what="the first worker recorded")
+    wait_until(env.first_run_started, what="the recipe started")
+    os.killpg(rec.pgid, signal.SIGSTOP)  # silent owner: the operator confirms a (wrong) cleanup
+    goal, run = env.read("late")
+    env.goals.interrupt(
+        goal_id="late",
+        run_id=run.run_id,
+        epoch=1,
+        goal_version=goal.version,
+        run_version=run.version,
+        confirmed_by="alice@n1",
+        method="operator-confirmed",
+        command_id="op:cleanup:late.r1:1",
+    )
+    replacement = env.worker("late", "new")
+    wait_until(lambda: env.running_record("late"), what="the replacement running")
+    before = env.journal.last_sequence()
+
+    with pytest.raises(StaleAttemptError):  # epoch 1 reports while epoch 2 owns the run
+        env.goals.settle(goal_id="late", run_id=run.run_id, epoch=1, outcome="completed")
+    assert env.journal.last_sequence() == before
+
+    (env.dir / "go").touch()
+    assert replacement.wait(timeout=20) == 0
+    after = env.journal.last_sequence()
+    with pytest.raises(RunTerminalError):
+        env.goals.settle(goal_id="late", run_id=run.run_id, epoch=1, outcome="failed", reason="x")
+    os.killpg(rec.pgid, signal.SIGCONT)  # the old owner wakes up, rereads, stops, says nothing
+
+    assert old.wait(timeout=20) == EXIT_SUPERSEDED
+    assert env.journal.last_sequence() == after
+    _, run = env.read("late")
+    assert [a.state for a in run.attempts] == ["interrupted", "completed"]
+    assert _ours(env.marker) == []
