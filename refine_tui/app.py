@@ -642,8 +642,8 @@ class RefineApp(App[None]):
         for e in events:
             if e.sequence <= self._history_after:
                 continue
-            data = ", ".join(f"{k}={v}" for k, v in e.data.items() if k not in ("run_id",))
-            log.write_line(f"#{e.sequence:<6} {fmt.clock(e.committed_at)}  {e.type:<22} {data}")
+            when = fmt.clock(e.committed_at)
+            log.write_line(f"#{e.sequence:<6} {when}  {e.type:<21} {fmt.event_data(e.data)}")
             self._history_after = e.sequence
 
     @work(exclusive=True, group="log", exit_on_error=False)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
+from typing import Any
 
 from rich.text import Text
 
@@ -69,3 +71,24 @@ def percent(p: float | None) -> str:
 
 def clip(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
+
+
+_QUIET_KEYS = {"run_id", "attempt_id", "goal_id", "pins"}
+
+
+def event_data(data: Mapping[str, Any]) -> str:
+    """An event's data on one line: ``epoch=2 worker=w-1 reason="exit 1"`` (ids are implied)."""
+    parts = []
+    for key, value in data.items():
+        if key in _QUIET_KEYS or value in (None, [], {}):
+            continue
+        if isinstance(value, Mapping):
+            value = " ".join(f"{k}={v}" for k, v in value.items())
+            parts.append(f"{key}({value})")
+        elif isinstance(value, list):
+            parts.append(f"{key}={','.join(str(v) for v in value)}")
+        elif isinstance(value, str) and " " in value:
+            parts.append(f'{key}="{value}"')
+        else:
+            parts.append(f"{key}={value}")
+    return " ".join(parts)

@@ -329,7 +329,7 @@ def _note(goal: Goal, cancelling: bool, orphan: bool) -> str:
     if cancelling:
         parts.append("cancelling…")
     if goal.status == "held":
-        parts.append("held: R releases")
+        parts.append("R: release")
     if goal.cancel_reason:
         parts.append(goal.cancel_reason)
     return " · ".join(parts)

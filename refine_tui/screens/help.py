@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from importlib import resources
+from pathlib import Path
 from typing import ClassVar
 
 from textual.app import ComposeResult
@@ -16,7 +16,7 @@ class HelpScreen(ModalScreen[None]):
     BINDINGS: ClassVar = [Binding("escape,q,question_mark", "close", "Close")]
 
     def compose(self) -> ComposeResult:
-        text = resources.files("refine_tui").joinpath("help.md").read_text(encoding="utf-8")
+        text = (Path(__file__).parent.parent / "help.md").read_text(encoding="utf-8")
         with VerticalScroll(id="help"):
             yield Markdown(text)
 

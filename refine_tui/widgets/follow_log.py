@@ -20,3 +20,11 @@ class FollowLog(Log):
     def watch_scroll_y(self, old_value: float, new_value: float) -> None:
         super().watch_scroll_y(old_value, new_value)
         self.border_subtitle = FOLLOWING if self.following else PAUSED
+
+    def on_mount(self) -> None:
+        self.border_subtitle = FOLLOWING
+
+    def clear(self) -> FollowLog:
+        super().clear()
+        self.border_subtitle = FOLLOWING
+        return self

@@ -24,6 +24,7 @@ class Column:
 
 
 Cells = Sequence[RenderableType]
+REBUILD_AT = 100  # removing more rows than this (and most of them) rebuilds the table once
 
 
 class KeyedTable(DataTable[RenderableType]):
@@ -78,8 +79,25 @@ class KeyedTable(DataTable[RenderableType]):
 
     def sync(self, rows: Mapping[str, Cells]) -> None:
         """Make the table hold exactly ``rows`` (in their order for new keys)."""
+        gone = [k for k in self._cells if k not in rows]
         with self.app.batch_update():
-            for key in [k for k in self._cells if k not in rows]:
+            if len(gone) > REBUILD_AT and len(gone) * 2 > len(self._cells):
+                self._rebuild(rows)
+                return
+            for key in gone:
                 self.drop(key)
             for key, cells in rows.items():
                 self.upsert(key, cells)
+
+    def _rebuild(self, rows: Mapping[str, Cells]) -> None:
+        """Replace most rows at once (a new filter): DataTable's remove_row is O(n) per row.
+
+        Only for an operator's own change of the row set; the cursor goes back to its key.
+        """
+        selected = self.selected_key
+        self.clear()
+        self._cells = {}
+        for key, cells in rows.items():
+            self.upsert(key, cells)
+        if selected is not None and selected in self._cells:
+            self.select(selected)

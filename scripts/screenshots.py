@@ -1,0 +1,151 @@
+"""Render the real dashboard to screenshots/*.svg (and PNG where a converter can rasterise SVG).
+
+    python scripts/screenshots.py [--out screenshots]
+
+Each shot runs RefineApp on a fresh demo journal (no node running, so nothing moves), drives
+it with Pilot like an operator, and saves what the terminal shows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from textual.pilot import Pilot
+from textual.widgets import Input
+
+from refine_tui.app import RefineApp
+from refine_tui.demo import DEMO_NODE, populate
+
+Steps = Callable[[Pilot], Awaitable[None]]
+
+
+async def until(pilot: Pilot, condition: Callable[[], bool], tries: int = 300) -> None:
+    for _ in range(tries):
+        if condition():
+            return
+        await pilot.pause(0.02)
+    raise RuntimeError("the screen never reached the state to capture")
+
+
+async def loaded(pilot: Pilot) -> None:
+    app = pilot.app
+    await until(pilot, lambda: bool(app.goal_rows) and app.header_state.state == "live")
+
+
+def select(goal_id: str) -> Steps:
+    async def steps(pilot: Pilot) -> None:
+        pilot.app.query_one("#goals").select(goal_id)
+        await pilot.pause()
+
+    return steps
+
+
+def press(*keys: str, wait: Callable[[RefineApp], bool] | None = None) -> Steps:
+    async def steps(pilot: Pilot) -> None:
+        await pilot.press(*keys)
+        if wait is not None:
+            await until(pilot, lambda: wait(pilot.app))
+
+    return steps
+
+
+def modal_open(app: RefineApp) -> bool:
+    return len(app.screen_stack) > 1 and app.screen.query("#dialog").first() is not None
+
+
+SHOTS: dict[str, tuple[tuple[int, int], list[Steps]]] = {
+    "goals": ((80, 24), []),
+    "goals-wide": ((140, 40), [select("unit-tests"), press("h")]),
+    "runs": ((80, 24), [select("unit-tests"), press("enter")]),
+    "attempts": (
+        (80, 24),
+        [
+            select("unit-tests"),
+            press("enter", wait=lambda a: bool(a.query_one("#runs").keys())),
+            press("enter", wait=lambda a: bool(a.query_one("#attempts").keys())),
+            press("h"),
+        ],
+    ),
+    "log": ((80, 24), [select("nightly-report"), press("l")]),
+    "cancel-modal": ((80, 24), [select("migrate-db"), press("c", wait=modal_open)]),
+    "cleanup-modal": ((80, 24), [select("nightly-report"), press("x", wait=modal_open)]),
+    "help": ((80, 24), [press("question_mark")]),
+}
+
+
+async def shoot(journal: Path, name: str, out: Path) -> Path:
+    size, steps = SHOTS[name]
+    later = time.time() + 754  # as if the operator looked 12 minutes after the last commit
+    app = RefineApp(journal=journal, node=DEMO_NODE, operator="dana", clock=lambda: later)
+    async with app.run_test(size=size) as pilot:
+        await loaded(pilot)
+        for step in steps:
+            await step(pilot)
+        await pilot.pause(0.4)
+        for widget in app.screen.query(Input):
+            widget.cursor_blink = False
+        await pilot.pause(0.1)
+        return Path(app.save_screenshot(f"{name}.svg", str(out)))
+
+
+def rasteriser() -> list[str] | None:
+    """A command that turns an SVG into a PNG, if one here really can (checked, not assumed)."""
+    probe = Path(tempfile.mkdtemp()) / "probe.svg"
+    probe.write_text(
+        '<svg xmlns="http://www.w3.org/2000/svg" width="4" height="4">'
+        '<rect width="4" height="4" fill="red"/></svg>'
+    )
+    for command in (["rsvg-convert", "-o"], ["convert"]):
+        if shutil.which(command[0]) is None:
+            continue
+        png = probe.with_suffix(".png")
+        args = (
+            [*command, str(png), str(probe)]
+            if command[0] == "rsvg-convert"
+            else [*command, str(probe), str(png)]
+        )
+        done = subprocess.run(args, capture_output=True)
+        if done.returncode == 0 and png.exists() and png.read_bytes()[:4] == b"\x89PNG":
+            return command
+    return None
+
+
+def to_png(command: list[str], svg: Path) -> None:
+    png = svg.with_suffix(".png")
+    if command[0] == "rsvg-convert":
+        subprocess.run([*command, str(png), str(svg)], check=True)
+    else:
+        subprocess.run([*command, str(svg), str(png)], check=True)
+
+
+async def main(out: Path) -> int:
+    out.mkdir(parents=True, exist_ok=True)
+    os.environ["TZ"] = "UTC"
+    with tempfile.TemporaryDirectory(prefix="refine-shots-") as tmp:
+        out = out.absolute()
+        populate(Path(tmp) / "journal.db", node=DEMO_NODE, live=False)
+        os.chdir(tmp)  # the header shows the path as given: a short one reads better
+        shots = [await shoot(Path("journal.db"), name, out) for name in SHOTS]
+    command = rasteriser()
+    for svg in shots:
+        if command is not None:
+            to_png(command, svg)
+        print(svg)
+    if command is None:
+        print("no SVG rasteriser here (rsvg-convert / ImageMagick): SVG only", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path("screenshots"))
+    sys.exit(asyncio.run(main(parser.parse_args().out)))
