@@ -126,7 +126,7 @@ def decide_run(op: str, stored: Stored | None, inputs: Mapping[str, Any]) -> Cha
             raise RunTerminalError(f"Run {run_id} is {before['status']}", run_id=run_id)
         after, events = _STEPS[op](before, inputs)
     try:
-        check_run(after, run_id=run_id)
+        check_run(after, run_id=run_id, checked=before)
     except CorruptRunError as exc:
         raise DecisionError(f"decision broke an invariant: {exc.message}", run_id=run_id) from exc
     check_transition(before, after)

@@ -25,15 +25,17 @@ from store.run_rules import EXECUTION_LIMITS, Invalid
 RUN_STATUSES = ("queued", "running", "completed", "exhausted", "cancelled")
 TERMINAL_STATUSES = frozenset({"completed", "exhausted", "cancelled"})
 ATTEMPT_STATES = ("running", "completed", "failed", "interrupted")
+_ATTEMPT_BASE = rules.keys("attempt_id", "epoch", "worker", "state")
 _ATTEMPT_KEYS = {
-    "running": (),
-    "completed": ("evidence",),
-    "failed": ("reason", "evidence"),
-    "interrupted": ("cleanup",),
+    "running": _ATTEMPT_BASE,
+    "completed": _ATTEMPT_BASE | {"evidence"},
+    "failed": _ATTEMPT_BASE | {"reason", "evidence"},
+    "interrupted": _ATTEMPT_BASE | {"cleanup"},
 }
-_ATTEMPT_BASE = ("attempt_id", "epoch", "worker", "state")
-_RUN_KEYS = ("run_id", "pins", "budget", "status", "attempts")
-_RUN_OPTIONAL = ("cancel_requested", "cancel_reason")
+_RUN_KEYS = rules.keys("run_id", "pins", "budget", "status", "attempts")
+_RUN_OPTIONAL = rules.keys("cancel_requested", "cancel_reason")
+_REASON = rules.keys("reason")
+_UNSEEN = object()  # matches nothing by identity
 
 
 def run_aggregate_id(run_id: str) -> str:
@@ -154,10 +156,16 @@ def run_from_stored(stored: Stored) -> Run:
 # --- invariants ------------------------------------------------------------------------------
 
 
-def check_run(state: Any, *, run_id: str | None = None) -> None:
-    """Raise CorruptRunError unless ``state`` is a Run that keeps invariants 1–4 and 7."""
+def check_run(
+    state: Any, *, run_id: str | None = None, checked: Mapping[str, Any] | None = None
+) -> None:
+    """Raise CorruptRunError unless ``state`` is a Run that keeps invariants 1–4 and 7.
+
+    ``checked``: a state that already passed, from which ``state`` was built; parts of it that
+    ``state`` shares *by identity* (pins, budget, settled attempts) are not checked twice.
+    """
     try:
-        _check_state(state, run_id)
+        _check_state(state, run_id, checked)
     except Invalid as exc:
         shown = run_id or (state.get("run_id") if isinstance(state, dict) else None)
         shown = shown if isinstance(shown, str) else None
@@ -166,22 +174,30 @@ def check_run(state: Any, *, run_id: str | None = None) -> None:
         ) from None
 
 
-def _check_state(state: Any, run_id: str | None) -> None:
+def _check_state(state: Any, run_id: str | None, checked: Mapping[str, Any] | None) -> None:
     if state is None:
         raise Invalid("the record is null")
     run = rules.record(state, "run", _RUN_KEYS, _RUN_OPTIONAL)
     rid = rules.run_id_rule(run["run_id"])
     if run_id is not None and rid != run_id:
         raise Invalid(f"run_id {rid} is stored under run:{run_id}")
-    rules.pins(run["pins"])
-    limit = rules.budget(run["budget"])["max_attempts"]
+    known = checked or {}
+    if run["pins"] is not known.get("pins", _UNSEEN):
+        rules.pins(run["pins"])
+    if run["budget"] is not known.get("budget", _UNSEEN):
+        rules.budget(run["budget"])
+    limit = run["budget"]["max_attempts"]
     status = run["status"]
     if status not in RUN_STATUSES:
         raise Invalid(f"unknown status {status!r}")
     attempts = run["attempts"]
     if type(attempts) is not list or len(attempts) > limit:
         raise Invalid(f"attempts must be a list of at most {limit}")
-    states = [_check_attempt(a, rid, i + 1) for i, a in enumerate(attempts)]
+    old = known.get("attempts", ())
+    states = [
+        a["state"] if i < len(old) and a is old[i] else _check_attempt(a, rid, i + 1)
+        for i, a in enumerate(attempts)
+    ]
     if any(s in ("running", "completed") for s in states[:-1]):
         raise Invalid("only the last attempt may be running or completed")
     _check_status(status, states, limit)
@@ -193,7 +209,7 @@ def _check_attempt(value: Any, run_id: str, epoch: int) -> str:
     state = value.get("state") if type(value) is dict else None
     if state not in _ATTEMPT_KEYS:
         raise Invalid(f"{name} has no valid state")
-    rec = rules.record(value, name, _ATTEMPT_BASE + _ATTEMPT_KEYS[state])
+    rec = rules.record(value, name, _ATTEMPT_KEYS[state])
     if rec["epoch"] != epoch or type(rec["epoch"]) is not int:
         raise Invalid(f"{name} must have epoch {epoch}")
     if rec["attempt_id"] != attempt_id_for(run_id, epoch):
@@ -230,7 +246,7 @@ def _check_cancel_fields(run: Mapping[str, Any], status: str) -> None:
     if "cancel_requested" in run:
         if status != "running":
             raise Invalid("cancel_requested is only allowed while the Run is running")
-        request = rules.record(run["cancel_requested"], "cancel_requested", ("reason",))
+        request = rules.record(run["cancel_requested"], "cancel_requested", _REASON)
         rules.text(request["reason"], "cancel_requested.reason")
 
 

@@ -110,24 +110,35 @@ def epoch_rule(value: Any, name: str = "epoch") -> int:
 # --- records ---------------------------------------------------------------------------------
 
 
+def keys(*names: str) -> frozenset[str]:
+    return frozenset(names)
+
+
+NO_KEYS: frozenset[str] = frozenset()
+
+
 def record(
-    value: Any, name: str, required: tuple[str, ...], optional: tuple[str, ...] = ()
+    value: Any, name: str, required: frozenset[str], optional: frozenset[str] = NO_KEYS
 ) -> Mapping[str, Any]:
     """A plain mapping with exactly the ``required`` keys and perhaps some ``optional`` ones."""
     if type(value) not in _RECORD_TYPES:
         raise Invalid(f"{name} must be a plain object")
-    keys = set(value)
-    unknown = sorted(str(k) for k in keys - set(required) - set(optional))
-    if unknown or any(type(k) is not str for k in keys):
+    present = value.keys()
+    if present == required or (required <= present and present <= required | optional):
+        return value  # the common case, checked with set operations alone
+    unknown = sorted(str(k) for k in present - required - optional)
+    if unknown:
         raise Invalid(f"{name} has unknown field(s) {', '.join(unknown)}")
-    missing = [k for k in required if k not in keys]
-    if missing:
-        raise Invalid(f"{name} is missing {', '.join(missing)}")
-    return value
+    raise Invalid(f"{name} is missing {', '.join(sorted(required - present))}")
+
+
+_PINS = keys("candidate_digest", "recipe_revision", "scenario_revision")
+_BUDGET = keys("max_attempts", "attempt_timeout_ms")
+_CLEANUP = keys("epoch", "confirmed_by", "method")
 
 
 def pins(value: Any, name: str = "pins") -> dict[str, str]:
-    rec = record(value, name, ("candidate_digest", "recipe_revision", "scenario_revision"))
+    rec = record(value, name, _PINS)
     return {
         "candidate_digest": digest(rec["candidate_digest"], f"{name}.candidate_digest"),
         "recipe_revision": identifier(rec["recipe_revision"], f"{name}.recipe_revision"),
@@ -136,7 +147,7 @@ def pins(value: Any, name: str = "pins") -> dict[str, str]:
 
 
 def budget(value: Any, name: str = "budget") -> dict[str, int]:
-    rec = record(value, name, ("max_attempts", "attempt_timeout_ms"))
+    rec = record(value, name, _BUDGET)
     return {
         "max_attempts": integer(
             rec["max_attempts"], f"{name}.max_attempts", 1, EXECUTION_LIMITS.max_attempts
@@ -157,7 +168,7 @@ def evidence(value: Any, name: str = "evidence") -> list[str]:
 
 
 def cleanup(value: Any, name: str = "cleanup") -> dict[str, Any]:
-    rec = record(value, name, ("epoch", "confirmed_by", "method"))
+    rec = record(value, name, _CLEANUP)
     return {
         "epoch": epoch_rule(rec["epoch"], f"{name}.epoch"),
         "confirmed_by": confirmer(rec["confirmed_by"], f"{name}.confirmed_by"),
@@ -183,7 +194,11 @@ _FIELDS: dict[str, dict[str, Rule]] = {
     "request_cancel": {"run_id": run_id_rule, "reason": lambda v: text(v, "reason")},
     "cancel": {"run_id": run_id_rule, "reason": lambda v: text(v, "reason"), "cleanup": cleanup},
 }
-_OPTIONAL = {"cancel": ("cleanup",)}
+_REQUIRED = {
+    op: frozenset(rules) - (keys("cleanup") if op == "cancel" else NO_KEYS)
+    for op, rules in _FIELDS.items()
+}
+_OPTIONAL = {"cancel": keys("cleanup")}
 
 
 def validate_run_command(op: str, inputs: Mapping[str, Any]) -> dict[str, Any]:
@@ -196,15 +211,16 @@ def validate_run_command(op: str, inputs: Mapping[str, Any]) -> dict[str, Any]:
         raise InvalidInputError(f"unknown Run operation {op!r}")
     rules = _FIELDS[op]
     try:
-        optional = _OPTIONAL.get(op, ())
-        given = dict(record(inputs, f"{op} input", tuple(rules), optional))
-        for key in optional:
-            if given.get(key, ...) is None:
-                del given[key]
-        return {key: rules[key](value) for key, value in given.items()}
+        given = record(inputs, f"{op} input", _REQUIRED[op], _OPTIONAL.get(op, NO_KEYS))
+        return {key: rules[key](v) for key, v in given.items() if not _absent(op, key, v)}
     except Invalid as exc:
         run_id = inputs.get("run_id") if type(inputs) in _RECORD_TYPES else None
         raise InvalidInputError(str(exc), run_id=_safe_run_id(run_id)) from None
+
+
+def _absent(op: str, key: str, value: Any) -> bool:
+    """cancel's cleanup=None means no cleanup: stored as absent, so both spellings replay alike."""
+    return value is None and key == "cleanup" and op == "cancel"
 
 
 def check_run_id(run_id: Any) -> str:

@@ -850,3 +850,37 @@ def test_refusal_order(tmp_path: Path) -> None:
         ex.complete(command_id="rc", run_id="r1", expected_version=0, epoch=1, evidence=[])
     with pytest.raises(InvalidInputError):  # and bad input before that
         ex.complete(command_id="rc", run_id="r1", expected_version=0, epoch=0, evidence=[])
+
+
+def test_check_run_skips_only_what_it_shares_by_identity() -> None:
+    before = {
+        "run_id": "r1",
+        "pins": dict(PINS),
+        "budget": budget(3),
+        "status": "queued",
+        "attempts": [
+            {
+                "attempt_id": "r1/1",
+                "epoch": 1,
+                "worker": "w1",
+                "state": "failed",
+                "reason": "boom",
+                "evidence": [],
+            },
+        ],
+    }
+    check_run(before)
+    running = {"attempt_id": "r1/2", "epoch": 2, "worker": "w2", "state": "running"}
+    after = {**before, "status": "running", "attempts": [*before["attempts"], running]}
+    check_run(after, checked=before)
+    for broken in (
+        {**after, "pins": {**PINS, "candidate_digest": "sha256:00"}},  # equal-looking copies
+        {**after, "budget": {**budget(3), "max_attempts": True}},
+        {**after, "attempts": [{**before["attempts"][0], "epoch": True}, running]},
+        {**after, "attempts": [before["attempts"][0], {**running, "worker": "bad worker"}]},
+        {**after, "pins": None},
+    ):
+        with pytest.raises(CorruptRunError):
+            check_run(broken, checked=before)
+        with pytest.raises(CorruptRunError):
+            check_run(broken)
