@@ -38,6 +38,15 @@ from refine_tui.widgets.keyed_table import Column, KeyedTable
 from refine_tui.widgets.status_header import HeaderState, StatusHeader
 from store.errors import RefineError, StorageError
 from store.journal import Journal
+from store.operator import (
+    cancel_goal,
+    cleanup_evidence,
+    confirm_cleanup,
+    describe_cancel,
+    describe_stop,
+    release_goal,
+    stop_goal,
+)
 from store.watch import ChangeFeed, JournalWatcher
 
 # Order chosen for 80 columns: what an operator scans first (status, markers) is visible
@@ -62,13 +71,13 @@ RUN_COLUMNS = (
 )
 ATTEMPT_COLUMNS = (
     Column("epoch", "#", 2),
-    Column("state", "State", 28),
+    Column("state", "State", 25),
     Column("started", "Started", 8),
     Column("duration", "Duration", 8),
     Column("pid", "PID", 7),
     Column("alive", "Alive", 5),
     Column("cpu", "CPU", 4),
-    Column("memory", "Mem", 6),
+    Column("memory", "Mem", 5),
     Column("worker", "Worker", None),
 )
 WORKER_COLUMNS = (
@@ -695,7 +704,7 @@ class RefineApp(App[None]):
         if cut == 0:
             return
         self._log_offset = start + cut
-        log.write(data[:cut].decode("utf-8", "replace"))
+        log.write_lines(data[:cut].decode("utf-8", "replace").splitlines())
 
     # --- actions: availability -----------------------------------------------------------------
 
@@ -808,14 +817,25 @@ class RefineApp(App[None]):
 
     @work(group="operator", exit_on_error=False)
     async def stop_flow(self, goal_id: str) -> None:
-        from store.operator import describe_stop, stop_goal
-
         sentence = await self.call_store(
             lambda: describe_stop(self.writer(), goal_id, node=self.node, grace_s=self.grace_s)
         )
         if sentence is None:
             return
+        seen = await self.call_store(lambda: self.attempt_now(goal_id))
         if not await self.push_screen_wait(ConfirmModal(f"Stop goal {goal_id}", sentence, "Stop")):
+            return
+        # The modal promised a particular attempt: if the goal moved on meanwhile (settled,
+        # requeued and restarted, cancelled), stop nothing and say so (htop's locked selection).
+        now = await self.call_store(lambda: self.attempt_now(goal_id))
+        if now != seen:
+            self.notify(
+                f"{goal_id} changed while the dialog was open ({describe(seen)} → "
+                f"{describe(now)}): nothing was stopped",
+                title="Stop",
+                severity="warning",
+                timeout=8,
+            )
             return
         report = await self.call_store(
             lambda: stop_goal(
@@ -825,6 +845,14 @@ class RefineApp(App[None]):
         )
         self.notify_report(report)
 
+    def attempt_now(self, goal_id: str) -> tuple[str, str | None, int | None]:
+        """(thread) The goal's status, run and running epoch as the journal has them now."""
+        reader = Reader(self.reading(), self.node) if self._reader is None else self._reader
+        row = reader.goal_rows([goal_id]).get(goal_id)
+        if row is None:
+            return ("gone", None, None)
+        return (row.status, row.run_id, row.running_epoch)
+
     def action_cancel_goal(self) -> None:
         goal = self.selected_goal()
         if goal is not None:
@@ -832,8 +860,6 @@ class RefineApp(App[None]):
 
     @work(group="operator", exit_on_error=False)
     async def cancel_flow(self, goal_id: str) -> None:
-        from store.operator import cancel_goal, describe_cancel
-
         sentence = await self.call_store(
             lambda: describe_cancel(self.writer(), goal_id, node=self.node)
         )
@@ -862,8 +888,6 @@ class RefineApp(App[None]):
 
     @work(group="operator", exit_on_error=False)
     async def cleanup_flow(self, run_id: str, epoch: int) -> None:
-        from store.operator import cleanup_evidence, confirm_cleanup
-
         evidence = await self.call_store(
             lambda: cleanup_evidence(self.writer(), run_id, epoch=epoch, node=self.node)
         )
@@ -888,8 +912,6 @@ class RefineApp(App[None]):
 
     @work(group="operator", exit_on_error=False)
     async def release_flow(self, goal: GoalRow) -> None:
-        from store.operator import release_goal
-
         body = (
             f"Release goal {goal.goal_id}: it becomes queued and node {goal.node_id} starts its "
             f"next attempt ({goal.attempts} used). Release only once the external system has "
@@ -963,13 +985,20 @@ def refusal_text(exc: RefineError) -> str:
     return f"{exc.message} ({exc.code})"
 
 
+def describe(attempt: tuple[str, str | None, int | None] | None) -> str:
+    if attempt is None:
+        return "unknown"
+    status, run_id, epoch = attempt
+    return f"{status}, attempt {epoch} of {run_id}" if epoch else status
+
+
 def report_text(report: Any) -> str:
-    parts = [f"{report.goal_id or report.run_id}: {report.outcome}"]
-    if getattr(report, "signals", ()):
-        parts.append("signals " + ", ".join(report.signals))
+    """What an operator command did, in the store's words (it names signals and outcome)."""
+    head = f"{report.goal_id or report.run_id}: {report.outcome}"
     if getattr(report, "why", ""):
-        parts.append(str(report.why))
-    return " — ".join(parts)
+        return f"{head} — {report.why}"
+    signals = ", ".join(getattr(report, "signals", ()))
+    return f"{head} (signals: {signals})" if signals else head
 
 
 def evidence_text(evidence: Any) -> Text:

@@ -3,7 +3,7 @@
 ``populate`` writes the history through the real Goals API, as workers would have: quick
 successes, a failure that retried, one that exhausted its budget, a cancelled goal, a held
 goal (operator redelivery, interrupted), another node's running goal, and one orphaned attempt
-of this node whose process record points to a process that no longer exists (`needs cleanup`).
+of this node that no process record proves (`needs cleanup`).
 Then it queues live goals for ``refine node`` to run while the operator watches.
 """
 
@@ -20,7 +20,7 @@ from pathlib import Path
 
 from store.goals import Goals
 from store.journal import Journal
-from store.processes import ProcessRecord, ProcessRegistry
+from store.processes import ProcessRegistry, stop_process
 
 DEMO_NODE = "n1"
 OTHER_NODE = "n2"
@@ -108,7 +108,12 @@ def _held(goals: Goals, node: str) -> None:
 
 
 def _orphan(goals: Goals, path: Path, node: str) -> None:
-    """A running attempt claimed by a worker whose recorded process no longer exists."""
+    """A running attempt of this node whose worker vanished without a process record.
+
+    With a record proving the process gone, the node's startup reconciliation would end the
+    attempt by itself; without one there is no proof, so it waits for an operator (DESIGN §6).
+    Its log survives: the cleanup modal shows it, silent for 41 minutes.
+    """
     goals.create(
         goal_id="nightly-report",
         title="Nightly sales report",
@@ -118,28 +123,10 @@ def _orphan(goals: Goals, path: Path, node: str) -> None:
     )
     started = goals.start(goal_id="nightly-report", node_id=node, worker="w-f6", token="demo")
     assert started.attempt is not None
-    registry = ProcessRegistry(path, node)
-    run_id = "nightly-report.r1"
-    log = registry.log_path(run_id, 1)
+    log = ProcessRegistry(path, node).log_path("nightly-report.r1", 1)
     log.parent.mkdir(parents=True, exist_ok=True)
     log.write_text("loading sales for 2026-11-28\nquerying warehouse…\n")
-    os.utime(log, (time.time() - 2460, time.time() - 2460))  # silent for 41 minutes
-    gone = subprocess.Popen(["true"], start_new_session=True)
-    gone.wait()  # a real pid, now exited: the record proves nothing is running
-    registry.record(
-        ProcessRecord(
-            node_id=node,
-            pid=gone.pid,
-            create_time=time.time() - 2460,
-            pgid=gone.pid,
-            run_id=run_id,
-            epoch=1,
-            worker="w-f6",
-            argv=("sh", "-c", "echo report"),
-            log_path=str(log),
-            started_at=time.time() - 2460,
-        )
-    )
+    os.utime(log, (time.time() - 2460, time.time() - 2460))
 
 
 def _queue_live(add) -> None:  # type: ignore[no-untyped-def]
@@ -185,6 +172,13 @@ def stop_node(proc: subprocess.Popen[bytes]) -> None:
             proc.wait()
 
 
+def stop_workers(path: Path, node: str) -> None:
+    """End the demo's worker process groups (identity-checked: pid and create time)."""
+    for record in ProcessRegistry(path, node).all():
+        with contextlib.suppress(Exception):
+            stop_process(record, grace_s=2.0)
+
+
 def run_demo(directory: Path | None = None) -> int:
     """Create the demo journal, start a node, open the dashboard; stop the node on exit."""
     from refine_tui.app import RefineApp
@@ -196,9 +190,14 @@ def run_demo(directory: Path | None = None) -> int:
     else:
         populate(path)
     node = start_node(path, DEMO_NODE)
+    app = RefineApp(journal=path, node=DEMO_NODE)
+    # A closed terminal (SIGHUP) must still stop the node and its workers.
+    previous = signal.signal(signal.SIGHUP, lambda *_: app.exit())
     try:
-        RefineApp(journal=path, node=DEMO_NODE).run()
+        app.run()
     finally:
+        signal.signal(signal.SIGHUP, previous)
         stop_node(node)
+        stop_workers(path, DEMO_NODE)
     print(f"demo journal kept at {path}  (refine --journal {path} goals)")
     return 0

@@ -56,12 +56,14 @@ def clock(at: float | None) -> str:
 
 
 def size(n: int | None) -> str:
+    """Memory in at most 5 characters: ``512K``, ``27M``, ``1.2G``."""
     if n is None:
         return ""
-    for unit in ("B", "K", "M", "G"):
-        if n < 1024 or unit == "G":
-            return f"{n:.0f}{unit}" if unit == "B" else f"{n:.1f}{unit}"
-        n /= 1024  # type: ignore[assignment]
+    value = float(n)
+    for unit in ("B", "K", "M", "G", "T"):
+        if value < 1024 or unit == "T":
+            return f"{value:.1f}{unit}" if value < 10 and unit != "B" else f"{value:.0f}{unit}"
+        value /= 1024
     return ""
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sqlite3
 import subprocess
 import sys
 import time
@@ -143,17 +144,58 @@ async def test_log_follows_the_attempt(journal_path: Path) -> None:
         assert detail.following
 
 
+def record_process(journal_path: Path, run_id: str, proc: subprocess.Popen) -> None:
+    registry = ProcessRegistry(journal_path, NODE)
+    registry.record(
+        ProcessRecord(
+            node_id=NODE,
+            pid=proc.pid,
+            create_time=psutil.Process(proc.pid).create_time(),
+            pgid=proc.pid,
+            run_id=run_id,
+            epoch=1,
+            worker="w-loop",
+            argv=("sleep", "60"),
+            log_path=str(registry.log_path(run_id, 1)),
+            started_at=time.time(),
+        )
+    )
+
+
+def start_loop_goal(journal_path: Path) -> subprocess.Popen:
+    """A running goal of this node with a real process group recorded for its attempt."""
+    with Journal.open(journal_path) as j:
+        goals = Goals(j)
+        goals.create(goal_id="loop", title="stuck loop", node_id=NODE, argv=["sleep", "60"])
+        goals.start(goal_id="loop", node_id=NODE, worker="w-loop", token="t")
+    proc = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    record_process(journal_path, "loop.r1", proc)
+    return proc
+
+
+def end(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+
+
 async def test_workers_view_lists_this_nodes_processes(journal_path: Path) -> None:
+    proc = start_loop_goal(journal_path)
     app = RefineApp(journal=journal_path, node=NODE)
-    async with app.run_test(size=SIZE) as pilot:
-        await loaded(pilot)
-        await pilot.press("w")
-        workers = app.query_one("#workers", KeyedTable)
-        await until(pilot, lambda: workers.keys() == ["nightly-report.r1/1"])
-        assert str(workers.get_cell("nightly-report.r1/1", "alive")) == "no"
-        assert app.check_action("stop", ()) is None  # actions apply to goals, not here
-        await pilot.press("escape")
-        assert app.view == "goals"
+    try:
+        async with app.run_test(size=SIZE) as pilot:
+            await loaded(pilot)
+            await pilot.press("w")
+            workers = app.query_one("#workers", KeyedTable)
+            await until(pilot, lambda: workers.keys() == ["loop.r1/1"])
+            assert str(workers.get_cell("loop.r1/1", "pid")) == str(proc.pid)
+            assert str(workers.get_cell("loop.r1/1", "alive")) == "yes"
+            assert str(workers.get_cell("loop.r1/1", "memory")).endswith("M")
+            assert app.check_action("stop", ()) is None  # actions apply to goals, not here
+            await pilot.press("escape")
+            assert app.view == "goals"
+    finally:
+        end(proc)
 
 
 async def test_filter_queries_the_journal(journal_path: Path) -> None:
@@ -315,8 +357,7 @@ async def test_refusal_from_the_store_is_a_notification(journal_path: Path) -> N
     app = RefineApp(journal=journal_path, node=NODE)
     async with app.run_test(size=SIZE) as pilot:
         await loaded(pilot)
-        ProcessRegistry(journal_path, NODE).remove("nightly-report.r1", 1)
-        await select(pilot, "nightly-report")
+        await select(pilot, "nightly-report")  # running, but no process record here
         await pilot.press("s")
         await until(pilot, lambda: any("(" in m and "_" in m for m in notes(app)))
         assert not isinstance(app.screen, ConfirmModal)
@@ -325,32 +366,13 @@ async def test_refusal_from_the_store_is_a_notification(journal_path: Path) -> N
 
 async def test_stop_a_real_process(journal_path: Path) -> None:
     """A real process group on this node: Stop signals it and requeues the goal."""
-    with Journal.open(journal_path) as j:
-        goals = Goals(j)
-        goals.create(goal_id="loop", title="stuck loop", node_id=NODE, argv=["sleep", "60"])
-        started = goals.start(goal_id="loop", node_id=NODE, worker="w-loop", token="t")
-        assert started.attempt is not None
-    proc = subprocess.Popen(["sleep", "60"], start_new_session=True)
-    registry = ProcessRegistry(journal_path, NODE)
-    registry.record(
-        ProcessRecord(
-            node_id=NODE,
-            pid=proc.pid,
-            create_time=psutil.Process(proc.pid).create_time(),
-            pgid=proc.pid,
-            run_id="loop.r1",
-            epoch=1,
-            worker="w-loop",
-            argv=("sleep", "60"),
-            log_path=str(registry.log_path("loop.r1", 1)),
-            started_at=time.time(),
-        )
-    )
+    proc = start_loop_goal(journal_path)
     app = RefineApp(journal=journal_path, node=NODE, operator="dana", grace_s=2)
     try:
         async with app.run_test(size=SIZE) as pilot:
             await loaded(pilot)
             await select(pilot, "loop")
+            assert not app.goal_rows["loop"].needs_cleanup  # its process proves it
             await pilot.press("s")
             await until(pilot, lambda: isinstance(app.screen, ConfirmModal))
             body = str(app.screen.query_one("#dialog-body Static").render())
@@ -361,9 +383,43 @@ async def test_stop_a_real_process(journal_path: Path) -> None:
             proc.wait(timeout=5)  # gone (the stopper may have reaped it already)
             assert any("loop" in m and "SIGTERM" in m.upper() for m in notes(app))
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        end(proc)
+
+
+async def test_stop_refuses_when_the_goal_moved_on_while_the_modal_was_open(
+    journal_path: Path,
+) -> None:
+    proc = start_loop_goal(journal_path)
+    app = RefineApp(journal=journal_path, node=NODE, operator="dana", grace_s=2)
+    try:
+        async with app.run_test(size=SIZE) as pilot:
+            await loaded(pilot)
+            await select(pilot, "loop")
+            await pilot.press("s")
+            await until(pilot, lambda: isinstance(app.screen, ConfirmModal))
+            commit_in_process(  # the worker reports success while the operator hesitates
+                journal_path,
+                "goals.settle(goal_id='loop', run_id='loop.r1', epoch=1, outcome='completed')",
+            )
+            await pilot.press("y")
+            await until(pilot, lambda: any("changed while the dialog" in m for m in notes(app)))
+            assert proc.poll() is None  # nothing was signalled
+            assert read_goal(journal_path, "loop").status == "completed"
+    finally:
+        end(proc)
+
+
+async def test_corrupt_goal_record_is_shown_not_interpreted(journal_path: Path) -> None:
+    with sqlite3.connect(journal_path) as db:  # fixture: break one stored record
+        db.execute("UPDATE aggregates SET state = '{\"oops\": 1}' WHERE aggregate_id = 'goal:lint'")
+    app = RefineApp(journal=journal_path, node=NODE)
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        assert app.goal_rows["lint"].status == "corrupt"
+        assert app.goal_rows["unit-tests"].status == "completed"  # the others still read
+        await select(pilot, "lint")
+        assert app.check_action("cancel_goal", ()) is None
+        assert "corrupt" in app.why_not("cancel_goal")
 
 
 async def test_read_only_greys_every_action_and_writes_nothing(journal_path: Path) -> None:
