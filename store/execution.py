@@ -111,6 +111,8 @@ def decide_run(op: str, stored: Stored | None, inputs: Mapping[str, Any]) -> Cha
     AttemptActiveError / StaleAttemptError. A new state that breaks an invariant is a bug:
     DecisionError, and nothing is written.
     """
+    if op not in OPERATIONS:
+        raise InvalidInputError(f"unknown Run operation {op!r}")
     run_id = inputs["run_id"]
     aggregate_id = run_aggregate_id(run_id)
     if op == "submit":
