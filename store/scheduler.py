@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from store.errors import RefineError, VersionConflictError
+from store.errors import InvalidInputError, RefineError, VersionConflictError
 from store.execution import Execution
 from store.goals import Goal, GoalResult, Goals, check_name, goal_id_of_run
 from store.journal import Journal
@@ -74,7 +74,7 @@ class Node:
     ) -> None:
         self.node_id = check_name(node_id, "node_id")
         if type(capacity) is not int or capacity < 1:
-            raise ValueError("capacity must be a positive integer")
+            raise InvalidInputError("capacity must be a positive integer")
         self.capacity = capacity
         self.grace_s = grace_s
         self.journal_path = Path(journal_path).absolute()
@@ -160,6 +160,7 @@ class Node:
             return None
         if goal.node_id != self.node_id:
             return None
+        stop_process(rec, self.grace_s)  # what the gone worker left in its group (grandchildren)
         try:
             result = self._interrupt(goal, run, rec.epoch, RECONCILE_METHOD, "reconcile")
         except VersionConflictError:
@@ -342,7 +343,7 @@ def run_node(journal_path: str | Path, node_id: str, *, capacity: int = 4) -> in
         node = Node(journal_path, node_id, capacity)
     except RefineError as exc:
         print(f"refine node: {exc}", file=sys.stderr)
-        return 3
+        return 2 if isinstance(exc, InvalidInputError) else 3
     with node:
         return asyncio.run(node.serve())
 

@@ -24,7 +24,7 @@ from store.goals import Goal, Goals
 from store.journal import Journal
 from store.processes import ProcessRecord, ProcessRegistry, same_process
 from store.run_model import Run
-from store.scheduler import Node
+from store.scheduler import Node, run_node
 from store.worker import EXIT_SUPERSEDED
 
 T = TypeVar("T")
@@ -197,8 +197,8 @@ def test_a_goal_runs_and_completes_end_to_end(env: Env) -> None:
     log = env.registry().log_path(run.run_id, 1)
     assert "hello from the recipe" in log.read_text()
     wait_until(lambda: env.registry().all() == [], what="the worker's record removed")
-    wait_until(lambda: _ours(env.marker) == [node] or len(_ours(env.marker)) == 1, what="quiet")
-    assert [p.pid for p in _ours(env.marker)] == [node.pid]  # only the node is left
+    # Only the node is left: the worker and its recipe are gone.
+    wait_until(lambda: [p.pid for p in _ours(env.marker)] == [node.pid], what="only the node")
 
 
 def test_a_failing_recipe_retries_then_exhausts(env: Env) -> None:
@@ -377,7 +377,7 @@ def test_the_node_stops_a_silent_worker_of_a_cancelled_goal(env: Env) -> None:
         assert ended.run is not None and ended.run.status == "cancelled"
         cleanup = ended.run.attempts[0].cleanup
         assert cleanup is not None and cleanup["confirmed_by"] == "scheduler@n1"
-        assert "SIGKILL" in cleanup["method"]
+        assert cleanup["method"].startswith("cancel cleanup by node n1: SIGTERM to process group")
         assert not same_process(rec)
         assert env.registry().all() == []
         node.reap()
@@ -425,3 +425,11 @@ def test_a_late_report_after_replacement_is_refused_and_writes_nothing(env: Env)
     _, run = env.read("late")
     assert [a.state for a in run.attempts] == ["interrupted", "completed"]
     assert _ours(env.marker) == []
+
+
+def test_run_node_refuses_a_missing_journal_and_a_bad_capacity(tmp_path: Path) -> None:
+    missing = tmp_path / "missing.db"
+    assert run_node(missing, "n1") == 3
+    assert not missing.exists()
+    Journal.open(tmp_path / "j.db").close()
+    assert run_node(tmp_path / "j.db", "n1", capacity=0) == 2
