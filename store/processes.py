@@ -222,6 +222,10 @@ def _cpu_percent(p: psutil.Process) -> float:
     known = _cpu_watch.get(key)
     if known is not None:
         return known.cpu_percent(interval=None)
+    if len(_cpu_watch) >= 1024:  # forget processes that have gone
+        for old_key, old in list(_cpu_watch.items()):
+            if not old.is_running():
+                del _cpu_watch[old_key]
     _cpu_watch[key] = p
     p.cpu_percent(interval=None)  # primes the next delta
     times = p.cpu_times()
@@ -256,12 +260,15 @@ def stop_process(rec: ProcessRecord, grace_s: float = 5.0) -> StopOutcome:
     reaped = _reap_if_our_zombie(rec.pid)
     proc = _process(rec)
     if proc is None:
-        return _not_running_or_mismatch(rec, reaped)
-    try:
-        group = os.getpgid(rec.pid) == rec.pgid
-    except ProcessLookupError:
-        return _not_running_or_mismatch(rec, _reap_if_our_zombie(rec.pid))
-    target = f"process group {rec.pgid}" if group else f"pid {rec.pid}"
+        if not _orphans_left(rec):
+            return _not_running_or_mismatch(rec, reaped)
+        group, target = True, f"the leftovers of process group {rec.pgid} (pid {rec.pid} is gone)"
+    else:
+        try:
+            group = os.getpgid(rec.pid) == rec.pgid
+        except ProcessLookupError:
+            return _not_running_or_mismatch(rec, _reap_if_our_zombie(rec.pid))
+        target = f"process group {rec.pgid}" if group else f"pid {rec.pid}"
 
     def alive() -> bool:
         _reap_if_our_zombie(rec.pid)
@@ -281,6 +288,12 @@ def stop_process(rec: ProcessRecord, grace_s: float = 5.0) -> StopOutcome:
             )
         time.sleep(POLL_S)
     return StopOutcome(("SIGTERM",), "exited", f"SIGTERM to {target}; exited within the grace")
+
+
+def _orphans_left(rec: ProcessRecord) -> bool:
+    """The recorded leader is gone but its group lives on (e.g. grandchildren of a crashed
+    worker). A group id stays allocated while any member lives, so the group is still ours."""
+    return rec.pgid == rec.pid and _group_is_ours(rec) and _group_alive(rec.pgid)
 
 
 def _not_running_or_mismatch(rec: ProcessRecord, reaped: bool) -> StopOutcome:
@@ -321,6 +334,37 @@ def _group_is_ours(rec: ProcessRecord) -> bool:
         return leader.create_time() <= rec.create_time
     except psutil.NoSuchProcess:
         return True  # leaderless: a live group id cannot have been reused
+
+
+def stop_group_members(grace_s: float = 5.0) -> tuple[str, ...]:
+    """Stop every process of the caller's own group but the caller: SIGTERM, up to ``grace_s``,
+    SIGKILL (a worker ending its recipe and whatever the recipe started). Only for a session
+    leader (a worker the node started with ``start_new_session``): any other group may hold
+    processes that are not ours (a shell's pipeline, a test runner). Returns the signals.
+    """
+    me = os.getpid()
+    if os.getsid(0) != me or os.getpgid(0) != me:
+        return ()
+
+    def others() -> list[psutil.Process]:
+        found = []
+        for proc in _group_members(me):
+            with contextlib.suppress(psutil.Error):
+                if proc.pid != me and proc.status() != psutil.STATUS_ZOMBIE:
+                    found.append(proc)
+        return found
+
+    sent: list[str] = []
+    deadline = time.monotonic() + max(0.0, grace_s)
+    while (members := others()) and time.monotonic() < deadline + 5.0:
+        sig = signal.SIGTERM if time.monotonic() < deadline else signal.SIGKILL
+        if not sent or sent[-1] != sig.name:
+            sent.append(sig.name)
+        for proc in members:  # psutil checks the pid still names that process
+            with contextlib.suppress(psutil.Error):
+                proc.send_signal(sig)
+        time.sleep(POLL_S)
+    return tuple(sent)
 
 
 def _group_members(pgid: int) -> Iterator[psutil.Process]:
