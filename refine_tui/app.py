@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from rich.text import Text
-from textual import on, work
+from textual import events, on, work
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Vertical
@@ -101,6 +101,8 @@ ACTION_TITLES = {
     "log": "Log",
     "history": "History",
 }
+# All Goal columns at their base widths, with cell padding and a scrollbar.
+TABLE_WIDTH = sum(c.width or 0 for c in GOAL_COLUMNS) + 2 * len(GOAL_COLUMNS) + 2
 ACTION_KEYS = {"stop": "s", "cancel_goal": "c", "cleanup": "x", "release": "R"}
 OBSERVE_INTERVAL_S = 2.0  # CPU/memory/liveness of this node's processes (they change silently)
 
@@ -180,6 +182,8 @@ class RefineApp(App[None]):
         self._log_file: str | None = None
         self._log_offset = 0
         self._wake = asyncio.Event()
+        self._read_lock = asyncio.Lock()
+        self.widths = {"title": 14, "note": 22}  # grown on wide terminals (on_resize)
         self._full_pending = True
         self._watcher: JournalWatcher | None = None
 
@@ -207,6 +211,20 @@ class RefineApp(App[None]):
         self.set_interval(OBSERVE_INTERVAL_S, self.observe_processes)
         self.set_interval(0.5, self.follow_log_file)
         self.follow_journal()
+
+    def on_resize(self, event: events.Resize) -> None:
+        """Give Title and Note the room a wide terminal has, once every column is visible."""
+        spare = max(0, event.size.width - TABLE_WIDTH)
+        widths = {"title": 14 + min(spare // 2, 26), "note": 22 + min(spare - spare // 2, 38)}
+        if widths == self.widths:
+            return
+        self.widths = widths
+        goals = self.query_one("#goals", KeyedTable)
+        for key, width in widths.items():
+            goals.set_width(key, width)
+        with self.batch_update():
+            for key, row in self.goal_rows.items():
+                goals.upsert(key, self.goal_cells(row))
 
     def on_unmount(self) -> None:
         if self._watcher is not None:
@@ -247,7 +265,12 @@ class RefineApp(App[None]):
         self._wake.set()
 
     async def read_and_post(self, recheck: Iterable[str] = ()) -> None:
-        request = self.read_request(tuple(recheck))
+        # One read at a time: two overlapping reads could post their rows out of order.
+        async with self._read_lock:
+            await self._read_and_post(tuple(recheck))
+
+    async def _read_and_post(self, recheck: tuple[str, ...]) -> None:
+        request = self.read_request(recheck)
         self._full_pending = False
         try:
             update = await asyncio.to_thread(self.read_changes, request)
@@ -383,12 +406,12 @@ class RefineApp(App[None]):
         elapsed = fmt.duration(self.clock() - r.started_at) if r.started_at else ""
         return (
             fmt.clip(r.goal_id, 14),
-            fmt.clip(r.title, 14),
+            fmt.clip(r.title, self.widths["title"]),
             fmt.status_text(r.status),
             elapsed,
             r.attempts,
             fmt.clip(r.node_id, 5),
-            fmt.note_text(fmt.clip(r.note, 22)),
+            fmt.note_text(fmt.clip(r.note, self.widths["note"])),
             str(r.round) if r.round else "",
             fmt.clip(r.worker, 12),
         )

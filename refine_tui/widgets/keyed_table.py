@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from rich.console import RenderableType
 from textual.widgets import DataTable
-from textual.widgets.data_table import RowDoesNotExist
+from textual.widgets.data_table import ColumnKey, RowDoesNotExist
 
 
 @dataclass(frozen=True)
@@ -52,6 +52,16 @@ class KeyedTable(DataTable[RenderableType]):
     def select(self, key: str) -> None:
         with contextlib.suppress(RowDoesNotExist):
             self.move_cursor(row=self.get_row_index(key), animate=False)
+
+    def set_width(self, column_key: str, width: int) -> None:
+        """Resize a fixed-width column (wider terminals give the text columns more room)."""
+        column = self.columns.get(ColumnKey(column_key))
+        if column is None or column.width == width:
+            return
+        column.width = width
+        self._require_update_dimensions = True
+        self._clear_caches()
+        self.refresh()
 
     def upsert(self, key: str, cells: Cells) -> None:
         """Add the row, or write only the cells that changed."""
