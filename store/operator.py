@@ -501,6 +501,10 @@ def confirm_cleanup(
             goal_id=target.goal.goal_id,
             run_id=run_id,
         )
+    _writable(journal)
+    # The recorded process is gone, but what it started may live on in its group (a crashed
+    # worker's grandchildren): they end with the attempt.
+    stopped = stop_process(record) if record is not None else None
     command_id = f"op:cleanup:{run_id}:{epoch}"
     return _record_ending(
         "cleanup",
@@ -509,6 +513,7 @@ def confirm_cleanup(
         operator,
         node,
         command_id,
+        stopped=stopped if stopped is not None and stopped.signals else None,
         method=method,
         process=_observed(target, node),
     )

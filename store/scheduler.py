@@ -156,7 +156,8 @@ class Node:
     def _end_gone(self, rec: ProcessRecord) -> GoalResult | None:
         goal, run = self._read(rec.run_id)
         if goal is None or run is None or not _runs(run, rec.epoch):
-            self._forget(rec)  # the attempt ended otherwise: the record is stale
+            stop_process(rec, self.grace_s)  # ended otherwise (e.g. cleanup confirmed elsewhere):
+            self._forget(rec)  # nothing it left in its group runs on; the record is stale
             return None
         if goal.node_id != self.node_id:
             return None

@@ -34,7 +34,7 @@ from store.errors import RefineError, StorageError
 from store.execution import Execution
 from store.goals import Goal, Goals
 from store.journal import Journal
-from store.processes import ProcessRecord, ProcessRegistry
+from store.processes import ProcessRecord, ProcessRegistry, stop_group_members
 from store.run_model import Run
 
 POLL_S = 0.25  # how often the worker looks whether the journal changed
@@ -127,6 +127,7 @@ def _own(goals: Goals, claim: Claim, goal: Goal, log_path: Path) -> int:
             why = f"cannot start the recipe: {exc}"[:400]
             return _report(goals, claim, exit_code=None, reason=why, log=log_path)
         verdict, timed_out = _supervise(goals, claim, recipe, time.monotonic() + timeout_s)
+        _stop(recipe)  # whatever the recipe left running ends with the attempt
         if verdict == "superseded":
             return EXIT_SUPERSEDED
         if timed_out:
@@ -216,7 +217,12 @@ def _attempt_running(run: Run, epoch: int) -> bool:
 
 
 def _stop(recipe: subprocess.Popen[bytes]) -> None:
-    """SIGTERM our recipe, wait the grace, SIGKILL; always reaped (we are its parent)."""
+    """SIGTERM our recipe and all it started, wait the grace, SIGKILL; always reaped.
+
+    Also called once the recipe exited by itself: children it left behind in our process
+    group must not run on after the attempt ended.
+    """
+    stop_group_members(STOP_GRACE_S)  # our group but us (when the node started our session)
     if recipe.poll() is not None:
         return
     with contextlib.suppress(ProcessLookupError):

@@ -268,3 +268,78 @@ def test_stop_ends_the_whole_group_of_a_stubborn_recipe(tmp_path: Path, kind: st
         goal = Goals(journal).read("stubborn")
         assert goal is not None and goal.status == "queued"
         assert check_journal(journal).clean
+
+
+# --- no process of an ended attempt is left running ----------------------------------------------
+
+
+def start_grandchildren(
+    tmp_path: Path, **goal: object
+) -> tuple[Path, Path, subprocess.Popen[bytes]]:
+    """A goal whose recipe forks two SIGTERM-ignoring grandchildren, and its worker running it."""
+    path = tmp_path / "j" / "journal.db"
+    pids_dir = tmp_path / "pids"
+    with Journal.open(path) as journal:
+        Goals(journal).create(
+            goal_id="family",
+            title="Family",
+            node_id="n1",
+            argv=recipe_argv("grandchildren", str(tmp_path / "marker"), pids_dir),
+            **goal,  # type: ignore[arg-type]
+        )
+    worker = start_worker(path, "n1", "family", "t1")
+    wait_for(lambda: ProcessRegistry(path, "n1").get("family.r1", 1), what="the worker's record")
+    wait_for(lambda: len(pids_in(pids_dir)) == 3, what="the recipe and its grandchildren")
+    return path, pids_dir, worker
+
+
+def all_gone(pids_dir: Path) -> bool:
+    return not [pid for pid in pids_in(pids_dir) if alive(pid)]
+
+
+@pytest.mark.parametrize("by", ["reconcile", "cleanup-here", "cleanup-elsewhere"])
+def test_a_crashed_workers_grandchildren_end_with_its_attempt(tmp_path: Path, by: str) -> None:
+    """The worker alone crashes (its recipe dies with it, PDEATHSIG); the grandchildren, in the
+    same process group without a parent, used to run on after the attempt was ended by the
+    node's reconciliation or by an operator's confirmed cleanup (regression)."""
+    from store.operator import confirm_cleanup
+    from store.scheduler import Node
+
+    path, pids_dir, worker = start_grandchildren(tmp_path)
+    try:
+        worker.kill()
+        worker.wait()
+        if by != "reconcile":
+            with Journal.open(path) as journal:
+                where = "n1" if by == "cleanup-here" else "n2"
+                report = confirm_cleanup(journal, "family.r1", epoch=1, node=where, operator="op")
+                assert report.outcome == "requeued"
+        with Node(path, "n1") as node:
+            ended = node.reconcile()
+        assert len(ended) == (1 if by == "reconcile" else 0)
+        wait_for(lambda: all_gone(pids_dir), timeout=10, what="the grandchildren to be gone")
+        with Journal.open(path, read_only=True) as journal:
+            goal = Goals(journal).read("family")
+            assert goal is not None and goal.status == "queued"
+            assert check_journal(journal).clean
+    finally:
+        kill_group(worker)
+
+
+@pytest.mark.parametrize("ending", ["cancel", "timeout"])
+def test_a_worker_ending_its_recipe_ends_the_grandchildren_too(tmp_path: Path, ending: str) -> None:
+    timeout_ms = 1500 if ending == "timeout" else 3_600_000
+    path, pids_dir, worker = start_grandchildren(tmp_path, attempt_timeout_ms=timeout_ms)
+    try:
+        if ending == "cancel":  # terminal intent only: the worker sees it and stops its recipe
+            with Journal.open(path) as journal:
+                Goals(journal).cancel(goal_id="family", reason="enough", command_id="op:c:1")
+        assert worker.wait(timeout=30) == 0  # it reported the ending
+        with Journal.open(path, read_only=True) as journal:
+            goal = Goals(journal).read("family")
+            assert goal is not None
+            assert goal.status == ("cancelled" if ending == "cancel" else "queued")
+        # Regression: stopping only the recipe left its grandchildren running.
+        wait_for(lambda: all_gone(pids_dir), timeout=10, what="the grandchildren to be gone")
+    finally:
+        kill_group(worker)

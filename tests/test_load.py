@@ -1,0 +1,180 @@
+"""Load (issue 6): 4 writer processes commit ~200 commands/s while a ChangeFeed follower and the
+real dashboard follow; at the end both show exactly the journal's final state.
+
+CI runs 15 s; ``REFINE_LOAD_SECONDS=60`` runs the full minute.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import sys
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import psutil
+from helpers.soak_recipes import ROOT, refine_json
+
+from store.check import check_journal, fold_goal
+from store.errors import StorageError
+from store.goals import goal_from_stored
+from store.journal import Event, Journal, Stored
+from store.run_model import fold_run, run_from_stored
+from store.watch import ChangeFeed, JournalWatcher
+
+SECONDS = float(os.environ.get("REFINE_LOAD_SECONDS", "15"))
+WRITERS = 4
+RATE = 200 / WRITERS  # commands/s per writer
+WRITER = Path(__file__).parent / "helpers" / "load_writer.py"
+RSS_GROWTH_LIMIT = 150 * 2**20
+
+
+class Follower:
+    """What a ChangeFeed consumer learns: every event, by aggregate, in sequence order."""
+
+    def __init__(self, path: Path) -> None:
+        self.feed = ChangeFeed(path, after_sequence=0)
+        self.events: dict[str, list[Event]] = defaultdict(list)
+        self.sequences: list[int] = []
+        self.wakes = 0
+
+    def take(self) -> None:
+        with contextlib.suppress(StorageError):
+            for event in self.feed.poll():
+                self.sequences.append(event.sequence)
+                self.events[event.aggregate_id].append(event)
+
+    async def follow(self, stop: asyncio.Event) -> None:
+        watcher = JournalWatcher(self.feed.path, poll_interval_s=1.0)
+        batches = aiter(watcher)
+        # One pending anext() kept across waits: cancelling it would end the generator.
+        pending = asyncio.ensure_future(anext(batches))
+        try:
+            while not stop.is_set():
+                done, _ = await asyncio.wait([pending], timeout=0.5)
+                if done:
+                    pending.result()
+                    self.wakes += 1
+                    pending = asyncio.ensure_future(anext(batches))
+                self.take()
+        finally:
+            watcher.stop()
+            pending.cancel()
+
+    def view(self, kind: str) -> dict[str, dict[str, Any]]:
+        """The final states the events imply, in the CLI's JSON shape."""
+        out = {}
+        for agg, events in self.events.items():
+            if not agg.startswith(kind + ":"):
+                continue
+            version = events[-1].version
+            if kind == "goal":
+                out[agg[5:]] = goal_from_stored(Stored(agg, version, fold_goal(events))).to_json()
+            else:
+                out[agg[4:]] = run_from_stored(Stored(agg, version, fold_run(events))).to_json()
+        return out
+
+
+async def start_writers(path: Path) -> list[asyncio.subprocess.Process]:
+    return [
+        await asyncio.create_subprocess_exec(
+            sys.executable,
+            str(WRITER),
+            str(path),
+            str(i),
+            str(SECONDS),
+            str(RATE),
+            str(1000 + i),
+            cwd=ROOT,
+            stdout=asyncio.subprocess.PIPE,
+        )
+        for i in range(1, WRITERS + 1)
+    ]
+
+
+async def until(predicate: Any, what: str, timeout: float = 20.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not predicate():
+        assert asyncio.get_running_loop().time() < deadline, f"{what} never caught up"
+        await asyncio.sleep(0.05)
+
+
+async def key_latency(app: Any, table: Any, n: int) -> float:
+    """Press down/up and wait until the cursor moved: the key was handled."""
+    loop = asyncio.get_running_loop()
+    before, start = table.cursor_row, loop.time()
+    app.simulate_key("down" if n % 2 == 0 else "up")
+    await until(lambda: table.cursor_row != before, "the cursor", timeout=10.0)
+    return loop.time() - start
+
+
+async def test_feed_and_dashboard_show_the_final_state_exactly_under_load(tmp_path: Path) -> None:
+    from refine_tui.app import RefineApp
+    from refine_tui.widgets.keyed_table import KeyedTable
+
+    path = tmp_path / "load" / "journal.db"
+    Journal.open(path).close()
+    follower = Follower(path)
+    me = psutil.Process()
+    app = RefineApp(journal=path, node="n1", operator="tester")
+    async with app.run_test(size=(120, 40)) as pilot:
+        stop = asyncio.Event()
+        following = asyncio.ensure_future(follower.follow(stop))
+        writers = await start_writers(path)
+        rss_start, rss_peak, latencies = me.memory_info().rss, 0, []
+        table = app.query_one("#goals", KeyedTable)
+        while any(w.returncode is None for w in writers):
+            if table.row_count >= 2:  # the operator keeps using the dashboard under load
+                latencies.append(await key_latency(app, table, len(latencies)))
+            rss_peak = max(rss_peak, me.memory_info().rss)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.gather(*(w.wait() for w in writers)), 0.5)
+        counts = [json.loads((await w.stdout.read()).decode()) for w in writers]  # type: ignore[union-attr]
+        with Journal.open(path, read_only=True) as journal:
+            last = journal.last_sequence()
+            report = check_journal(journal)
+        await until(lambda: follower.feed.last_sequence == last, "the feed")
+        await until(lambda: app.header_state.last_sequence == last, "the dashboard")
+        await pilot.pause()
+        stop.set()
+        await following
+
+        commands = sum(c["commands"] for c in counts)
+        print(
+            f"\nload: {SECONDS:g} s, {commands} commands ({commands / SECONDS:.0f}/s),"
+            f" {last} events, {len(follower.events)} aggregates, follower woke"
+            f" {follower.wakes} times; {len(latencies)} keys handled (max"
+            f" {max(latencies, default=0) * 1000:.0f} ms); RSS growth"
+            f" {(rss_peak - rss_start) / 2**20:.1f} MiB"
+        )
+        assert all(c["locked"] == 0 and c["refused"] == 0 for c in counts), counts
+        assert commands >= 0.5 * 200 * SECONDS
+        assert report.clean, report.text()
+
+        # The feed missed nothing: every sequence, once, in order.
+        assert follower.sequences == list(range(1, last + 1))
+        goals = {g["goal_id"]: g for g in refine_json(path, "goals")}  # type: ignore[union-attr]
+        runs = {r["run_id"]: r for r in refine_json(path, "runs")}  # type: ignore[union-attr]
+        assert follower.view("goal") == goals
+        assert follower.view("run") == runs
+
+        # The dashboard's rows and cells equal the journal's final state.
+        assert set(app.goal_rows) == set(goals) == set(table.keys())
+        for goal_id, goal in goals.items():
+            row = app.goal_rows[goal_id]
+            run = runs[goal["run_id"]]
+            attempts = f"{len(run['attempts'])}/{run['budget']['max_attempts']}"
+            shown = (row.status, row.round, row.node_id, row.title, row.attempts)
+            assert shown == (
+                goal["status"],
+                goal["round"],
+                goal["node_id"],
+                goal["title"],
+                attempts,
+            )
+            cells = [str(c) for c in table.get_row(goal_id)]
+            assert cells[2] == goal["status"] and cells[4] == attempts
+        assert rss_peak - rss_start < RSS_GROWTH_LIMIT
