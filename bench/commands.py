@@ -108,7 +108,7 @@ def bench_raw(folder: Path, sync: str, cycles: int) -> Timing:
         [(agg, state) for agg in runs],
     )
 
-    def command(agg: str, version: int, command_id: str, type_: str) -> None:
+    def command(agg: str, version: int, command_id: str, type_: str, status: str) -> None:
         conn.execute("BEGIN IMMEDIATE")
         now = time.time()
         seq = conn.execute(
@@ -124,7 +124,7 @@ def bench_raw(folder: Path, sync: str, cycles: int) -> Timing:
         cur = conn.execute(
             "UPDATE aggregates SET version = ?, status = ?, last_sequence = ?, state = ?"
             " WHERE aggregate_id = ? AND version = ?",
-            (version + 1, "running", seq, state, agg, version),
+            (version + 1, status, seq, state, agg, version),
         )
         if cur.rowcount != 1:
             raise RuntimeError("version conflict")
@@ -136,8 +136,8 @@ def bench_raw(folder: Path, sync: str, cycles: int) -> Timing:
 
     with Clock() as clock:
         for agg in runs:
-            command(agg, 1, agg + ":claim", "attempt.claimed")
-            command(agg, 2, agg + ":settle", "attempt.completed")
+            command(agg, 1, agg + ":claim", "attempt.claimed", "running")
+            command(agg, 2, agg + ":settle", "attempt.completed", "completed")
     conn.close()
     return clock.timing
 
