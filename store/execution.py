@@ -308,6 +308,7 @@ class Execution:
         budget: Mapping[str, int] = MISSING,
         **unknown: Any,
     ) -> CommandResult:
+        """A new queued Run with fixed pins and Budget (RunExistsError if it exists)."""
         fields = {"run_id": run_id, "pins": pins, "budget": budget}
         return self._command("submit", command_id, None, fields, unknown)
 
@@ -320,6 +321,8 @@ class Execution:
         worker: str = MISSING,
         **unknown: Any,
     ) -> ClaimResult:
+        """Open attempt ``<run_id>/<n>`` for ``worker``. A replayed claim is history, not
+        ownership: never launch work from it; re-read the Run instead."""
         result = self._command(
             "claim", command_id, expected_version, {"run_id": run_id, "worker": worker}, unknown
         )
@@ -335,6 +338,7 @@ class Execution:
         evidence: list[str] | tuple[str, ...] = MISSING,
         **unknown: Any,
     ) -> CommandResult:
+        """The owner of attempt ``epoch`` ran the recipe to its end: the Run completes."""
         fields = {"run_id": run_id, "epoch": epoch, "evidence": evidence}
         return self._command("complete", command_id, expected_version, fields, unknown)
 
@@ -349,6 +353,8 @@ class Execution:
         evidence: list[str] | tuple[str, ...] = MISSING,
         **unknown: Any,
     ) -> CommandResult:
+        """The owner of attempt ``epoch`` reports failure: queued while the Budget lasts, else
+        exhausted; cancelled (with the pending reason) if a cancellation is pending."""
         fields = {"run_id": run_id, "epoch": epoch, "reason": reason, "evidence": evidence}
         return self._command("fail", command_id, expected_version, fields, unknown)
 
@@ -361,6 +367,7 @@ class Execution:
         cleanup: Mapping[str, Any] = MISSING,
         **unknown: Any,
     ) -> CommandResult:
+        """A trusted cleanup confirmation ends attempt ``cleanup.epoch``; then as ``fail``."""
         fields = {"run_id": run_id, "cleanup": cleanup}
         return self._command("interrupt", command_id, expected_version, fields, unknown)
 
@@ -373,6 +380,8 @@ class Execution:
         reason: str = MISSING,
         **unknown: Any,
     ) -> CommandResult:
+        """Durable cancellation: a running Run keeps it until it ends as cancelled; a queued
+        Run is cancelled at once. Never replaced (CancelPendingError)."""
         fields = {"run_id": run_id, "reason": reason}
         return self._command("request_cancel", command_id, expected_version, fields, unknown)
 
@@ -386,6 +395,8 @@ class Execution:
         cleanup: Mapping[str, Any] | None = None,
         **unknown: Any,
     ) -> CommandResult:
+        """Cancel now: a queued Run, or a running one with the cleanup of its attempt. A
+        pending request's own reason is kept."""
         fields = {"run_id": run_id, "reason": reason, "cleanup": cleanup}
         return self._command("cancel", command_id, expected_version, fields, unknown)
 
