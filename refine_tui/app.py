@@ -104,6 +104,7 @@ ACTION_TITLES = {
 # All Goal columns at their base widths, with cell padding and a scrollbar.
 TABLE_WIDTH = sum(c.width or 0 for c in GOAL_COLUMNS) + 2 * len(GOAL_COLUMNS) + 2
 ACTION_KEYS = {"stop": "s", "cancel_goal": "c", "cleanup": "x", "release": "R"}
+RETRY_S = 2.0  # how often an unreadable journal is tried again (file events also wake it)
 OBSERVE_INTERVAL_S = 2.0  # CPU/memory/liveness of this node's processes (they change silently)
 
 
@@ -248,7 +249,11 @@ class RefineApp(App[None]):
             while True:
                 if not self.paused:
                     await self.read_and_post()
-                await self._wake.wait()
+                # A lock can go away without touching the files: while the journal is
+                # unreadable, also retry now and then.
+                timeout = RETRY_S if self._full_pending else None
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), timeout)
                 self._wake.clear()
         finally:
             watcher.stop()

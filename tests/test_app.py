@@ -479,3 +479,49 @@ async def test_deleted_then_restored_journal(journal_path: Path, tmp_path: Path)
         await until(pilot, lambda: app.header_state.state == "live")
         assert len(goals_table(app).keys()) == 8
         assert app.selected_goal().goal_id == "lint"  # picks up where it was
+
+
+async def test_locked_journal_is_stale_then_recovers(journal_path: Path) -> None:
+    locker = sqlite3.connect(journal_path, isolation_level=None)
+    locker.execute("PRAGMA locking_mode=EXCLUSIVE")
+    locker.execute("BEGIN EXCLUSIVE")
+    app = RefineApp(journal=journal_path, node=NODE)
+    try:
+        async with app.run_test(size=SIZE) as pilot:
+            await until(pilot, lambda: app.header_state.state == "stale", timeout=10)
+            assert "locked" in app.header_state.detail
+            assert app.check_action("cancel_goal", ()) is None
+            locker.execute("COMMIT")
+            locker.close()
+            await loaded(pilot)  # retried without any file event
+    finally:
+        locker.close()
+
+
+async def test_log_stops_following_when_scrolled_up(journal_path: Path) -> None:
+    log = ProcessRegistry(journal_path, NODE).log_path("nightly-report.r1", 1)
+    log.write_text("".join(f"line {n}\n" for n in range(200)))
+    app = RefineApp(journal=journal_path, node=NODE)
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        await select(pilot, "nightly-report")
+        await pilot.press("l")
+        detail = app.query_one("#detail")
+        await until(pilot, lambda: detail.line_count >= 200)
+        await pilot.pause()
+        assert detail.following
+        detail.scroll_home(animate=False)
+        await pilot.pause()
+        assert not detail.following and "paused" in str(detail.border_subtitle)
+        with open(log, "a") as f:
+            f.write("new while reading\n")
+        await until(pilot, lambda: "new while reading" in str(detail.lines[-1]))
+        assert detail.scroll_y == 0  # nothing moved under the operator
+        detail.scroll_end(animate=False)
+        await pilot.pause()
+        assert detail.following
+        with open(log, "a") as f:
+            f.write("followed again\n")
+        await until(pilot, lambda: "followed again" in str(detail.lines[-1]))
+        await pilot.pause()
+        assert detail.is_vertical_scroll_end
