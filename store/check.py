@@ -204,7 +204,28 @@ def _check_goal_against_runs(
     ):
         seqs = _last(events.get(goal_id)) + _last(events.get(run_agg))
         report.add(goal_id, seqs, f"goal is {goal['status']} but its run is {run_status}")
+    _check_earlier_rounds(report, goal_id, goal, stored, events)
     _check_no_claim_while_stopped(report, goal_id, events)
+
+
+def _check_earlier_rounds(
+    report: CheckReport,
+    goal_id: str,
+    goal: Mapping[str, Any],
+    stored: Mapping[str, Stored],
+    events: Mapping[str, list[Event]],
+) -> None:
+    """Only the current round's Run may still be open: a Round moves on only by cancelling it."""
+    current = goal.get("round")
+    if type(current) is not int:
+        return
+    for round_ in range(1, current):
+        run_agg = f"run:{goal_id.split(':', 1)[1]}.r{round_}"
+        run = stored.get(run_agg)
+        status = run.state.get("status") if run is not None else None
+        if status not in ("completed", "exhausted", "cancelled"):
+            seqs = _last(events.get(goal_id)) + _last(events.get(run_agg))
+            report.add(goal_id, seqs, f"run of earlier round {round_} is {status or 'missing'}")
 
 
 def _check_no_claim_while_stopped(

@@ -61,3 +61,20 @@ def test_claim_after_cancel_is_a_violation(tmp_path: Path) -> None:
     with Journal.open(tmp_path / "j.db", read_only=True) as journal:
         messages = [v.message for v in check_journal(journal).violations]
     assert any("after goal.cancelled" in m for m in messages), messages
+
+
+def test_an_earlier_rounds_open_run_is_a_violation(tmp_path: Path) -> None:
+    with Journal.open(tmp_path / "j.db") as journal:
+        goals = Goals(journal)
+        goals.create(goal_id="moved", title="Moved", node_id="n1", argv=["true"])
+        goals.reassign(goal_id="moved", node_id="n2", expected_version=1)
+        assert check_journal(journal).clean
+    with sqlite3.connect(tmp_path / "j.db") as raw:  # reopen round 1's run behind the model
+        raw.execute(
+            "UPDATE aggregates SET status = 'queued',"
+            " state = json_set(json_remove(state, '$.cancel_reason'), '$.status', 'queued')"
+            " WHERE aggregate_id = 'run:moved.r1'"
+        )
+    with Journal.open(tmp_path / "j.db", read_only=True) as journal:
+        messages = [v.message for v in check_journal(journal).violations]
+    assert "run of earlier round 1 is queued" in messages, messages
