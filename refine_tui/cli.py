@@ -27,6 +27,7 @@ from store.execution import Execution
 from store.goals import Goals
 from store.journal import Journal
 from store.operator import (
+    ActionReport,
     cancel_goal,
     confirm_cleanup,
     default_operator,
@@ -74,7 +75,7 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     return "\n".join(line.rstrip() for line in lines)
 
 
-def report_text(report: Any) -> str:
+def report_text(report: ActionReport) -> str:
     data = report.to_json()
     parts = [f"{data['action']} {data.get('goal_id') or data.get('run_id')}: {data['outcome']}"]
     if data.get("signals"):
@@ -254,48 +255,44 @@ def show_text(goal: dict[str, Any] | None, runs: list[dict[str, Any]], events: l
     return "\n".join(lines)
 
 
-def cmd_stop(args: argparse.Namespace) -> int:
+def act(args: argparse.Namespace, action: Callable[[Journal], ActionReport]) -> int:
+    """Run one operator action on the writable journal and print what it did."""
     with open_journal(args, write=True) as journal:
-        report = stop_goal(
-            journal, args.goal, node=node_name(args), operator=operator_name(), grace_s=args.grace
-        )
+        report = action(journal)
     emit(args, report.to_json(), report_text(report))
     return EXIT_OK
+
+
+def cmd_stop(args: argparse.Namespace) -> int:
+    node, operator = node_name(args), operator_name()
+    return act(
+        args, lambda j: stop_goal(j, args.goal, node=node, operator=operator, grace_s=args.grace)
+    )
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
-    with open_journal(args, write=True) as journal:
-        report = cancel_goal(
-            journal,
-            args.goal,
-            reason=args.reason,
-            node=node_name(args),
-            operator=operator_name(),
-            grace_s=args.grace,
-        )
-    emit(args, report.to_json(), report_text(report))
-    return EXIT_OK
+    node, operator = node_name(args), operator_name()
+    return act(
+        args,
+        lambda j: cancel_goal(
+            j, args.goal, reason=args.reason, node=node, operator=operator, grace_s=args.grace
+        ),
+    )
 
 
 def cmd_cleanup(args: argparse.Namespace) -> int:
-    with open_journal(args, write=True) as journal:
-        report = confirm_cleanup(
-            journal,
-            args.run,
-            epoch=args.epoch,
-            node=node_name(args),
-            operator=operator_name(),
-            method=args.method,
-        )
-    emit(args, report.to_json(), report_text(report))
-    return EXIT_OK
+    node, operator = node_name(args), operator_name()
+    return act(
+        args,
+        lambda j: confirm_cleanup(
+            j, args.run, epoch=args.epoch, node=node, operator=operator, method=args.method
+        ),
+    )
 
 
 def cmd_release(args: argparse.Namespace) -> int:
-    with open_journal(args, write=True) as journal:
-        report = release_goal(journal, args.goal, operator=operator_name())
-    emit(args, report.to_json(), report_text(report))
-    return EXIT_OK
+    operator = operator_name()
+    return act(args, lambda j: release_goal(j, args.goal, operator=operator))
 
 
 def cmd_check(args: argparse.Namespace) -> int:
