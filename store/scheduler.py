@@ -115,10 +115,20 @@ class Node:
 
     def tick(self) -> list[str]:
         """Reap, reconcile, clean up cancellations, then launch; returns the goals launched."""
+        self.follow_replaced_file()
         self.reap()
         self.reconcile(settle_s=GONE_GRACE_S)
         self.cleanup_cancelled()
         return self.schedule()
+
+    def follow_replaced_file(self) -> None:
+        """Reopen when the journal's path names another file (restored, replaced): the old
+        handle would read a deleted file forever and never see new work. StorageError while
+        the path is missing (the next tick tries again)."""
+        if self.journal.file_replaced():
+            journal = Journal.open(self.journal_path, create=False)
+            self.journal.close()
+            self.journal, self.goals, self.runs = journal, Goals(journal), Execution(journal)
 
     def reap(self) -> None:
         """Forget workers that exited (remembering a refused start until the Goal changes)."""

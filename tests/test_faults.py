@@ -343,3 +343,109 @@ def test_a_worker_ending_its_recipe_ends_the_grandchildren_too(tmp_path: Path, e
         wait_for(lambda: all_gone(pids_dir), timeout=10, what="the grandchildren to be gone")
     finally:
         kill_group(worker)
+
+
+# --- the journal file replaced or truncated while a node and the dashboard run -----------------
+
+
+def start_node(path: Path, node: str = "n1") -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "store.scheduler", "--journal", str(path), "--node", node],
+        cwd=ROOT,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+
+
+def backup(path: Path, to: Path) -> Path:
+    """A consistent copy through SQLite's backup API (what a careful restore starts from)."""
+    with sqlite3.connect(path) as src, sqlite3.connect(to) as dst:
+        src.backup(dst)
+    src.close()
+    dst.close()
+    return to
+
+
+def restore(copy: Path, path: Path) -> None:
+    """Put ``copy`` in place of the journal, with the old WAL files removed first."""
+    for suffix in ("-wal", "-shm"):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(f"{path}{suffix}")
+    os.replace(copy, path)
+
+
+def status_of(path: Path, goal_id: str) -> str | None:
+    with contextlib.suppress(StorageError), Journal.open(path, read_only=True) as journal:
+        goal = Goals(journal).read(goal_id)
+        return goal.status if goal else None
+    return None
+
+
+def test_a_running_node_follows_a_restored_journal(journal_path: Path, tmp_path: Path) -> None:
+    node = start_node(journal_path)
+    try:
+        with Journal.open(journal_path) as journal:
+            Goals(journal).create(goal_id="before", title="B", node_id="n1", argv=["true"])
+        wait_for(lambda: status_of(journal_path, "before") == "completed", 20, "the first goal")
+        restore(backup(journal_path, tmp_path / "copy.db"), journal_path)
+        with Journal.open(journal_path, create=False) as journal:
+            Goals(journal).create(goal_id="after", title="A", node_id="n1", argv=["true"])
+        # Regression: the node kept reading the deleted file and never saw new work.
+        wait_for(lambda: status_of(journal_path, "after") == "completed", 20, "the new goal")
+        assert node.poll() is None
+    finally:
+        node.terminate()
+        node.wait(timeout=10)
+    with Journal.open(journal_path, read_only=True) as journal:
+        report = check_journal(journal)
+        assert report.clean, report.text()
+
+
+async def test_dashboard_and_node_through_a_truncated_then_restored_journal(
+    journal_path: Path, tmp_path: Path
+) -> None:
+    import asyncio
+
+    from refine_tui.app import RefineApp
+
+    async def until(condition: object, what: str, timeout: float = 20.0) -> None:
+        await asyncio.to_thread(wait_for, condition, timeout, what)
+
+    node = start_node(journal_path)
+    app = RefineApp(journal=journal_path, node="n1", operator="tester")
+    try:
+        async with app.run_test(size=(100, 30)) as pilot:
+            await until(lambda: status_of(journal_path, "first") == "completed", "first done")
+            await until(
+                lambda: app.goal_rows.get("first") and app.goal_rows["first"].status == "completed",
+                "the dashboard to show it",
+            )
+            copy = backup(journal_path, tmp_path / "copy.db")
+            with sqlite3.connect(journal_path) as raw:
+                raw.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            raw.close()
+            os.truncate(journal_path, 0)
+            await until(lambda: app.header_state.state == "broken", "the dashboard to say so")
+            assert app.query_one("#trouble").display
+            await pilot.press("down", "up")  # still responsive
+            assert cli.main(["--journal", str(journal_path), "goals"]) == 3
+            assert node.poll() is None  # the node waits (typed errors), it does not crash
+            restore(copy, journal_path)
+            with Journal.open(journal_path, create=False) as journal:
+                add_goal(journal, "second")
+            await until(lambda: status_of(journal_path, "second") == "completed", "second done")
+            await until(lambda: app.header_state.state == "live", "the dashboard to recover")
+            await until(
+                lambda: (
+                    app.goal_rows.get("second") and app.goal_rows["second"].status == "completed"
+                ),
+                "the dashboard to show the new goal",
+            )
+    finally:
+        node.terminate()
+        node.wait(timeout=10)
+    with Journal.open(journal_path, read_only=True) as journal:
+        report = check_journal(journal)
+        assert report.clean, report.text()
