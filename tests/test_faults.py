@@ -449,3 +449,35 @@ async def test_dashboard_and_node_through_a_truncated_then_restored_journal(
     with Journal.open(journal_path, read_only=True) as journal:
         report = check_journal(journal)
         assert report.clean, report.text()
+
+
+async def test_dashboard_stays_responsive_and_says_locked_when_a_writer_holds_the_journal(
+    journal_path: Path,
+) -> None:
+    import asyncio
+
+    from refine_tui.app import RefineApp
+    from refine_tui.screens.confirm import CancelModal
+
+    app = RefineApp(journal=journal_path, node="n1", operator="tester")
+    async with app.run_test(size=(100, 30)) as pilot:
+        await asyncio.to_thread(wait_for, lambda: "first" in app.goal_rows, 10, "the goal row")
+        with Journal.open(journal_path, read_only=True) as journal:
+            before = footprint(journal)
+        with write_locked(journal_path):
+            # Reading goes on (WAL): the dashboard stays live while a writer holds the lock.
+            await pilot.press("c")
+            await asyncio.to_thread(wait_for, lambda: isinstance(app.screen, CancelModal), 10)
+            await pilot.press(*"stuck", "enter")
+            for _ in range(10):  # the Cancel waits in a thread; keys are still handled
+                await pilot.press("down", "up")
+            await asyncio.to_thread(
+                wait_for,
+                lambda: any("locked" in str(n.message) for n in app._notifications),
+                20,
+                "the refusal in words",
+            )
+            assert app.header_state.state == "live"
+        with Journal.open(journal_path, read_only=True) as journal:
+            assert footprint(journal) == before  # the refused Cancel wrote nothing
+        assert app.goal_rows["first"].status == "queued"
