@@ -47,7 +47,7 @@ CREATE TABLE aggregates (
     node_id       TEXT,
     last_sequence INTEGER NOT NULL,
     state         TEXT NOT NULL
-);
+) WITHOUT ROWID;
 CREATE INDEX aggregates_by_status ON aggregates(kind, status, node_id);
 CREATE INDEX aggregates_by_recency ON aggregates(kind, last_sequence);
 CREATE TABLE events (
@@ -65,7 +65,7 @@ CREATE TABLE receipts (
     payload       TEXT NOT NULL,
     result        TEXT NOT NULL,
     committed_at  REAL NOT NULL
-);
+) WITHOUT ROWID;
 CREATE TABLE outbox (
     sequence      INTEGER PRIMARY KEY REFERENCES events(sequence),
     aggregate_id  TEXT NOT NULL,
@@ -300,6 +300,7 @@ class Journal:
     ) -> Outcome:
         now = time.time()
         states: dict[str, Stored] = {}
+        texts: dict[str, tuple[int, str]] = {}
         events: list[Event] = []
         for change in changes:
             before = loaded[change.aggregate_id]
@@ -318,31 +319,54 @@ class Journal:
                     (last, change.aggregate_id, type_),
                 )
                 events.append(Event(last, change.aggregate_id, version, type_, dict(data), now))
+            self._store(conn, change, before, version, last, state_text)
+            texts[change.aggregate_id] = (version, state_text)
+            states[change.aggregate_id] = Stored(
+                change.aggregate_id, version, json.loads(state_text)
+            )
+        # The receipt holds each changed state as written: reuse its text, don't re-encode it.
+        result = ",".join(
+            f'{json.dumps(agg, ensure_ascii=False)}:{{"state":{text},"version":{version}}}'
+            for agg, (version, text) in sorted(texts.items())
+        )
+        conn.execute(
+            "INSERT INTO receipts (command_id, payload, result, committed_at) VALUES (?, ?, ?, ?)",
+            (command_id, key, "{" + result + "}", now),
+        )
+        return Outcome(replayed=False, states=states, events=tuple(events))
+
+    @staticmethod
+    def _store(
+        conn: sqlite3.Connection,
+        change: Change,
+        before: Stored | None,
+        version: int,
+        last: int,
+        state_text: str,
+    ) -> None:
+        """INSERT a new aggregate, UPDATE an existing one (cheaper than an upsert)."""
+        status = _text_field(change.state, "status")
+        node_id = _text_field(change.state, "node_id")
+        if before is None:
             conn.execute(
                 "INSERT INTO aggregates (aggregate_id, kind, version, status, node_id,"
-                " last_sequence, state) VALUES (?, ?, ?, ?, ?, ?, ?)"
-                " ON CONFLICT(aggregate_id) DO UPDATE SET version = excluded.version,"
-                " status = excluded.status, node_id = excluded.node_id,"
-                " last_sequence = excluded.last_sequence, state = excluded.state",
+                " last_sequence, state) VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (
                     change.aggregate_id,
                     aggregate_kind(change.aggregate_id),
                     version,
-                    _text_field(change.state, "status"),
-                    _text_field(change.state, "node_id"),
+                    status,
+                    node_id,
                     last,
                     state_text,
                 ),
             )
-            states[change.aggregate_id] = Stored(
-                change.aggregate_id, version, json.loads(state_text)
+        else:
+            conn.execute(
+                "UPDATE aggregates SET version = ?, status = ?, node_id = ?, last_sequence = ?,"
+                " state = ? WHERE aggregate_id = ?",
+                (version, status, node_id, last, state_text, change.aggregate_id),
             )
-        result = {agg: {"version": s.version, "state": s.state} for agg, s in states.items()}
-        conn.execute(
-            "INSERT INTO receipts (command_id, payload, result, committed_at) VALUES (?, ?, ?, ?)",
-            (command_id, key, canonical_json(result), now),
-        )
-        return Outcome(replayed=False, states=states, events=tuple(events))
 
     # --- reads ---------------------------------------------------------------------------------
 
