@@ -53,6 +53,26 @@ def _frozen(mapping: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
     return None if mapping is None else MappingProxyType(dict(mapping))
 
 
+class FrozenList(tuple):  # type: ignore[type-arg]
+    """An immutable sequence that compares equal to a list with the same items.
+
+    Callers pass lists (``evidence=[...]``) and naturally compare with lists; the view stays
+    frozen all the same.
+    """
+
+    __slots__ = ()
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, list):
+            return tuple.__eq__(self, tuple(other))
+        return tuple.__eq__(self, other)
+
+    def __ne__(self, other: object) -> bool:
+        return not self == other
+
+    __hash__ = tuple.__hash__
+
+
 @dataclass(frozen=True)
 class Attempt:
     attempt_id: str
@@ -124,7 +144,7 @@ def _attempt_view(state: Mapping[str, Any]) -> Attempt:
         epoch=state["epoch"],
         worker=state["worker"],
         state=state["state"],
-        evidence=tuple(state.get("evidence", ())),
+        evidence=FrozenList(state.get("evidence", ())),
         reason=state.get("reason"),
         cleanup=_frozen(state.get("cleanup")),
     )
@@ -137,7 +157,7 @@ def run_view(state: Mapping[str, Any], version: int) -> Run:
         pins=_frozen(state["pins"]),  # type: ignore[arg-type]
         budget=_frozen(state["budget"]),  # type: ignore[arg-type]
         status=state["status"],
-        attempts=tuple(_attempt_view(a) for a in state["attempts"]),
+        attempts=FrozenList(_attempt_view(a) for a in state["attempts"]),
         cancel_requested=_frozen(state.get("cancel_requested")),
         cancel_reason=state.get("cancel_reason"),
         version=version,

@@ -884,3 +884,21 @@ def test_check_run_skips_only_what_it_shares_by_identity() -> None:
             check_run(broken, checked=before)
         with pytest.raises(CorruptRunError):
             check_run(broken)
+
+
+def test_frozen_sequences_compare_equal_to_the_lists_callers_pass(ex: Execution) -> None:
+    ex.submit(command_id="c1", run_id="build.r1", pins=PINS, budget=budget(2))
+    assert ex.read("build.r1").attempts == []
+    ex.claim(command_id="c2", run_id="build.r1", expected_version=1, worker="w1")
+    done = ex.complete(
+        command_id="c3",
+        run_id="build.r1",
+        expected_version=2,
+        epoch=1,
+        evidence=["exit:0", "log:1"],
+    )
+    attempt = done.run.attempts[0]
+    assert attempt.evidence == ["exit:0", "log:1"] and attempt.evidence == ("exit:0", "log:1")
+    assert attempt.evidence != ["exit:0"]
+    with pytest.raises(AttributeError):
+        attempt.evidence.append("x")  # type: ignore[attr-defined]
