@@ -339,6 +339,8 @@ class RefineApp(App[None]):
         return JournalTrouble("broken", exc.message + " — waiting for a usable journal")
 
     def on_journal_update(self, update: JournalUpdate) -> None:
+        if not self.is_running:  # shutting down: the widgets are already gone
+            return
         self.set_trouble(None)
         goals = self.query_one("#goals", KeyedTable)
         with self.batch_update():
@@ -372,6 +374,8 @@ class RefineApp(App[None]):
         self.selection_changed()
 
     def on_journal_trouble(self, trouble: JournalTrouble) -> None:
+        if not self.is_running:
+            return
         self.header_state = self._header(state=trouble.state, detail=trouble.detail)
         self.show_header()
         if trouble.state != "stale":

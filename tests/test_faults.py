@@ -481,3 +481,18 @@ async def test_dashboard_stays_responsive_and_says_locked_when_a_writer_holds_th
         with Journal.open(journal_path, read_only=True) as journal:
             assert footprint(journal) == before  # the refused Cancel wrote nothing
         assert app.goal_rows["first"].status == "queued"
+
+
+async def test_an_update_arriving_while_the_dashboard_shuts_down_is_ignored(
+    journal_path: Path,
+) -> None:
+    """Regression (found by the load test): the live worker's last JournalUpdate, handled after
+    the widgets were removed at exit, raised NoMatches ('#trouble') and a traceback."""
+    from refine_tui.app import RefineApp
+    from refine_tui.messages import JournalTrouble, JournalUpdate
+
+    app = RefineApp(journal=journal_path, node="n1")
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.pause()
+    app.on_journal_update(JournalUpdate(False, {}, 0, 0, None))
+    app.on_journal_trouble(JournalTrouble("broken", "gone"))
