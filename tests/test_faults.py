@@ -496,3 +496,63 @@ async def test_an_update_arriving_while_the_dashboard_shuts_down_is_ignored(
         await pilot.pause()
     app.on_journal_update(JournalUpdate(False, {}, 0, 0, None))
     app.on_journal_trouble(JournalTrouble("broken", "gone"))
+
+
+# --- pid reuse: a record naming a pid that now belongs to someone else ---------------------------
+
+
+def test_reused_pids_are_never_signalled_by_stop_cancel_or_reconcile(tmp_path: Path) -> None:
+    """Records whose pid (and process group id) now name unrelated processes, as after pid
+    reuse: Stop, Cancel and the node's reconciliation end the attempts without one signal."""
+    import time
+
+    import psutil
+    from helpers.soak_recipes import Decoys
+
+    from store.operator import cancel_goal, stop_goal
+    from store.processes import ProcessRecord
+    from store.scheduler import Node
+
+    path = tmp_path / "j" / "journal.db"
+    decoys = Decoys(tmp_path / "decoys", count=3)
+    try:
+        with Journal.open(path) as journal:
+            goals, registry = Goals(journal), ProcessRegistry(path, "n1")
+            for i, decoy in enumerate(decoys.procs):
+                goal_id = f"reused{i}"
+                goals.create(goal_id=goal_id, title="R", node_id="n1", argv=["true"])
+                goals.start(goal_id=goal_id, node_id="n1", worker="n1/w", token=f"t{i}")
+                born = psutil.Process(decoy.pid).create_time()
+                registry.record(
+                    ProcessRecord(
+                        node_id="n1",
+                        pid=decoy.pid,
+                        create_time=born - 1000.0,  # the recorded process was older: reused
+                        pgid=decoy.pid,  # and the decoy leads a group with the same id
+                        run_id=f"{goal_id}.r1",
+                        epoch=1,
+                        worker="n1/w",
+                        argv=("python", "-m", "store.worker"),
+                        log_path=str(registry.log_path(f"{goal_id}.r1", 1)),
+                        started_at=time.time() - 1000.0,
+                    )
+                )
+            stopped = stop_goal(journal, "reused0", node="n1", operator="op", grace_s=0.2)
+            cancelled = cancel_goal(
+                journal, "reused1", reason="done", node="n1", operator="op", grace_s=0.2
+            )
+            with Node(path, "n1") as node:
+                [reconciled] = node.reconcile()
+            assert (stopped.signals, stopped.process, stopped.outcome) == (
+                (),
+                "mismatch",
+                "requeued",
+            )
+            assert (cancelled.signals, cancelled.outcome) == ((), "cancelled")
+            assert reconciled.goal.goal_id == "reused2" and reconciled.goal.status == "queued"
+            assert check_journal(journal).clean
+        time.sleep(0.2)  # a signal, had one been sent, would have been logged by now
+        assert decoys.all_alive()
+        assert not any(decoys.signals_received().values())
+    finally:
+        decoys.close()
