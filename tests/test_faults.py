@@ -314,7 +314,7 @@ def test_a_crashed_workers_grandchildren_end_with_its_attempt(tmp_path: Path, by
                 where = "n1" if by == "cleanup-here" else "n2"
                 report = confirm_cleanup(journal, "family.r1", epoch=1, node=where, operator="op")
                 assert report.outcome == "requeued"
-        with Node(path, "n1") as node:
+        with Node(path, "n1", grace_s=0.5) as node:
             ended = node.reconcile()
         assert len(ended) == (1 if by == "reconcile" else 0)
         wait_for(lambda: all_gone(pids_dir), timeout=10, what="the grandchildren to be gone")
@@ -541,7 +541,7 @@ def test_reused_pids_are_never_signalled_by_stop_cancel_or_reconcile(tmp_path: P
             cancelled = cancel_goal(
                 journal, "reused1", reason="done", node="n1", operator="op", grace_s=0.2
             )
-            with Node(path, "n1") as node:
+            with Node(path, "n1", grace_s=0.5) as node:
                 [reconciled] = node.reconcile()
             assert (stopped.signals, stopped.process, stopped.outcome) == (
                 (),
