@@ -7,8 +7,9 @@ the sequences shifted, in one transaction. Every copy is therefore a state the v
 and the result passes ``check_journal`` (checked once per build; builds are cached by size).
 
 The writer (``python -m bench.common writer PATH``) is "another process" for the benchmarks: it
-reads commands on stdin (``start G``, ``settle G``, ``cancel G``, ``load RATE SECONDS G...``) and
-prints ``time.monotonic()`` right after each commit (CLOCK_MONOTONIC is system-wide on Linux).
+reads commands on stdin (``create G``, ``start G``, ``settle G``, ``cancel G``, or
+``load RATE SECONDS OP:G ...`` for a steady stream) and prints ``time.monotonic()`` right after
+each commit (CLOCK_MONOTONIC is system-wide on Linux).
 """
 
 from __future__ import annotations
@@ -253,12 +254,13 @@ def _writer(path: Path) -> None:
 
         def apply(op: str, gid: str) -> None:
             nonlocal tokens
-            goal = goals.read(gid)
-            assert goal is not None, gid
+            goal = goals.read(gid) if op in ("start", "settle") else None
             if op == "start":
+                assert goal is not None, gid
                 tokens += 1
                 goals.start(goal_id=gid, node_id=goal.node_id, worker="bench", token=f"b{tokens}")
             elif op == "settle":
+                assert goal is not None, gid
                 run = goals.current_run(goal)
                 assert run is not None and run.attempts, gid
                 goals.settle(
@@ -268,6 +270,8 @@ def _writer(path: Path) -> None:
                     outcome="completed",
                     evidence=["log:bench"],
                 )
+            elif op == "create":
+                goals.create(goal_id=gid, title=f"load {gid}", node_id=NODE, argv=["true"])
             elif op == "cancel":
                 goals.cancel(goal_id=gid, reason="bench", command_id=f"op:cancel:bench:{gid}")
             else:
@@ -278,11 +282,11 @@ def _writer(path: Path) -> None:
             if op == "load":  # load RATE SECONDS OP:G ...: a steady stream of commits
                 rate, seconds, steps = float(args[0]), float(args[1]), args[2:]
                 begin, count = time.monotonic(), 0
-                while (now := time.monotonic()) - begin < seconds:
+                while count < len(steps) and (now := time.monotonic()) - begin < seconds:
                     due = begin + count / rate
                     if now < due:
                         time.sleep(due - now)
-                    step_op, gid = steps[count % len(steps)].split(":")
+                    step_op, gid = steps[count].split(":")
                     apply(step_op, gid)
                     count += 1
                 print(f"{count} {time.monotonic() - begin:.3f}", flush=True)

@@ -63,7 +63,7 @@ class ProbeApp(RefineApp):
                 self.call_after_refresh(lambda d=done, s=seen: d.set_result((s, time.monotonic())))
 
 
-async def _ready(app: RefineApp, timeout: float = 120.0) -> None:
+async def ready(app: RefineApp, timeout: float = 120.0) -> None:
     deadline = time.monotonic() + timeout
     while not (app.goal_rows and app.header_state.state == "live"):
         if time.monotonic() > deadline:
@@ -82,7 +82,7 @@ async def _headless(path: Path, samples: int, seed: int) -> dict[str, Any]:
     painted: list[float] = []
     try:
         async with app.run_test(size=SIZE):
-            await _ready(app)
+            await ready(app)
             queued = [k for k, r in app.goal_rows.items() if r.status == "queued" and r.round == 1]
             queued = [k for k in queued if app.goal_rows[k].attempts.startswith("0/")]
             plan = [(op, gid) for gid in queued[: (samples + 1) // 2] for op in ("start", "settle")]

@@ -1,0 +1,212 @@
+"""Dashboard CPU idle and under a steady stream of commits (DESIGN §9: idle ≤ 0.5 % of a core).
+
+    python -m bench.idle [--seconds 60] [--rate 50] [--sizes 1000]
+
+- idle: ``refine tui`` in a real terminal (tmux, 120×40) on a quiet journal, left alone; CPU is
+  the process's user+system time (psutil ``cpu_times``) over the window, in % of one core. The
+  journal has running Goals, so elapsed times tick once a second, as they would for an operator.
+- load, real terminal: the same, while another process commits ``rate`` commands per second
+  (new Goals created, started and completed, as a busy node would).
+- load, headless: the same stream against ``RefineApp`` driven by ``run_test`` in this process,
+  to look inside: updates applied (commits coalesced into batches), a key press's response time
+  during the stream, the lag after the last commit, and whether any change was missed (every
+  shown row equals a fresh read of the journal, and every Goal the stream touched is shown).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from bench.common import NODE, TmuxDashboard, journal_with, summary, writer_command
+from bench.latency import SIZE, ProbeApp, ready
+from refine_tui.rows import Reader
+from refine_tui.widgets.keyed_table import KeyedTable
+from store.journal import Journal
+
+SETTLE_S = 3.0  # after the first paint, before measuring
+
+
+def load_steps(rate: float, seconds: float) -> list[str]:
+    """Enough ``op:goal`` steps for ``rate × seconds`` commits: create, start, settle new Goals."""
+    count = int(rate * seconds) + 3
+    return [
+        f"{op}:load{n:05d}" for n in range(count // 3 + 1) for op in ("create", "start", "settle")
+    ]
+
+
+def _cpu(proc: psutil.Process) -> float:
+    times = proc.cpu_times()
+    return times.user + times.system
+
+
+def tmux_cpu(path: Path, seconds: float, rate: float = 0.0) -> dict[str, float] | None:
+    """% of one core used by ``refine tui`` in tmux over ``seconds`` (with ``rate`` commits/s)."""
+    if not TmuxDashboard.available():
+        return None
+    with TmuxDashboard(path, SIZE) as tui:
+        tui.wait_for(lambda screen: "live" in screen and " queued " in screen)
+        time.sleep(SETTLE_S)
+        writer = None
+        if rate:
+            writer = subprocess.Popen(
+                writer_command(path), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+            )
+            assert writer.stdin is not None
+            writer.stdin.write(f"load {rate} {seconds} {' '.join(load_steps(rate, seconds))}\n")
+            writer.stdin.flush()
+        before, began = _cpu(tui.process), time.monotonic()
+        time.sleep(seconds)
+        used, elapsed = _cpu(tui.process) - before, time.monotonic() - began
+        rss = tui.process.memory_info().rss
+        result = {"cpu_percent": 100 * used / elapsed, "seconds": elapsed, "rss_mb": rss / 2**20}
+        if writer is not None:
+            assert writer.stdin is not None and writer.stdout is not None
+            result["commits"] = int(writer.stdout.readline().split()[0])
+            writer.stdin.close()
+            writer.wait()
+    return result
+
+
+async def _headless_load(path: Path, seconds: float, rate: float) -> dict[str, Any]:
+    app = ProbeApp(journal=path, node=NODE)
+    steps = load_steps(rate, seconds)
+    writer = await asyncio.create_subprocess_exec(
+        *writer_command(path), stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    assert writer.stdin is not None and writer.stdout is not None
+    me = psutil.Process()
+    keys: list[float] = []
+    try:
+        async with app.run_test(size=SIZE):
+            await ready(app)
+            await asyncio.sleep(SETTLE_S)
+            table = app.query_one("#goals", KeyedTable)
+            updates_before, cpu_before = app.updates, _cpu(me)
+            writer.stdin.write(f"load {rate} {seconds} {' '.join(steps)}\n".encode())
+            await writer.stdin.drain()
+            began = time.monotonic()
+            finished = asyncio.ensure_future(writer.stdout.readline())
+            while not finished.done():
+                row = table.cursor_row
+                pressed = time.monotonic()
+                app.simulate_key("down" if row < 20 else "up")
+                while table.cursor_row == row and time.monotonic() - pressed < 5:
+                    await asyncio.sleep(0.002)
+                keys.append((time.monotonic() - pressed) * 1000)
+                await asyncio.sleep(0.25)
+            ended = time.monotonic()
+            commits, _ = (await finished).decode().split()
+            with Journal.open(path, read_only=True) as journal:
+                final = journal.last_sequence()
+            while app.header_state.last_sequence < final and time.monotonic() - ended < 10:
+                await asyncio.sleep(0.002)
+            lag = (time.monotonic() - ended) * 1000
+            cpu = 100 * (_cpu(me) - cpu_before) / (time.monotonic() - began)
+            updates = app.updates - updates_before
+            await asyncio.sleep(0.5)
+            missed = _missed(app, path, {s.split(":")[1] for s in steps[: int(commits)]})
+    finally:
+        writer.stdin.close()
+        await writer.wait()
+    return {
+        "commits": int(commits),
+        "updates": updates,
+        "keys": summary(keys),
+        "lag_ms": lag,
+        "cpu_percent": cpu,
+        **missed,
+    }
+
+
+def _missed(app: ProbeApp, path: Path, touched: set[str]) -> dict[str, int]:
+    """Rows that differ from a fresh read of the journal, and touched Goals not shown."""
+    table = app.query_one("#goals", KeyedTable)
+    with Journal.open(path, read_only=True) as journal:
+        fresh = Reader(journal, NODE).goal_rows(list(app.goal_rows))
+    elapsed = [c.key for c in table.spec].index("elapsed")
+    differing = 0
+    for key, row in app.goal_rows.items():
+        shown = [str(c) for i, c in enumerate(table.get_row(key)) if i != elapsed]
+        truth = fresh[key]
+        expected = (
+            [str(c) for i, c in enumerate(app.goal_cells(truth)) if i != elapsed] if truth else None
+        )
+        if row != truth or shown != expected:
+            differing += 1
+    return {"differing": differing, "not_shown": len(touched - set(app.goal_rows))}
+
+
+def measure(sizes: list[int], seconds: float, rate: float, log=print) -> dict[str, Any]:
+    results: dict[str, Any] = {}
+    for n in sizes:
+        with tempfile.TemporaryDirectory(prefix="refine-bench-") as folder:
+            path = journal_with(n, Path(folder), log=log)
+            results[f"idle {n}"] = tmux_cpu(path, seconds)
+    with tempfile.TemporaryDirectory(prefix="refine-bench-") as folder:
+        path = journal_with(sizes[0], Path(folder), log=log)
+        results["load tmux"] = tmux_cpu(path, seconds, rate)
+    with tempfile.TemporaryDirectory(prefix="refine-bench-") as folder:
+        path = journal_with(sizes[0], Path(folder), log=log)
+        results["load headless"] = asyncio.run(_headless_load(path, seconds, rate))
+    results["rate"] = rate
+    results["sizes"] = sizes
+    return results
+
+
+def rows(r: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """(figure, value, target) lines for the summary table."""
+    out = []
+    for n in r["sizes"]:
+        idle = r[f"idle {n}"]
+        if idle:
+            out.append((
+                f"idle CPU, {n:,} goals (tmux)",
+                f"{idle['cpu_percent']:.2f} % of a core over {idle['seconds']:.0f} s",
+                "≤ 0.5 %",
+            ))  # fmt: skip
+    load, head = r["load tmux"], r["load headless"]
+    if load:
+        out.append((
+            f"CPU under {r['rate']:.0f} commits/s (tmux)",
+            f"{load['cpu_percent']:.1f} % of a core ({load['commits']} commits in"
+            f" {load['seconds']:.0f} s)",
+            "responsive",
+        ))  # fmt: skip
+    keys = head["keys"]
+    out.append((
+        f"under {r['rate']:.0f} commits/s (headless)",
+        f"{head['commits']} commits → {head['updates']} updates; key response p50"
+        f" {keys['p50']:.0f} ms p95 {keys['p95']:.0f} ms; lag after last"
+        f" {head['lag_ms']:.0f} ms; CPU {head['cpu_percent']:.1f} %",
+        "coalesced",
+    ))  # fmt: skip
+    out.append((
+        "  missed under load",
+        f"{head['differing']} rows differ from the journal, {head['not_shown']} goals not shown",
+        "0, 0",
+    ))  # fmt: skip
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--rate", type=float, default=50.0)
+    parser.add_argument("--sizes", type=int, nargs="+", default=[1000])
+    args = parser.parse_args(argv)
+    for figure, value, target in rows(measure(args.sizes, args.seconds, args.rate)):
+        print(f"{figure:<38} {value}  [{target}]")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,155 @@
+"""The dashboard on 100,000 Goals (DESIGN §9: ≤ 200 MB RSS, first paint ≤ 2 s), and its feel.
+
+    python -m bench.scale [--size 100000] [--repeats 3]
+
+- first paint and memory, real terminal: ``refine tui`` is launched in tmux (120×40); first paint
+  is the time from launching the process until the Goals table shows rows and the header says
+  live; RSS is the process's resident memory a few seconds later (psutil).
+- responsiveness, headless (``run_test``): page-down and end key presses, and applying a
+  filter, timed from the key until the table moved (or the filtered rows arrived) and the
+  screen refresh after it finished.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.common import NODE, TmuxDashboard, journal_with, summary
+from bench.latency import SIZE, ProbeApp, ready
+from refine_tui.widgets.keyed_table import KeyedTable
+
+SETTLE_S = 3.0
+
+
+def first_paint(path: Path) -> dict[str, float] | None:
+    """(seconds to first paint, RSS MB) of ``refine tui`` launched in tmux."""
+    if not TmuxDashboard.available():
+        return None
+    with TmuxDashboard(path, SIZE) as tui:
+        shown = tui.wait_for(lambda screen: "live" in screen and " queued " in screen)
+        painted = shown - tui.started
+        time.sleep(SETTLE_S)
+        rss = tui.process.memory_info().rss / 2**20
+    return {"first_paint_s": painted, "rss_mb": rss}
+
+
+async def _painted(app: ProbeApp) -> float:
+    done: asyncio.Future[float] = asyncio.get_running_loop().create_future()
+    app.call_after_refresh(lambda: done.set_result(time.monotonic()))
+    return await done
+
+
+async def _until(condition, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise RuntimeError("the dashboard did not respond")
+        await asyncio.sleep(0.001)
+
+
+async def _responsiveness(path: Path, presses: int) -> dict[str, Any]:
+    app = ProbeApp(journal=path, node=NODE)
+    began = time.monotonic()
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(app)
+        load = time.monotonic() - began
+        await asyncio.sleep(SETTLE_S)
+        table = app.query_one("#goals", KeyedTable)
+        pages: list[float] = []
+        for n in range(presses):
+            before = table.scroll_y
+            pressed = time.monotonic()
+            app.simulate_key("pagedown" if n < presses // 2 else "pageup")
+            await _until(lambda b=before: table.scroll_y != b)
+            pages.append((await _painted(app) - pressed) * 1000)
+        ends: list[float] = []
+        for key in ("ctrl+end", "ctrl+home", "ctrl+end", "ctrl+home"):
+            before = table.cursor_row
+            pressed = time.monotonic()
+            app.simulate_key(key)
+            await _until(lambda b=before: table.cursor_row != b)
+            ends.append((await _painted(app) - pressed) * 1000)
+        filters: list[float] = []
+        for text in ("g0012", "queued", ""):
+            await pilot.press("slash")
+            app.query_one("#filter").value = text
+            pressed = time.monotonic()
+            await pilot.press("enter")
+            await _until(lambda t=text: app.header_state.filter == t and _filtered(app, t))
+            filters.append((await _painted(app) - pressed) * 1000)
+            shown = len(app.goal_rows)
+    return {
+        "load_s": load,
+        "pages": summary(pages),
+        "ends": summary(ends),
+        "filters": summary(filters),
+        "shown": shown,
+    }
+
+
+def _filtered(app: ProbeApp, text: str) -> bool:
+    """The table holds only rows matching ``text`` (all rows, when it is empty)."""
+    rows = app.goal_rows.values()
+    return bool(rows) and all(app.matches_filter(r) for r in rows) and (text or len(rows) > 100)
+
+
+def measure(size: int, repeats: int, presses: int = 20, log=print) -> dict[str, Any]:
+    results: dict[str, Any] = {"size": size, "paints": []}
+    with tempfile.TemporaryDirectory(prefix="refine-bench-") as folder:
+        path = journal_with(size, Path(folder), log=log)
+        for _ in range(repeats):
+            paint = first_paint(path)
+            if paint is not None:
+                results["paints"].append(paint)
+        results["feel"] = asyncio.run(_responsiveness(path, presses))
+    return results
+
+
+def rows(r: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """(figure, value, target) lines for the summary table."""
+    out = []
+    n, paints, feel = r["size"], r["paints"], r["feel"]
+    if paints:
+        times = [p["first_paint_s"] for p in paints]
+        rss = [p["rss_mb"] for p in paints]
+        out.append((
+            f"first paint, {n:,} goals (tmux)",
+            f"median {statistics.median(times):.2f} s (min {min(times):.2f}, max"
+            f" {max(times):.2f}, n={len(times)})",
+            "≤ 2 s",
+        ))  # fmt: skip
+        out.append((
+            f"dashboard RSS, {n:,} goals (tmux)",
+            f"median {statistics.median(rss):.0f} MB (max {max(rss):.0f})",
+            "≤ 200 MB",
+        ))  # fmt: skip
+    p, e, f = feel["pages"], feel["ends"], feel["filters"]
+    out.append((
+        f"scroll/filter, {n:,} goals (headless)",
+        f"page p50 {p['p50']:.0f} ms p95 {p['p95']:.0f} ms; top/bottom p50 {e['p50']:.0f} ms"
+        f" max {e['max']:.0f} ms; filter p50 {f['p50']:.0f} ms max {f['max']:.0f} ms"
+        f" ({feel['shown']:,} rows listed, load {feel['load_s']:.2f} s)",
+        "responsive",
+    ))  # fmt: skip
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", type=int, default=100_000)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args(argv)
+    for figure, value, target in rows(measure(args.size, args.repeats)):
+        print(f"{figure:<38} {value}  [{target}]")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
