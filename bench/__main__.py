@@ -1,0 +1,119 @@
+"""Every figure of DESIGN §9 in one run, printed as one table with the date and the core count.
+
+    python -m bench            # the full run (builds the 100k journal once, then cached)
+    python -m bench --quick    # smaller journals, fewer samples, shorter windows
+    python -m bench --only latency idle
+
+Each benchmark module also runs alone (``python -m bench.latency`` …) with its own options.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import platform
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from bench import claims, commands, idle, latency, scale
+from bench.common import cores
+
+Row = tuple[str, str, str]
+
+
+@dataclass(frozen=True)
+class Settings:
+    sizes: tuple[int, int]
+    samples: int
+    tmux_samples: bool
+    idle_s: float
+    races: int
+    scale_size: int
+    scale_repeats: int
+    cycles: int
+    repeats: int
+
+
+FULL = Settings((1000, 100_000), 100, True, 60.0, 1000, 100_000, 3, 500, 5)
+QUICK = Settings((1000, 10_000), 20, False, 5.0, 200, 10_000, 1, 200, 3)
+
+
+def _log(line: str) -> None:
+    print(f"  · {line}", file=sys.stderr, flush=True)
+
+
+def run_commands(s: Settings) -> list[Row]:
+    out = []
+    for sync in ("FULL", "NORMAL"):
+        m = commands.measure(sync, s.cycles, s.repeats)
+        ours, raw, es = m["ours"][0], m["raw"][0], m["eventsourcing"][0]
+        out.append((
+            f"claim+complete cycles/s, {sync}",
+            f"ours {ours:,.0f} · raw {raw:,.0f} · eventsourcing {es:,.0f}:"
+            f" {ours / raw:.0%} of raw, {ours / es:.2f}× eventsourcing",
+            "≥ 50 % of raw, ≥ 1× es",
+        ))  # fmt: skip
+    return out
+
+
+def run_latency(s: Settings) -> list[Row]:
+    return latency.rows(latency.measure(list(s.sizes), s.samples, s.tmux_samples, log=_log))
+
+
+def run_idle(s: Settings) -> list[Row]:
+    return idle.rows(idle.measure([s.sizes[0]], s.idle_s, 50.0, log=_log))
+
+
+def run_claims(s: Settings) -> list[Row]:
+    out = []
+    for slot in (0.0, 0.005):
+        out += claims.rows(claims.measure(8, s.races, slot))
+    return out
+
+
+def run_scale(s: Settings) -> list[Row]:
+    return scale.rows(scale.measure(s.scale_size, s.scale_repeats, log=_log))
+
+
+BENCHMARKS: dict[str, Callable[[Settings], list[Row]]] = {
+    "commands": run_commands,
+    "latency": run_latency,
+    "idle": run_idle,
+    "claims": run_claims,
+    "scale": run_scale,
+}
+
+
+def table(rows: list[Row]) -> str:
+    width = max(len(figure) for figure, _, _ in rows)
+    lines = [f"| {'figure':<{width}} | value | target |", f"|{'-' * (width + 2)}|---|---|"]
+    lines += [f"| {figure:<{width}} | {value} | {target} |" for figure, value, target in rows]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small journals, short windows")
+    parser.add_argument("--only", nargs="+", choices=list(BENCHMARKS), default=list(BENCHMARKS))
+    args = parser.parse_args(argv)
+    settings = QUICK if args.quick else FULL
+    began = time.monotonic()
+    rows: list[Row] = []
+    for name in args.only:
+        _log(f"{name}…")
+        rows += BENCHMARKS[name](settings)
+    when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    machine = platform.processor() or platform.machine()
+    print(
+        f"refine-tui benchmarks — {when} — {cores()} cores, {machine},"
+        f" Python {platform.python_version()}{' — quick' if args.quick else ''}"
+        f" — {time.monotonic() - began:.0f} s"
+    )
+    print(table(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
