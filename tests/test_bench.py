@@ -1,0 +1,45 @@
+"""The benchmarks' code paths run (tiny sizes; no timing is asserted: benchmarks are not tests)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import bench.common
+from bench import claims, latency
+from bench.common import journal_with, shape_of
+from store.check import check_journal
+from store.goals import Goals
+from store.journal import Journal
+
+
+@pytest.fixture(autouse=True)
+def private_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(bench.common, "CACHE", tmp_path / "cache")
+
+
+def test_built_journal_is_valid_and_has_every_shape(tmp_path: Path) -> None:
+    path = journal_with(100, tmp_path)
+    with Journal.open(path, read_only=True) as journal:
+        assert check_journal(journal).clean
+        goals = Goals(journal).list()
+    assert len(goals) == 100
+    assert {g.status for g in goals} == {
+        "queued", "running", "completed", "cancelled", "exhausted", "held"
+    }  # fmt: skip
+    for goal in goals:  # the shape each id was built as is the status it reads back as
+        expected = {"retrying": "queued", "orphan": "running", "running-other": "running"}
+        shape = shape_of(int(goal.goal_id[1:]))
+        assert goal.status == expected.get(shape, shape)
+
+
+def test_racing_claims_judged_by_the_journal() -> None:
+    result = claims.measure(processes=2, runs=20)
+    assert (result["winners"], result["duplicates"], result["unclaimed"]) == (20, 0, 0)
+    assert result["check_clean"]
+
+
+async def test_latency_probe_sees_commits_of_another_process(tmp_path: Path) -> None:
+    result = await latency._headless(journal_with(100, tmp_path), samples=2, seed=0)
+    assert result["seen"]["n"] == 2
