@@ -1,0 +1,84 @@
+"""KeyedTable repaints only the rows that changed, and the screen always shows the data.
+
+The table writes fixed-width cells without Textual's table-wide cache reset (see its module
+docstring); these tests read the composed screen and compare it with a table built fresh from
+the same rows, so a stale cached render would show up as a difference.
+"""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.app import App, ComposeResult
+
+from refine_tui.widgets.keyed_table import Column, KeyedTable
+
+COLUMNS = (Column("id", "Id", 6), Column("status", "Status", 9), Column("age", "Age", 5))
+SIZE = (40, 12)
+
+
+class TableApp(App[None]):
+    def compose(self) -> ComposeResult:
+        yield KeyedTable(COLUMNS)
+
+
+def rows(n: int, status: str = "queued", age: str = "1s") -> dict[str, tuple]:
+    return {f"r{i:02d}": (f"r{i:02d}", Text(status, style="cyan"), age) for i in range(n)}
+
+
+def screen(app: App) -> list[str]:
+    update = app.screen._compositor.render_full_update()
+    return ["".join(strip.text for strip in line) for line in update.strips]
+
+
+async def fresh_screen(data: dict[str, tuple], cursor: str | None, scroll: float) -> list[str]:
+    app = TableApp()
+    async with app.run_test(size=SIZE) as pilot:
+        table = app.query_one(KeyedTable)
+        table.sync(data)
+        if cursor is not None:
+            table.select(cursor)
+        await pilot.pause()
+        table.scroll_to(y=scroll, animate=False)
+        await pilot.pause()
+        return screen(app)
+
+
+async def test_a_changed_cell_is_on_screen_and_nothing_else_moves() -> None:
+    app = TableApp()
+    async with app.run_test(size=SIZE) as pilot:
+        table = app.query_one(KeyedTable)
+        data = rows(30)
+        table.sync(data)
+        await pilot.pause()
+        before = screen(app)
+        data["r03"] = ("r03", Text("running", style="green"), "2s")
+        table.upsert("r03", data["r03"])
+        await pilot.pause()
+        after = screen(app)
+        changed = [i for i, (a, b) in enumerate(zip(before, after, strict=True)) if a != b]
+        assert len(changed) == 1 and "running" in after[changed[0]] and "2s" in after[changed[0]]
+        assert after == await fresh_screen(data, "r00", 0)
+
+
+async def test_rows_changed_off_screen_show_their_new_cells_when_scrolled_to() -> None:
+    app = TableApp()
+    async with app.run_test(size=SIZE) as pilot:
+        table = app.query_one(KeyedTable)
+        data = rows(40)
+        table.sync(data)
+        await pilot.pause()
+        for tick in range(3):  # like elapsed times ticking: every row, several frames
+            for key in data:
+                data[key] = (key, data[key][1], f"{tick}m")
+                table.upsert(key, data[key])
+            await pilot.pause()
+        table.select("r25")
+        await pilot.pause()
+        for key in ("r24", "r25", "r26"):
+            data[key] = (key, Text("done", style="dim"), "9m")
+            table.upsert(key, data[key])
+        await pilot.pause()
+        assert screen(app) == await fresh_screen(data, "r25", table.scroll_y)
+        table.select("r00")
+        await pilot.pause()
+        assert screen(app) == await fresh_screen(data, "r00", table.scroll_y)
