@@ -187,6 +187,7 @@ class RefineApp(App[None]):
         self.widths = {"title": 14, "note": 22}  # grown on wide terminals (on_resize)
         self._full_pending = True
         self._watcher: JournalWatcher | None = None
+        self._enabled: tuple[bool, ...] = ()  # which actions the footer last showed enabled
 
     # --- layout --------------------------------------------------------------------------------
 
@@ -557,7 +558,12 @@ class RefineApp(App[None]):
             self.retarget_detail()
 
     def selection_changed(self) -> None:
-        self.refresh_bindings()
+        # Only when an action became (un)available: Textual 8.2's Footer keeps every key widget
+        # it recomposes on refresh_bindings(), so refreshing per journal update grows memory.
+        enabled = tuple(self.why_not(a) is None for a in (*OPERATOR_ACTIONS, *SELECTION_ACTIONS))
+        if enabled != self._enabled:
+            self._enabled = enabled
+            self.refresh_bindings()
         reasons = [
             f"{ACTION_KEYS[a]}: {short}"
             for a in OPERATOR_ACTIONS

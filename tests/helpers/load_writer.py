@@ -53,18 +53,18 @@ class Writer:
             title=f"Load {goal_id}",
             node_id=self.rng.choice(NODES),
             argv=["true", goal_id],
-            max_attempts=self.rng.randint(2, 20),
+            max_attempts=self.rng.randint(10, 20),
             redelivery=self.rng.choice(("safe", "operator")),
         )
 
     def act(self, goal: Goal) -> None:
         r = self.rng.random()
-        if r < 0.01:
+        if r < 0.003:
             self.goals.cancel(
                 goal_id=goal.goal_id, reason="load: cancel", command_id=self.next_id("c")
             )
         elif goal.status == "queued":
-            if r < 0.15:
+            if r < 0.3:
                 other = NODES[1 - NODES.index(goal.node_id)]
                 self.goals.reassign(
                     goal_id=goal.goal_id, node_id=other, expected_version=goal.version
@@ -95,7 +95,7 @@ class Writer:
                 command_id=self.next_id("i"),
             )
             return
-        outcome = "completed" if r < 0.23 else "failed"
+        outcome = "completed" if r < 0.21 else "failed"
         self.goals.settle(
             goal_id=goal.goal_id,
             run_id=run.run_id,
