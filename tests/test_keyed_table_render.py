@@ -82,3 +82,33 @@ async def test_rows_changed_off_screen_show_their_new_cells_when_scrolled_to() -
         table.select("r00")
         await pilot.pause()
         assert screen(app) == await fresh_screen(data, "r00", table.scroll_y)
+
+
+async def test_appended_and_dropped_rows_leave_no_stale_line() -> None:
+    app = TableApp()
+    async with app.run_test(size=SIZE) as pilot:
+        table = app.query_one(KeyedTable)
+        data = rows(4)
+        table.sync(data)
+        await pilot.pause()
+        data["r01"] = ("r01", Text("running", style="green"), "5s")
+        table.upsert("r01", data["r01"])
+        for i in range(4, 7):  # new rows below, on screen
+            data[f"r{i:02d}"] = (f"r{i:02d}", Text("queued"), "0s")
+            table.upsert(f"r{i:02d}", data[f"r{i:02d}"])
+        await pilot.pause()
+        assert screen(app) == await fresh_screen(data, "r00", 0)
+        table.drop("r02")
+        del data["r02"]
+        for i in range(7, 30):  # enough to scroll; the cursor follows the last one
+            data[f"r{i:02d}"] = (f"r{i:02d}", Text("held"), f"{i}s")
+            table.upsert(f"r{i:02d}", data[f"r{i:02d}"])
+            await pilot.pause()
+        table.select("r29")
+        await pilot.pause()
+        data["r28"] = ("r28", Text("done"), "1m")
+        table.upsert("r28", data["r28"])
+        data["r30"] = ("r30", Text("new"), "0s")
+        table.upsert("r30", data["r30"])
+        await pilot.pause()
+        assert screen(app) == await fresh_screen(data, "r29", table.scroll_y)
