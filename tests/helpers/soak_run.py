@@ -39,6 +39,7 @@ HANGING = ("hang", "ignore-term", "grandchildren")
 GRACE_S = 0.5
 CAPACITY = 3
 SCHEDULER = (sys.executable, "-m", "store.scheduler")
+CLI = (sys.executable, "-m", "refine_tui.cli")
 
 
 @dataclass
@@ -240,6 +241,31 @@ class Soak:
         goal_id = run_id.rpartition(".r")[0]
         return any(goal_id in p.cmdline() for p in self.workers())
 
+    def cli_action_killed(self) -> None:
+        """`refine stop|cancel` from another process, SIGKILLed at a random moment (maybe
+        between its signals and its record): what it did or did not commit must converge."""
+        goal = self.pick("running")
+        if goal is None:
+            return
+        what = ["stop", goal.goal_id, "--grace", "0.5"]
+        if self.rng.random() < 0.4:
+            what = ["cancel", goal.goal_id, "--reason", "soak: cli", "--grace", "0.5"]
+        proc = subprocess.Popen(
+            [*CLI, "--journal", str(self.path), "--node", goal.node_id, *what],
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env={**os.environ, "REFINE_OPERATOR": "soakcli"},
+        )
+        try:
+            proc.wait(timeout=self.rng.uniform(0.1, 1.5))
+            self.figures.actions[f"cli-{what[0]}"] += 1
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            self.figures.kills["operator"] += 1
+            self.say(f"killed `refine {what[0]} {goal.goal_id}`")
+
     def act(self, action: str, call: Callable[[], Any]) -> None:
         try:
             report = call()
@@ -271,6 +297,8 @@ class Soak:
             self.kill_worker()
         elif r < 0.84:
             self.kill_node()
+        elif r < 0.90:
+            self.cli_action_killed()
         self.restart_nodes()
 
     def drain(self, timeout_s: float) -> None:
