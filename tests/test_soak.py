@@ -3,29 +3,53 @@ fail, hang, ignore SIGTERM, fork grandchildren), random operator Stop / Cancel /
 Release, random SIGKILL of nodes and workers and restarts.
 
 At the end: `refine check` is clean, every goal is terminal or held (the drain cancels the rest),
-no run is left running, no process of ours is left, and the decoys (processes outside our
-records) are alive and never received a signal. ``REFINE_SOAK_SECONDS`` makes it longer;
+no run is left running, no process of ours is left, the decoys (processes outside our
+records) are alive and never received a signal, and the dashboard, open all along, shows
+exactly the journal's final state. ``REFINE_SOAK_SECONDS`` makes it longer;
 ``python scripts/soak.py`` runs the long one and prints the figures.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 from pathlib import Path
 
 import pytest
+from helpers.soak_recipes import refine_json
 from helpers.soak_run import run_soak
 
 from refine_tui import cli
+from store.journal import Journal
 
 SECONDS = float(os.environ.get("REFINE_SOAK_SECONDS", "45"))
 SEED = int(os.environ.get("REFINE_SOAK_SEED", "20261129"))
 
 
 @pytest.mark.slow
-def test_soak_two_nodes_faults_and_operators(tmp_path: Path) -> None:
-    figures = run_soak(tmp_path, seconds=SECONDS, seed=SEED, drain_s=40.0)
-    print("\n" + figures.text())
+async def test_soak_two_nodes_faults_and_operators(tmp_path: Path) -> None:
+    from refine_tui.app import RefineApp
+    from refine_tui.rows import RECENT_LIMIT
+
+    path = tmp_path / "soak" / "journal.db"
+    # The dashboard follows the whole soak (it starts before the journal exists).
+    app = RefineApp(journal=path, node="n1", operator="watcher")
+    async with app.run_test(size=(120, 40)) as pilot:
+        figures = await asyncio.to_thread(
+            run_soak, tmp_path, seconds=SECONDS, seed=SEED, drain_s=40.0
+        )
+        print("\n" + figures.text())
+        with Journal.open(path, read_only=True) as journal:
+            last = journal.last_sequence()
+        deadline = asyncio.get_running_loop().time() + 20
+        while app.header_state.last_sequence != last:
+            assert asyncio.get_running_loop().time() < deadline, "the dashboard never caught up"
+            await pilot.pause(0.05)
+        await pilot.pause()
+        goals = {g["goal_id"]: g for g in refine_json(path, "goals")}  # type: ignore[union-attr]
+        runs = {r["run_id"]: r for r in refine_json(path, "runs")}  # type: ignore[union-attr]
+        shown = dict(app.goal_rows)
+
     assert figures.violations == []
     assert figures.unsettled == []
     assert figures.still_running == []
@@ -34,4 +58,16 @@ def test_soak_two_nodes_faults_and_operators(tmp_path: Path) -> None:
     # The campaign really happened: goals, crashes and every kind of operator action.
     assert figures.goals >= 20 and figures.kills["node"] >= 1 and figures.kills["worker"] >= 1
     assert {"stop", "cancel"} <= set(figures.actions)
-    assert cli.main(["--journal", str(tmp_path / "soak" / "journal.db"), "check"]) == 0
+    assert cli.main(["--journal", str(path), "check"]) == 0
+    # The dashboard never lies: every row it shows is the journal's final state.
+    if len(goals) <= RECENT_LIMIT:
+        assert set(shown) == set(goals)
+    for goal_id, row in shown.items():
+        goal, run = goals[goal_id], runs[goals[goal_id]["run_id"]]
+        attempts = f"{len(run['attempts'])}/{run['budget']['max_attempts']}"
+        assert (row.status, row.round, row.node_id, row.attempts) == (
+            goal["status"],
+            goal["round"],
+            goal["node_id"],
+            attempts,
+        )
