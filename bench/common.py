@@ -37,32 +37,34 @@ PLACEHOLDER = "zqxplaceholderqz"
 BUILDER_VERSION = 1
 CACHE = Path(tempfile.gettempdir()) / "refine-bench-cache"
 
-# Per 100 Goals. At 100k this makes 25k active Goals (the dashboard lists at most 1,000 of them),
-# and the first 1,000 active ids hold ~600 queued Goals for the latency samples.
-MIX: tuple[tuple[str, int], ...] = (
-    ("completed", 70),
-    ("queued", 15),
-    ("running-other", 4),
-    ("orphan", 1),  # running on this node with no process record: "needs cleanup"
-    ("retrying", 4),
-    ("cancelled", 3),
-    ("exhausted", 2),
-    ("held", 1),
-)
-_SLOTS = [shape for shape, count in MIX for _ in range(count)]
+# Per 100 Goals. At 100k "busy" makes 25k active Goals (the dashboard lists at most 1,000 of
+# them), and the first 1,000 active ids hold ~600 queued Goals for the latency samples. "quiet"
+# has nothing running: nothing ticks, nothing to observe (the event-driven floor).
+MIXES: dict[str, tuple[tuple[str, int], ...]] = {
+    "busy": (
+        ("completed", 70),
+        ("queued", 15),
+        ("running-other", 4),
+        ("orphan", 1),  # running on this node with no process record: "needs cleanup"
+        ("retrying", 4),
+        ("cancelled", 3),
+        ("exhausted", 2),
+        ("held", 1),
+    ),
+    "quiet": (("completed", 75), ("queued", 19), ("cancelled", 3), ("exhausted", 2), ("held", 1)),
+}
+SHAPES = tuple(shape for shape, _ in MIXES["busy"])
+_SLOTS = {name: [s for s, count in mix for _ in range(count)] for name, mix in MIXES.items()}
 
 
 def goal_id(i: int) -> str:
     return f"g{i:06d}"
 
 
-def shape_of(i: int) -> str:
+def shape_of(i: int, mix: str = "busy") -> str:
     # A multiplicative stride spreads shapes evenly but not periodically along the ids.
-    return _SLOTS[(i * 37) % len(_SLOTS)]
-
-
-def goals_of_shape(n: int, shape: str) -> list[str]:
-    return [goal_id(i) for i in range(n) if shape_of(i) == shape]
+    slots = _SLOTS[mix]
+    return slots[(i * 37) % len(slots)]
 
 
 # --- building ----------------------------------------------------------------------------------
@@ -127,11 +129,11 @@ def _templates(folder: Path) -> dict[str, _Template]:
     out: dict[str, _Template] = {}
     with Journal.open(path, synchronous="NORMAL") as journal:
         goals = Goals(journal)
-        for shape, _ in MIX:
+        for shape in SHAPES:
             _play(goals, shape, PLACEHOLDER + shape.replace("-", ""))
     conn = sqlite3.connect(path)
     try:
-        for shape, _ in MIX:
+        for shape in SHAPES:
             key = PLACEHOLDER + shape.replace("-", "")
             like = f"%{key}%"
             events = conn.execute(
@@ -172,19 +174,22 @@ def _fingerprint(templates: dict[str, _Template]) -> str:
     return h.hexdigest()[:16]
 
 
-def build_journal(path: Path, n: int, templates: dict[str, _Template]) -> None:
+def build_journal(
+    path: Path, n: int, templates: dict[str, _Template], mix: str = "busy"
+) -> None:
     """Write ``n`` Goals (and their Runs) into a new journal at ``path`` in one transaction."""
+    shapes = [shape_of(i, mix) for i in range(n)]
     Journal.open(path).close()  # the schema, pragmas and application id of a real journal
     aggregates: list[tuple] = []
     events: list[tuple] = []
     receipts: list[tuple] = []
     outbox: list[tuple] = []
-    total = sum(len(templates[shape_of(i)].events) for i in range(n))
+    total = sum(len(templates[shape].events) for shape in shapes)
     start_at = time.time() - total * 0.05  # history spread over the last total/20 seconds
     base = 0
     for i in range(n):
-        t = templates[shape_of(i)]
-        key, gid = PLACEHOLDER + shape_of(i).replace("-", ""), goal_id(i)
+        t = templates[shapes[i]]
+        key, gid = PLACEHOLDER + shapes[i].replace("-", ""), goal_id(i)
 
         def sub(text: str, key: str = key, gid: str = gid) -> str:
             return text.replace(key, gid)
@@ -216,25 +221,29 @@ def build_journal(path: Path, n: int, templates: dict[str, _Template]) -> None:
         conn.close()
 
 
-def journal_with(n: int, folder: Path, *, log: Callable[[str], None] = lambda _: None) -> Path:
+def journal_with(
+    n: int, folder: Path, *, mix: str = "busy", log: Callable[[str], None] = lambda _: None
+) -> Path:
     """A fresh copy of the ``n``-Goal journal in ``folder`` (built and checked once, cached)."""
     with tempfile.TemporaryDirectory() as scratch:
         templates = _templates(Path(scratch))
-    cached = CACHE / f"goals-{n}-{_fingerprint(templates)}.db"
+    cached = CACHE / f"goals-{n}-{mix}-{_fingerprint(templates)}.db"
     if not cached.exists():
         CACHE.mkdir(parents=True, exist_ok=True)
         partial = cached.with_suffix(".partial")
         for leftover in CACHE.glob(partial.name + "*"):
             leftover.unlink()
         started = time.perf_counter()
-        build_journal(partial, n, templates)
+        build_journal(partial, n, templates, mix)
         built = time.perf_counter() - started
         with Journal.open(partial, read_only=True) as journal:
             report = check_journal(journal)
         if not report.clean:
             raise RuntimeError(f"built journal fails check_journal:\n{report.text()}")
         os.replace(partial, cached)
-        log(f"built {n:,} goals in {built:.1f} s; check_journal: {report.text()}")
+        for side in ("-wal", "-shm"):
+            Path(f"{partial}{side}").unlink(missing_ok=True)
+        log(f"built {n:,} {mix} goals in {built:.1f} s; check_journal: {report.text()}")
     target = folder / "journal.db"
     shutil.copyfile(cached, target)
     return target
