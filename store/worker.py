@@ -101,15 +101,20 @@ def run_worker(
     )
     registry = ProcessRegistry(journal.path, node_id)
     log_path = registry.log_path(claim.run_id, claim.epoch)
-    registry.record(
-        ProcessRecord.for_current_process(
-            node_id=node_id,
-            run_id=claim.run_id,
-            epoch=claim.epoch,
-            worker=worker,
-            log_path=log_path,
+    try:
+        registry.record(
+            ProcessRecord.for_current_process(
+                node_id=node_id,
+                run_id=claim.run_id,
+                epoch=claim.epoch,
+                worker=worker,
+                log_path=log_path,
+            )
         )
-    )
+    except OSError as exc:  # e.g. disk full: as the owner, say so rather than vanish
+        _say(f"{claim.run_id}/{claim.epoch}: cannot record this process: {exc}")
+        why = f"cannot record the worker process: {exc}"[:400]
+        return _report(goals, claim, exit_code=None, reason=why, log=log_path)
     try:
         return _own(goals, claim, started.goal, log_path)
     finally:

@@ -433,3 +433,20 @@ def test_run_node_refuses_a_missing_journal_and_a_bad_capacity(tmp_path: Path) -
     assert not missing.exists()
     Journal.open(tmp_path / "j.db").close()
     assert run_node(tmp_path / "j.db", "n1", capacity=0) == 2
+
+
+def test_a_worker_that_cannot_record_its_process_reports_failed_as_owner(tmp_path: Path) -> None:
+    from store.worker import EXIT_SETTLED, run_worker
+
+    with Journal.open(tmp_path / "j.db") as journal:
+        goals = Goals(journal)
+        goals.create(goal_id="g", title="G", node_id="n1", argv=["true"], max_attempts=1)
+        registry = ProcessRegistry(journal.path, "n1")
+        registry.root.mkdir(parents=True)
+        registry.processes_dir.write_text("a file where the records folder should be")
+        code = run_worker(journal, node_id="n1", goal_id="g", token="t1")
+        assert code == EXIT_SETTLED
+        run = goals.runs("g")[0]
+        assert run.status == "exhausted"
+        assert "cannot record the worker process" in (run.attempts[0].reason or "")
+        assert goals.read("g").status == "exhausted"
