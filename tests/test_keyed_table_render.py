@@ -17,8 +17,12 @@ SIZE = (40, 12)
 
 
 class TableApp(App[None]):
+    def __init__(self, columns: tuple[Column, ...] = COLUMNS) -> None:
+        super().__init__()
+        self.columns = columns
+
     def compose(self) -> ComposeResult:
-        yield KeyedTable(COLUMNS)
+        yield KeyedTable(self.columns)
 
 
 def rows(n: int, status: str = "queued", age: str = "1s") -> dict[str, tuple]:
@@ -30,8 +34,10 @@ def screen(app: App) -> list[str]:
     return ["".join(strip.text for strip in line) for line in update.strips]
 
 
-async def fresh_screen(data: dict[str, tuple], cursor: str | None, scroll: float) -> list[str]:
-    app = TableApp()
+async def fresh_screen(
+    data: dict[str, tuple], cursor: str | None, scroll: float, columns: tuple = COLUMNS
+) -> list[str]:
+    app = TableApp(columns)
     async with app.run_test(size=SIZE) as pilot:
         table = app.query_one(KeyedTable)
         table.sync(data)
@@ -112,3 +118,21 @@ async def test_appended_and_dropped_rows_leave_no_stale_line() -> None:
         table.upsert("r30", data["r30"])
         await pilot.pause()
         assert screen(app) == await fresh_screen(data, "r29", table.scroll_y)
+
+
+async def test_a_column_sized_to_content_widens_for_new_and_changed_rows() -> None:
+    columns = (Column("id", "Id", 6), Column("note", "Note", None))
+    app = TableApp(columns)
+    async with app.run_test(size=SIZE) as pilot:
+        table = app.query_one(KeyedTable)
+        data = {f"r{i}": (f"r{i}", "ok") for i in range(3)}
+        table.sync(data)
+        await pilot.pause()
+        data["r3"] = ("r3", "a much longer note")
+        table.upsert("r3", data["r3"])
+        await pilot.pause()
+        assert screen(app) == await fresh_screen(data, "r0", 0, columns)
+        data["r1"] = ("r1", "an even longer note here")
+        table.upsert("r1", data["r1"])
+        await pilot.pause()
+        assert screen(app) == await fresh_screen(data, "r0", 0, columns)
