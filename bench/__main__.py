@@ -111,6 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         f" Python {platform.python_version()}{' — quick' if args.quick else ''}"
         f" — {time.monotonic() - began:.0f} s"
     )
+    print()
     print(table(rows))
     return 0
 
