@@ -174,9 +174,7 @@ def _fingerprint(templates: dict[str, _Template]) -> str:
     return h.hexdigest()[:16]
 
 
-def build_journal(
-    path: Path, n: int, templates: dict[str, _Template], mix: str = "busy"
-) -> None:
+def build_journal(path: Path, n: int, templates: dict[str, _Template], mix: str = "busy") -> None:
     """Write ``n`` Goals (and their Runs) into a new journal at ``path`` in one transaction."""
     shapes = [shape_of(i, mix) for i in range(n)]
     Journal.open(path).close()  # the schema, pragmas and application id of a real journal
