@@ -235,12 +235,12 @@ def _check_no_claim_while_stopped(
     goal_events = events.get(goal_id, [])
     cancelled = [e.sequence for e in goal_events if e.type == "goal.cancelled"]
     if cancelled:
-        run_prefix = "run:" + goal_id.split(":", 1)[1] + ".r"
+        # The Goal's own events name every Run it ever had (created, reassigned).
+        runs = {f"run:{e.data['run_id']}" for e in goal_events if "run_id" in e.data}
         late = [
             e.sequence
-            for agg, evs in events.items()
-            if agg.startswith(run_prefix)
-            for e in evs
+            for run in sorted(runs)
+            for e in events.get(run, [])
             if e.type == "attempt.claimed" and e.sequence > cancelled[0]
         ]
         if late:

@@ -78,3 +78,21 @@ def test_an_earlier_rounds_open_run_is_a_violation(tmp_path: Path) -> None:
     with Journal.open(tmp_path / "j.db", read_only=True) as journal:
         messages = [v.message for v in check_journal(journal).violations]
     assert "run of earlier round 1 is queued" in messages, messages
+
+
+def test_run_claim_after_goal_cancel_is_a_violation(tmp_path: Path) -> None:
+    make_journal(tmp_path / "j.db")
+    with sqlite3.connect(tmp_path / "j.db") as raw:  # forge a claim on the cancelled goal's run
+        seq = raw.execute("SELECT max(sequence) FROM events").fetchone()[0] + 1
+        raw.execute(
+            "INSERT INTO events VALUES (?, 'run:old.r1', 3, 'attempt.claimed', '{}', 0, 'x')",
+            (seq,),
+        )
+    with Journal.open(tmp_path / "j.db", read_only=True) as journal:
+        violations = check_journal(journal).violations
+    assert any(
+        v.aggregate_id == "goal:old"
+        and seq in v.sequences
+        and "after the goal's cancel" in v.message
+        for v in violations
+    ), violations
