@@ -508,8 +508,8 @@ async def test_log_stops_following_when_scrolled_up(journal_path: Path) -> None:
         await pilot.press("l")
         detail = app.query_one("#detail")
         await until(pilot, lambda: detail.line_count >= 200)
-        await pilot.pause()
-        assert detail.following
+        # The Log scrolls to its end after the next layout: wait for it, however busy the box.
+        await until(pilot, lambda: detail.following)
         detail.scroll_home(animate=False)
         await pilot.pause()
         assert not detail.following and "paused" in str(detail.border_subtitle)
@@ -518,10 +518,8 @@ async def test_log_stops_following_when_scrolled_up(journal_path: Path) -> None:
         await until(pilot, lambda: "new while reading" in str(detail.lines[-1]))
         assert detail.scroll_y == 0  # nothing moved under the operator
         detail.scroll_end(animate=False)
-        await pilot.pause()
-        assert detail.following
+        await until(pilot, lambda: detail.following)
         with open(log, "a") as f:
             f.write("followed again\n")
         await until(pilot, lambda: "followed again" in str(detail.lines[-1]))
-        await pilot.pause()
-        assert detail.is_vertical_scroll_end
+        await until(pilot, lambda: detail.is_vertical_scroll_end)
