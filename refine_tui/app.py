@@ -105,7 +105,7 @@ ACTION_TITLES = {
 TABLE_WIDTH = sum(c.width or 0 for c in GOAL_COLUMNS) + 2 * len(GOAL_COLUMNS) + 2
 ACTION_KEYS = {"stop": "s", "cancel_goal": "c", "cleanup": "x", "release": "R"}
 RETRY_S = 2.0  # how often an unreadable journal is tried again (file events also wake it)
-OBSERVE_INTERVAL_S = 2.0  # CPU/memory/liveness of this node's processes (they change silently)
+OBSERVE_INTERVAL_S = 5.0  # CPU/memory/liveness of this node's processes (they change silently)
 
 
 @dataclass(frozen=True)
