@@ -2,8 +2,10 @@
 
 Structure: a live worker (``follow_journal``) waits on the JournalWatcher, reads what changed
 through one ChangeFeed connection in a thread, and posts one ``JournalUpdate``; handlers diff the
-rows into KeyedTables by key. Operator actions call ``store.operator`` in threads and report back
-as notifications. ``check_action`` greys what does not apply and ``why_not`` says why.
+rows into KeyedTables by key. This module holds the App: layout, live updates, rows → cells,
+selection and views. Mixed in: the operator actions (``refine_tui.actions``: what applies and why
+not, commands in threads reported as notifications) and the detail pane (``refine_tui.detail``:
+history and log).
 """
 
 from __future__ import annotations
@@ -21,32 +23,22 @@ from typing import Any, ClassVar
 
 from rich.text import Text
 from textual import events, on, work
-from textual.app import App, ComposeResult, SystemCommand
+from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
-from textual.events import Key
-from textual.screen import Screen
 from textual.widgets import ContentSwitcher, DataTable, Footer, Input, Label, Static
 
 from refine_tui import format as fmt
+from refine_tui.actions import ACTION_KEYS, OPERATOR_ACTIONS, SELECTION_ACTIONS, OperatorActions
+from refine_tui.detail import DetailPane
 from refine_tui.messages import JournalTrouble, JournalUpdate
 from refine_tui.rows import AttemptRow, GoalRow, Reader, RunRow, WorkerRow, goals_touched
-from refine_tui.screens.confirm import CancelModal, ConfirmModal
 from refine_tui.screens.help import HelpScreen
 from refine_tui.widgets.follow_log import FollowLog
 from refine_tui.widgets.keyed_table import Column, KeyedTable
 from refine_tui.widgets.status_header import HeaderState, StatusHeader
 from store.errors import RefineError, StorageError
 from store.journal import Journal
-from store.operator import (
-    cancel_goal,
-    cleanup_evidence,
-    confirm_cleanup,
-    describe_cancel,
-    describe_stop,
-    release_goal,
-    stop_goal,
-)
 from store.watch import ChangeFeed, JournalWatcher
 
 # Order chosen for 80 columns: what an operator scans first (status, markers) is visible
@@ -91,19 +83,8 @@ WORKER_COLUMNS = (
     Column("memory", "Mem", 7),
     Column("argv", "Command", None),
 )
-OPERATOR_ACTIONS = ("stop", "cancel_goal", "cleanup", "release")
-SELECTION_ACTIONS = ("log", "history")
-ACTION_TITLES = {
-    "stop": "Stop",
-    "cancel_goal": "Cancel",
-    "cleanup": "Confirm cleanup",
-    "release": "Release",
-    "log": "Log",
-    "history": "History",
-}
 # All Goal columns at their base widths, with cell padding and a scrollbar.
 TABLE_WIDTH = sum(c.width or 0 for c in GOAL_COLUMNS) + 2 * len(GOAL_COLUMNS) + 2
-ACTION_KEYS = {"stop": "s", "cancel_goal": "c", "cleanup": "x", "release": "R"}
 RETRY_S = 2.0  # how often an unreadable journal is tried again (file events also wake it)
 OBSERVE_INTERVAL_S = 5.0  # CPU/memory/liveness of this node's processes (they change silently)
 
@@ -122,7 +103,7 @@ class ReadRequest:
     recheck: tuple[str, ...] = ()  # goals to re-read even without events (process liveness)
 
 
-class RefineApp(App[None]):
+class RefineApp(OperatorActions, DetailPane, App[None]):
     """The dashboard. ``RefineApp(journal=PATH, node=NAME, read_only=False)``."""
 
     CSS_PATH = "app.tcss"
@@ -642,357 +623,6 @@ class RefineApp(App[None]):
         self.switch_view("workers", f"Workers on node {self.node}   (escape: back)")
         self.observe_processes()
 
-    # --- detail pane: history and log ----------------------------------------------------------
-
-    def action_history(self) -> None:
-        self.toggle_detail("history")
-
-    def action_log(self) -> None:
-        self.toggle_detail("log")
-
-    def toggle_detail(self, mode: str) -> None:
-        if self.detail == mode:
-            self.close_detail()
-            return
-        self.detail = mode
-        self.query_one("#detail").display = True
-        self.add_class("with-detail")
-        self.retarget_detail(force=True)
-
-    def close_detail(self) -> None:
-        self.detail = self.detail_run = self._log_file = None
-        self.query_one("#detail").display = False
-        self.remove_class("with-detail")
-        self.current_table().focus()
-
-    def retarget_detail(self, force: bool = False) -> None:
-        """Point the pane at the selected Run (history) or Attempt (log)."""
-        log = self.query_one("#detail", FollowLog)
-        if self.detail == "history":
-            run_id = self.selected_run()
-            if run_id == self.detail_run and not force:
-                return
-            self.detail_run, self._history_after = run_id, 0
-            log.clear()
-            log.border_title = f"History of {run_id}" if run_id else "History"
-            if run_id is None:
-                log.write_line("No run selected.")
-                return
-            self.wake(full=True)
-        elif self.detail == "log":
-            target = self.selected_attempt()
-            key = f"{target[0]}/{target[1]}" if target else None
-            if key == self._log_key() and not force:
-                return
-            self.detail_run, self.detail_epoch = target if target else (None, None)
-            log.clear()
-            log.border_title = f"Log of attempt {key}" if key else "Log"
-            self._log_file, self._log_offset = None, 0
-            self.load_log_path()
-
-    def _log_key(self) -> str | None:
-        if self.detail_run is None:
-            return None
-        return f"{self.detail_run}/{self.detail_epoch}"
-
-    def append_history(self, events: list[Any]) -> None:
-        log = self.query_one("#detail", FollowLog)
-        for e in events:
-            if e.sequence <= self._history_after:
-                continue
-            when = fmt.clock(e.committed_at)
-            log.write_line(f"#{e.sequence:<6} {when}  {e.type:<21} {fmt.event_data(e.data)}")
-            self._history_after = e.sequence
-
-    @work(exclusive=True, group="log", exit_on_error=False)
-    async def load_log_path(self) -> None:
-        log = self.query_one("#detail", FollowLog)
-        run_id, epoch = self.detail_run, self.detail_epoch
-        goal = self.goal_rows.get(self.focus_goal or "") or self.selected_goal()
-        if run_id is None or epoch is None or self._reader is None:
-            log.write_line("No attempt selected (a run's attempts start with the first claim).")
-            return
-        node = goal.node_id if goal else self.node
-        reader = self._reader
-        try:
-            path = await asyncio.to_thread(reader.log_path, run_id, epoch, node)
-        except (RefineError, OSError) as exc:
-            log.write_line(f"Cannot find the log: {exc}")
-            return
-        if path is None:
-            log.write_line(f"This attempt ran on node {node}; its log is on that machine.")
-            return
-        self._log_file, self._log_offset = path, 0
-        self.follow_log_file()
-
-    def follow_log_file(self) -> None:
-        """Append what the log file gained since the last look (bounded, local file)."""
-        if self.detail != "log" or self._log_file is None or self.paused:
-            return
-        log = self.query_one("#detail", FollowLog)
-        try:
-            with open(self._log_file, "rb") as f:
-                end = f.seek(0, os.SEEK_END)
-                if end < self._log_offset:  # truncated or replaced: start over
-                    log.clear()
-                    self._log_offset = 0
-                start = max(self._log_offset, end - 256 * 1024)
-                f.seek(start)
-                data = f.read(end - start)
-        except FileNotFoundError:
-            if self._log_offset == 0 and not log.line_count:
-                log.write_line(f"(no log file yet: {self._log_file})")
-                self._log_offset = -1
-            return
-        if self._log_offset == -1:
-            log.clear()
-            self._log_offset = 0
-        if not data:
-            return
-        cut = data.rfind(b"\n") + 1  # keep a partial last line for the next look
-        if cut == 0:
-            return
-        self._log_offset = start + cut
-        log.write_lines(data[:cut].decode("utf-8", "replace").splitlines())
-
-    # --- actions: availability -----------------------------------------------------------------
-
-    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action in OPERATOR_ACTIONS or action in SELECTION_ACTIONS:
-            return True if self.why_not(action) is None else None
-        return True
-
-    def why_not(self, action: str) -> str | None:
-        """Why ``action`` does not apply to the selection now, in words (None: it does)."""
-        why = self._why(action)
-        return why[1] if why else None
-
-    def _why(self, action: str) -> tuple[str, str] | None:
-        """(short, long) reason ``action`` is greyed: short for the hint line, long to notify."""
-        if action in OPERATOR_ACTIONS:
-            if self.read_only:
-                return "read-only", "the journal is open read-only"
-            if self.header_state.state in ("missing", "broken", "connecting"):
-                return "no journal", "the journal is unavailable"
-        if self.view == "workers":
-            return "n/a here", "not in the Workers view (escape goes back)"
-        goal = self.selected_goal()
-        if goal is None:
-            return "no goal", "no goal selected"
-        if goal.status == "corrupt":
-            return "corrupt", "the goal's record is corrupt"
-        if action == "stop":
-            if goal.status != "running":
-                return f"{goal.status}", f"goal is {goal.status}, nothing runs"
-            if goal.node_id != self.node:
-                return (
-                    f"on {goal.node_id}",
-                    f"it runs on node {goal.node_id}; Stop works on this node ({self.node}) only",
-                )
-        elif action == "cancel_goal":
-            if goal.terminal:
-                return f"{goal.status}", f"goal is already {goal.status}"
-        elif action == "cleanup":
-            target = self.selected_attempt()
-            if goal.running_epoch is None or target is None:
-                return "nothing running", "the goal has no running attempt"
-            if target != (goal.run_id, goal.running_epoch):
-                return "not running", f"attempt {target[1]} of {target[0]} is not running"
-        elif action == "release":
-            if goal.status != "held":
-                return "not held", f"goal is {goal.status}; only a held goal is released"
-        elif action == "history" and self.selected_run() is None:
-            return "no run", "no run selected"
-        return None
-
-    def on_key(self, event: Key) -> None:
-        """A greyed key says why instead of doing nothing."""
-        if self.screen is not self.screen_stack[0] or isinstance(self.focused, Input):
-            return
-        for binding in self.BINDINGS:
-            if isinstance(binding, Binding) and event.key in binding.key.split(","):
-                why = self.why_not(binding.action) if binding.action in ACTION_TITLES else None
-                if why is not None:
-                    self.notify(f"{ACTION_TITLES[binding.action]}: {why}", severity="warning")
-                    event.stop()
-                return
-
-    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
-        yield from super().get_system_commands(screen)
-        commands = [
-            ("Stop", "Stop the selected goal's attempt (s)", "stop"),
-            ("Cancel goal", "Cancel the selected goal, with a reason (c)", "cancel_goal"),
-            ("Confirm cleanup", "Confirm a silent attempt's work has ended (x)", "cleanup"),
-            ("Release", "Make a held goal actionable again (R)", "release"),
-            ("Log", "Show / hide the attempt's log (l)", "log"),
-            ("History", "Show / hide the run's event history (h)", "history"),
-            ("Workers", "This node's worker processes (w)", "workers"),
-            ("Filter goals", "Filter by id, title, status or node (/)", "filter"),
-            ("Pause / resume", "Pause live updates (p)", "pause"),
-            ("Refresh", "Reload everything from the journal (r)", "refresh"),
-            ("Help", "All keys (?)", "help"),
-        ]
-        for title, help_text, action in commands:
-            yield SystemCommand(title, help_text, lambda a=action: self.run_checked(a))
-
-    async def run_checked(self, action: str) -> None:
-        why = self.why_not(action) if action in ACTION_TITLES else None
-        if why is not None:
-            self.notify(f"{ACTION_TITLES[action]}: {why}", severity="warning")
-            return
-        await self.run_action(action)
-
-    # --- actions: operator commands ------------------------------------------------------------
-
-    def writer(self) -> Journal:
-        """(thread) The one writable connection, reopened if the file was replaced."""
-        if self._writer is not None and self._writer.file_replaced():
-            self._writer.close()
-            self._writer = None
-        if self._writer is None:
-            self._writer = Journal.open(self.journal_path, create=False)
-        return self._writer
-
-    def reading(self) -> Journal:
-        journal = self.feed.journal
-        if journal is None:
-            raise StorageError("the journal is unavailable")
-        return journal
-
-    def action_stop(self) -> None:
-        goal = self.selected_goal()
-        if goal is not None:
-            self.stop_flow(goal.goal_id)
-
-    @work(group="operator", exit_on_error=False)
-    async def stop_flow(self, goal_id: str) -> None:
-        sentence = await self.call_store(
-            lambda: describe_stop(self.writer(), goal_id, node=self.node, grace_s=self.grace_s)
-        )
-        if sentence is None:
-            return
-        seen = await self.call_store(lambda: self.attempt_now(goal_id))
-        if not await self.push_screen_wait(ConfirmModal(f"Stop goal {goal_id}", sentence, "Stop")):
-            return
-        # The modal promised a particular attempt: if the goal moved on meanwhile (settled,
-        # requeued and restarted, cancelled), stop nothing and say so (htop's locked selection).
-        now = await self.call_store(lambda: self.attempt_now(goal_id))
-        if now != seen:
-            self.notify(
-                f"{goal_id} changed while the dialog was open ({describe(seen)} → "
-                f"{describe(now)}): nothing was stopped",
-                title="Stop",
-                severity="warning",
-                timeout=8,
-            )
-            return
-        report = await self.call_store(
-            lambda: stop_goal(
-                self.writer(), goal_id, node=self.node, operator=self.operator, grace_s=self.grace_s
-            ),
-            busy=f"Stopping {goal_id}…",
-        )
-        self.notify_report(report)
-
-    def attempt_now(self, goal_id: str) -> tuple[str, str | None, int | None]:
-        """(thread) The goal's status, run and running epoch as the journal has them now."""
-        reader = Reader(self.reading(), self.node) if self._reader is None else self._reader
-        row = reader.goal_rows([goal_id]).get(goal_id)
-        if row is None:
-            return ("gone", None, None)
-        return (row.status, row.run_id, row.running_epoch)
-
-    def action_cancel_goal(self) -> None:
-        goal = self.selected_goal()
-        if goal is not None:
-            self.cancel_flow(goal.goal_id)
-
-    @work(group="operator", exit_on_error=False)
-    async def cancel_flow(self, goal_id: str) -> None:
-        sentence = await self.call_store(
-            lambda: describe_cancel(self.writer(), goal_id, node=self.node)
-        )
-        if sentence is None:
-            return
-        reason = await self.push_screen_wait(CancelModal(goal_id, sentence))
-        if reason is None:
-            return
-        report = await self.call_store(
-            lambda: cancel_goal(
-                self.writer(),
-                goal_id,
-                reason=reason,
-                node=self.node,
-                operator=self.operator,
-                grace_s=self.grace_s,
-            ),
-            busy=f"Cancelling {goal_id}…",
-        )
-        self.notify_report(report)
-
-    def action_cleanup(self) -> None:
-        target = self.selected_attempt()
-        if target is not None:
-            self.cleanup_flow(*target)
-
-    @work(group="operator", exit_on_error=False)
-    async def cleanup_flow(self, run_id: str, epoch: int) -> None:
-        evidence = await self.call_store(
-            lambda: cleanup_evidence(self.writer(), run_id, epoch=epoch, node=self.node)
-        )
-        if evidence is None:
-            return
-        title = f"Confirm cleanup of attempt {epoch} of run {run_id}"
-        if not await self.push_screen_wait(
-            ConfirmModal(title, evidence_text(evidence), "Confirm cleanup")
-        ):
-            return
-        report = await self.call_store(
-            lambda: confirm_cleanup(
-                self.writer(), run_id, epoch=epoch, node=self.node, operator=self.operator
-            )
-        )
-        self.notify_report(report)
-
-    def action_release(self) -> None:
-        goal = self.selected_goal()
-        if goal is not None:
-            self.release_flow(goal)
-
-    @work(group="operator", exit_on_error=False)
-    async def release_flow(self, goal: GoalRow) -> None:
-        body = (
-            f"Release goal {goal.goal_id}: it becomes queued and node {goal.node_id} starts its "
-            f"next attempt ({goal.attempts} used). Release only once the external system has "
-            "been checked: this goal's recipe is not safe to redeliver blindly."
-        )
-        if not await self.push_screen_wait(
-            ConfirmModal(f"Release goal {goal.goal_id}", body, "Release")
-        ):
-            return
-        report = await self.call_store(
-            lambda: release_goal(self.writer(), goal.goal_id, operator=self.operator)
-        )
-        self.notify_report(report)
-
-    async def call_store(self, fn: Callable[[], Any], busy: str | None = None) -> Any:
-        """Run a blocking store call in a thread; a refusal becomes a notification, in words."""
-        if busy:
-            self.notify(busy, timeout=2)
-        try:
-            return await asyncio.to_thread(fn)
-        except RefineError as exc:
-            self.notify(refusal_text(exc), title="Refused", severity="error", timeout=8)
-        except Exception as exc:  # never a traceback on the operator's screen
-            self.notify(f"{type(exc).__name__}: {exc}", title="Failed", severity="error")
-        return None
-
-    def notify_report(self, report: Any) -> None:
-        if report is None:
-            return
-        self.notify(report_text(report), title=str(report.action).capitalize(), timeout=8)
-        self.wake()
-
     # --- actions: view -------------------------------------------------------------------------
 
     def action_filter(self) -> None:
@@ -1027,44 +657,3 @@ class RefineApp(App[None]):
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen())
-
-
-def refusal_text(exc: RefineError) -> str:
-    """A refusal in words, with its code for the curious (never a traceback)."""
-    return f"{exc.message} ({exc.code})"
-
-
-def describe(attempt: tuple[str, str | None, int | None] | None) -> str:
-    if attempt is None:
-        return "unknown"
-    status, run_id, epoch = attempt
-    return f"{status}, attempt {epoch} of {run_id}" if epoch else status
-
-
-def report_text(report: Any) -> str:
-    """What an operator command did, in the store's words (it names signals and outcome)."""
-    head = f"{report.goal_id or report.run_id}: {report.outcome}"
-    if getattr(report, "why", ""):
-        return f"{head} — {report.why}"
-    signals = ", ".join(getattr(report, "signals", ()))
-    return f"{head} (signals: {signals})" if signals else head
-
-
-def evidence_text(evidence: Any) -> Text:
-    """The cleanup modal's body: the store's evidence sentence, the record, the log tail."""
-    text = Text()
-    text.append(str(evidence.sentence) + "\n", style="bold")
-    rec = evidence.record
-    if rec is not None:
-        text.append(f"worker {rec.worker} · command: {' '.join(rec.argv)}\n", style="dim")
-    if evidence.same_process_alive:
-        text.append("That process is still alive: stop it first (s).\n", style="bold red")
-    if evidence.log_tail:
-        text.append("\nlast log lines:\n", style="dim")
-        for line in evidence.log_tail[-8:]:
-            text.append("  " + line.rstrip("\n") + "\n", style="dim")
-    text.append(
-        "\nConfirm only if this attempt's work has really ended (process gone or fenced).",
-        style="italic",
-    )
-    return text
