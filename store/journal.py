@@ -432,9 +432,7 @@ class Journal:
         with self._lock, _storage_errors():
             return int(self._connection().execute(sql, args).fetchone()[0])
 
-    def history(
-        self, aggregate_id: str, after_sequence: int = 0, limit: int = 100
-    ) -> list[Event]:
+    def history(self, aggregate_id: str, after_sequence: int = 0, limit: int = 100) -> list[Event]:
         """One aggregate's events in commit order, after ``after_sequence``, at most ``limit``."""
         _check_page(after_sequence, limit)
         with self._lock, _storage_errors():
@@ -475,9 +473,11 @@ class Journal:
     def last_commit(self) -> tuple[int, float | None]:
         """The last event's sequence and commit time (0, None for an empty journal)."""
         with self._lock, _storage_errors():
-            row = self._connection().execute(
-                "SELECT sequence, committed_at FROM events ORDER BY sequence DESC LIMIT 1"
-            ).fetchone()
+            row = (
+                self._connection()
+                .execute("SELECT sequence, committed_at FROM events ORDER BY sequence DESC LIMIT 1")
+                .fetchone()
+            )
         return (int(row[0]), float(row[1])) if row else (0, None)
 
     def data_version(self) -> int:

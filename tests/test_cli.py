@@ -42,16 +42,40 @@ def test_init_creates_file_and_folder_idempotently(tmp_path: Path, capsys) -> No
 
 
 def test_goal_add_list_show_json_shapes(journal: Path, capsys) -> None:
-    code, out, _ = refine(capsys, journal, "goal", "add", "--title", "Build", "--id", "build",
-                          "--max-attempts", "5", "--redelivery", "operator", "--json",
-                          "--", "python", "-c", "print(1)")
+    code, out, _ = refine(
+        capsys,
+        journal,
+        "goal",
+        "add",
+        "--title",
+        "Build",
+        "--id",
+        "build",
+        "--max-attempts",
+        "5",
+        "--redelivery",
+        "operator",
+        "--json",
+        "--",
+        "python",
+        "-c",
+        "print(1)",
+    )
     assert code == 0
     goal = json.loads(out)
     assert goal["goal_id"] == "build" and goal["recipe"]["argv"] == ["python", "-c", "print(1)"]
     code, out, _ = refine(capsys, journal, "goals", "--json")
     [listed] = json.loads(out)
-    for key in ("goal_id", "title", "node_id", "status", "round", "run_id", "redelivery",
-                "version"):
+    for key in (
+        "goal_id",
+        "title",
+        "node_id",
+        "status",
+        "round",
+        "run_id",
+        "redelivery",
+        "version",
+    ):
         assert key in listed
     assert listed["status"] == "queued" and listed["node_id"] == "n1"
     assert listed["redelivery"] == "operator"
@@ -72,15 +96,15 @@ def test_goal_add_repeated_exactly_replays(journal: Path, capsys) -> None:
     assert refine(capsys, journal, *args)[0] == 0
     code, out, _ = refine(capsys, journal, *args)
     assert code == 0 and "replayed" in out
-    code, _, err = refine(capsys, journal, "goal", "add", "--title", "Other", "--id", "build",
-                          "--", "true")
+    code, _, err = refine(
+        capsys, journal, "goal", "add", "--title", "Other", "--id", "build", "--", "true"
+    )
     assert code == 1 and "GOAL_EXISTS" in err
 
 
 def test_cancel_queued_goal_is_terminal_and_release_refuses(journal: Path, capsys) -> None:
     refine(capsys, journal, "goal", "add", "--title", "Build", "--id", "build", "--", "true")
-    code, out, _ = refine(capsys, journal, "cancel", "build", "--reason", "not wanted",
-                          "--json")
+    code, out, _ = refine(capsys, journal, "cancel", "build", "--reason", "not wanted", "--json")
     assert code == 0
     assert json.loads(out)["action"] == "cancel"
     code, out, _ = refine(capsys, journal, "goals", "--json")
@@ -134,8 +158,13 @@ def test_model_refusals_exit_1_with_the_code(journal: Path, capsys) -> None:
 
 def test_missing_or_foreign_journal_exits_3_and_is_never_created(tmp_path: Path, capsys) -> None:
     missing = tmp_path / "nowhere" / "journal.db"
-    for args in (("goals",), ("show", "x"), ("check",), ("cancel", "x", "--reason", "r"),
-                 ("goal", "add", "--title", "T", "--", "true")):
+    for args in (
+        ("goals",),
+        ("show", "x"),
+        ("check",),
+        ("cancel", "x", "--reason", "r"),
+        ("goal", "add", "--title", "T", "--", "true"),
+    ):
         code, _, err = refine(capsys, missing, *args)
         assert code == 3, (args, err)
         assert "journal missing" in err
@@ -157,7 +186,9 @@ def test_console_script_never_prints_a_traceback(tmp_path: Path) -> None:
     for args in (["goals"], ["show"], ["cleanup", "r", "--epoch", "-1"]):
         proc = subprocess.run(
             [sys.executable, "-m", "refine_tui.cli", "--journal", str(env_journal), *args],
-            capture_output=True, text=True, timeout=30,
+            capture_output=True,
+            text=True,
+            timeout=30,
         )
         assert proc.returncode in (2, 3), proc.stderr
         assert "Traceback" not in proc.stderr and proc.stderr.count("\n") == 1

@@ -25,13 +25,15 @@ def submit(loaded):  # a minimal decision: create one aggregate
 
 def test_command_commits_state_receipt_events_and_outbox(tmp_path: Path) -> None:
     with Journal.open(tmp_path / "j.db") as j:
-        out = j.execute(command_id="c1", payload={"op": "s"}, expected={"run:a": None},
-                        decide=submit)
+        out = j.execute(
+            command_id="c1", payload={"op": "s"}, expected={"run:a": None}, decide=submit
+        )
         assert not out.replayed and out.states["run:a"].version == 1
         assert [e.sequence for e in j.events_after(0)] == [1]
         assert j.outbox() == [(1, "run:a", "run.submitted")]
-        again = j.execute(command_id="c1", payload={"op": "s"}, expected={"run:a": None},
-                          decide=submit)
+        again = j.execute(
+            command_id="c1", payload={"op": "s"}, expected={"run:a": None}, decide=submit
+        )
         assert again.replayed and again.states == out.states
         assert j.last_sequence() == 1
 
@@ -40,13 +42,16 @@ def test_refusals_record_nothing(tmp_path: Path) -> None:
     with Journal.open(tmp_path / "j.db") as j:
         j.execute(command_id="c1", payload={"op": "s"}, expected={"run:a": None}, decide=submit)
         with pytest.raises(CommandConflictError):
-            j.execute(command_id="c1", payload={"op": "t"}, expected={"run:a": None},
-                      decide=submit)
+            j.execute(command_id="c1", payload={"op": "t"}, expected={"run:a": None}, decide=submit)
         with pytest.raises(VersionConflictError):
             j.execute(command_id="c2", payload={"op": "t"}, expected={"run:a": 3}, decide=submit)
         with pytest.raises(DecisionError):
-            j.execute(command_id="c3", payload={"op": "t"}, expected={"run:a": 1},
-                      decide=lambda loaded: 1 / 0)
+            j.execute(
+                command_id="c3",
+                payload={"op": "t"},
+                expected={"run:a": 1},
+                decide=lambda loaded: 1 / 0,
+            )
         assert j.last_sequence() == 1 and len(j.outbox()) == 1
 
 
@@ -56,8 +61,9 @@ def test_read_only_refuses_even_a_replay(tmp_path: Path) -> None:
         j.execute(command_id="c1", payload={"op": "s"}, expected={"run:a": None}, decide=submit)
     with Journal.open(path, read_only=True) as ro:
         with pytest.raises(JournalReadOnlyError):
-            ro.execute(command_id="c1", payload={"op": "s"}, expected={"run:a": None},
-                       decide=submit)
+            ro.execute(
+                command_id="c1", payload={"op": "s"}, expected={"run:a": None}, decide=submit
+            )
         assert ro.load("run:a").state == {"status": "queued"}
 
 
