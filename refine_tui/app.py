@@ -487,18 +487,19 @@ class RefineApp(OperatorActions, DetailPane, App[None]):
 
     @work(exclusive=True, group="observe", exit_on_error=False)
     async def observe_processes(self) -> None:
-        """Process facts change without commits: re-read this node's running rows now and then."""
+        """Processes die without commits: check this node's, re-read only rows that changed."""
         if self.paused or self.header_state.state != "live":
             return
-        recheck = [
-            k for k, r in self.goal_rows.items() if r.status == "running" and r.node_id == self.node
-        ]
+        reader = self._reader
+        if reader is None:
+            return
+        running = [r for r in self.goal_rows.values() if r.status == "running"]
+        recheck = await asyncio.to_thread(reader.liveness_changed, running)
         if self.view == "attempts" and self.focus_goal:
             recheck.append(self.focus_goal)
         if recheck:
             await self.read_and_post(recheck=recheck)
-        if self.view == "workers" and self._reader is not None:
-            reader = self._reader
+        if self.view == "workers":
             with contextlib.suppress(RefineError, OSError):
                 self.show_workers(await asyncio.to_thread(reader.worker_rows))
 

@@ -17,7 +17,7 @@ from store.execution import run_from_stored
 from store.goals import Goal, goal_from_stored
 from store.journal import Event, Journal, Stored
 from store.operator import needs_cleanup
-from store.processes import ProcessRecord, ProcessRegistry, observe
+from store.processes import ProcessRecord, ProcessRegistry, observe, same_process
 
 ACTIVE = ("queued", "held", "running")
 TERMINAL = ("completed", "exhausted", "cancelled")
@@ -190,6 +190,23 @@ class Reader:
             needs_cleanup=orphan,
             cancelling=cancelling,
         )
+
+    def liveness_changed(self, rows: Sequence[GoalRow]) -> list[str]:
+        """This node's running rows whose `needs cleanup` marker no longer matches the processes.
+
+        A process can die without any commit; checking its record and pid here (no journal
+        read) keeps the periodic look cheap, and only rows that flipped are read again.
+        """
+        changed = []
+        for row in rows:
+            if row.node_id != self.node or row.run_id is None or row.running_epoch is None:
+                continue
+            with contextlib.suppress(OSError):
+                record = self.registry.get(row.run_id, row.running_epoch)
+                orphan = record is None or not same_process(record)
+                if orphan != row.needs_cleanup:
+                    changed.append(row.goal_id)
+        return changed
 
     def _claimed_at(self, run_id: str, epoch: int) -> float | None:
         for event in reversed(self.journal.history("run:" + run_id, 0, 1000)):

@@ -523,3 +523,23 @@ async def test_log_stops_following_when_scrolled_up(journal_path: Path) -> None:
             f.write("followed again\n")
         await until(pilot, lambda: "followed again" in str(detail.lines[-1]))
         await until(pilot, lambda: detail.is_vertical_scroll_end)
+
+
+async def test_needs_cleanup_appears_when_the_process_dies_without_a_commit(
+    journal_path: Path,
+) -> None:
+    """Processes die silently: the periodic liveness check marks the row, with no commit."""
+    proc = start_loop_goal(journal_path)
+    app = RefineApp(journal=journal_path, node=NODE)
+    try:
+        async with app.run_test(size=SIZE) as pilot:
+            await loaded(pilot)
+            assert not app.goal_rows["loop"].needs_cleanup
+            sequence = app.header_state.last_sequence
+            end(proc)  # SIGKILL and reap: no journal commit says so
+            await until(pilot, lambda: app.goal_rows["loop"].needs_cleanup, timeout=15)
+            table = app.query_one("#goals", KeyedTable)
+            assert "needs cleanup" in str(table.get_cell("loop", "note"))
+            assert app.header_state.last_sequence == sequence
+    finally:
+        end(proc)
