@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
+from store import run_rules
 from store.canonical import canonical_json
 from store.errors import (
     CommandConflictError,
@@ -261,23 +262,20 @@ def check_redelivery(value: Any) -> str:
 
 
 def _integer(value: Any, name: str, low: int, high: int) -> int:
-    if type(value) is not int or not low <= value <= high:
-        raise InvalidInputError(f"{name} must be an integer from {low} to {high}")
-    return value
+    return _field_rule(run_rules.integer, value, name, low, high)
 
 
 def _reason(value: Any, name: str = "reason") -> str:
-    """Non-blank text of at most 500 UTF-16 code units, the seed's rule for reasons."""
-    limit = EXECUTION_LIMITS.max_text_length
-    if type(value) is not str or not value.strip():
-        raise InvalidInputError(f"{name} must be non-empty text")
+    """Non-blank text of at most 500 UTF-16 code units: the seed's rule for reasons."""
+    return _field_rule(run_rules.text, value, name)
+
+
+def _field_rule(rule: Callable[..., Any], *args: Any) -> Any:
+    """One of the Run model's field rules, refusing as the Goal layer does."""
     try:
-        units = len(value.encode("utf-16-le")) // 2
-    except UnicodeEncodeError:
-        raise InvalidInputError(f"{name} must be valid Unicode text") from None
-    if units > limit:
-        raise InvalidInputError(f"{name} must be at most {limit} UTF-16 code units")
-    return value
+        return rule(*args)
+    except run_rules.Invalid as exc:
+        raise InvalidInputError(str(exc)) from None
 
 
 def check_run_of(goal_id: str, run_id: Any) -> str:
