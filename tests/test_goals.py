@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from store.check import check_journal
@@ -372,9 +372,7 @@ def test_bad_create_input_is_refused_before_anything_is_touched(journal: Journal
     refused_without_writing(journal, InvalidInputError, lambda: Goals(journal).create(**args))
 
 
-@settings(
-    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
+@settings(max_examples=60, deadline=None)
 @given(
     goal_id=st.one_of(st.text(max_size=70), st.integers()),
     title=st.one_of(st.text(max_size=210), st.none()),
@@ -383,30 +381,42 @@ def test_bad_create_input_is_refused_before_anything_is_touched(journal: Journal
     max_attempts=st.integers(-2, 25),
 )
 def test_fuzzed_input_gives_only_typed_errors(
-    journal: Journal, goal_id, title, argv, redelivery, max_attempts
+    tmp_path_factory: pytest.TempPathFactory, goal_id, title, argv, redelivery, max_attempts
 ) -> None:
-    goals = Goals(journal)
-    before = journal.last_sequence()
-    try:
-        goals.create(
-            goal_id=goal_id,
-            title=title,
-            node_id="n1",
-            argv=argv,
-            redelivery=redelivery,
-            max_attempts=max_attempts,
-        )
-    except RefineError:
-        assert journal.last_sequence() == before
-    for call in (
-        lambda: goals.start(goal_id=goal_id, node_id="n1", worker=title, token="t"),
-        lambda: goals.cancel(goal_id=goal_id, reason=title, command_id="op:cancel:f"),
-        lambda: goals.settle(
-            goal_id=goal_id, run_id=title, epoch=max_attempts, outcome="failed", reason=title
-        ),
-    ):
-        with pytest.raises(RefineError):
-            call()
+    # A fresh journal per example: a Goal left by an earlier example must not make this one's
+    # calls legitimately succeed.
+    with Journal.open(tmp_path_factory.mktemp("fuzz") / "journal.db") as journal:
+        goals = Goals(journal)
+        try:
+            goals.create(
+                goal_id=goal_id,
+                title=title,
+                node_id="n1",
+                argv=argv,
+                redelivery=redelivery,
+                max_attempts=max_attempts,
+            )
+            created = True
+        except RefineError:
+            assert journal.last_sequence() == 0
+            created = False
+        for call in (
+            lambda: goals.start(goal_id=goal_id, node_id="n1", worker=title, token="t"),
+            lambda: goals.cancel(goal_id=goal_id, reason=title, command_id="op:cancel:f"),
+            lambda: goals.settle(
+                goal_id=goal_id, run_id=title, epoch=max_attempts, outcome="failed", reason=title
+            ),
+        ):
+            before = journal.last_sequence()
+            if not created:
+                # Nothing exists, so every command on it is refused.
+                refused_without_writing(journal, RefineError, call)
+                continue
+            try:
+                call()
+            except RefineError:
+                assert journal.last_sequence() == before
+        assert check_journal(journal).violations == []
 
 
 def test_run_ids_name_their_goal_exactly() -> None:
