@@ -6,7 +6,7 @@
   alone; CPU is the process's user+system time (psutil ``cpu_times``) over the window, in % of
   one core. Two journals: "quiet" (nothing running: the event-driven floor) and "busy" (5 % of
   the Goals running, so elapsed times tick once a second and this node's running attempts are
-  re-observed every 2 s, as an operator would see them).
+  re-observed every 5 s, as an operator would see them).
 - load, real terminal: the same, while another process commits ``rate`` commands per second
   (new Goals created, started and completed, as a busy node would).
 - load, headless: the same stream against ``RefineApp`` driven by ``run_test`` in this process,
