@@ -33,7 +33,7 @@ def journal_path(tmp_path: Path) -> Path:
     return populate(tmp_path / "journal.db", node=NODE, live=False)
 
 
-async def until(pilot, condition: Callable[[], bool], timeout: float = 5.0) -> None:
+async def until(pilot, condition: Callable[[], bool], timeout: float = 15.0) -> None:
     """Let the app run until ``condition`` holds (never asserting on elapsed time)."""
     deadline = time.monotonic() + timeout
     while not condition():
@@ -379,7 +379,7 @@ async def test_stop_a_real_process(journal_path: Path) -> None:
             assert f"SIGTERM to process group {proc.pid}" in body
             assert "requeued (attempt 2 of 3)" in body
             await pilot.press("y")
-            await until(pilot, lambda: app.goal_rows["loop"].status == "queued", timeout=10)
+            await until(pilot, lambda: app.goal_rows["loop"].status == "queued", timeout=20)
             proc.wait(timeout=5)  # gone (the stopper may have reaped it already)
             assert any("loop" in m and "SIGTERM" in m.upper() for m in notes(app))
     finally:
@@ -488,7 +488,7 @@ async def test_locked_journal_is_stale_then_recovers(journal_path: Path) -> None
     app = RefineApp(journal=journal_path, node=NODE)
     try:
         async with app.run_test(size=SIZE) as pilot:
-            await until(pilot, lambda: app.header_state.state == "stale", timeout=10)
+            await until(pilot, lambda: app.header_state.state == "stale", timeout=20)
             assert "locked" in app.header_state.detail
             assert app.check_action("cancel_goal", ()) is None
             locker.execute("COMMIT")

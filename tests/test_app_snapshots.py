@@ -42,7 +42,7 @@ def app_for(path: str, **kw: object) -> RefineApp:
 
 def until(condition: Callable[[Pilot], bool]) -> Callable[[Pilot], object]:
     async def wait(pilot: Pilot) -> None:
-        for _ in range(300):
+        for _ in range(750):  # up to 15 s on a busy box
             if condition(pilot):
                 break
             await pilot.pause(0.02)

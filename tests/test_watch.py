@@ -48,7 +48,7 @@ async def next_batch(it, timeout: float = 5.0) -> None:
     await asyncio.wait_for(it.__anext__(), timeout)
 
 
-async def feed_until(feed: ChangeFeed, it, count: int, timeout: float = 5.0) -> list:
+async def feed_until(feed: ChangeFeed, it, count: int, timeout: float = 15.0) -> list:
     """Wait for wake-ups until the feed has delivered ``count`` events."""
     got: list = []
     deadline = asyncio.get_running_loop().time() + timeout
