@@ -21,12 +21,14 @@ from textual.events import Key
 from textual.screen import Screen
 from textual.widgets import Input
 
+from refine_tui import format as fmt
 from refine_tui.rows import GoalRow, Reader
 from refine_tui.screens.confirm import CancelModal, ConfirmModal
 from refine_tui.widgets.status_header import HeaderState
 from store.errors import RefineError, StorageError
 from store.journal import Journal
 from store.operator import (
+    CleanupEvidence,
     cancel_goal,
     cleanup_evidence,
     confirm_cleanup,
@@ -65,6 +67,7 @@ class OperatorActions(_AppBase):
     read_only: bool
     operator: str
     grace_s: float
+    clock: Callable[[], float]
     view: str
     header_state: HeaderState
     journal_path: Path
@@ -268,7 +271,7 @@ class OperatorActions(_AppBase):
             return
         title = f"Confirm cleanup of attempt {epoch} of run {run_id}"
         if not await self.push_screen_wait(
-            ConfirmModal(title, evidence_text(evidence), "Confirm cleanup")
+            ConfirmModal(title, self.cleanup_body(evidence), "Confirm cleanup")
         ):
             return
         report = await self.call_store(
@@ -277,6 +280,9 @@ class OperatorActions(_AppBase):
             )
         )
         self.notify_report(report)
+
+    def cleanup_body(self, evidence: CleanupEvidence) -> Text:
+        return evidence_text(evidence, f"{self.operator}@{self.node}", self.clock())
 
     def action_release(self) -> None:
         goal = self.selected_goal()
@@ -339,13 +345,16 @@ def report_text(report: Any) -> str:
     return f"{head} (signals: {signals})" if signals else head
 
 
-def evidence_text(evidence: Any) -> Text:
-    """The cleanup modal's body: the store's evidence sentence, the record, the log tail."""
+def evidence_text(evidence: CleanupEvidence, confirmed_by: str, now: float) -> Text:
+    """The cleanup modal's body: the evidence, the log tail, then what confirming will do."""
     text = Text()
     text.append(str(evidence.sentence) + "\n", style="bold")
+    if evidence.attempt_started_at is not None:
+        age = fmt.duration(now - evidence.attempt_started_at)  # the app's clock, like Elapsed
+        text.append(f"attempt {evidence.epoch} by {evidence.worker}, started {age} ago\n")
     rec = evidence.record
     if rec is not None:
-        text.append(f"worker {rec.worker} · command: {' '.join(rec.argv)}\n", style="dim")
+        text.append(f"command: {' '.join(rec.argv)}\n", style="dim")
     if evidence.same_process_alive:
         text.append("That process is still alive: stop it first (s).\n", style="bold red")
     if evidence.log_tail:
@@ -353,7 +362,11 @@ def evidence_text(evidence: Any) -> Text:
         for line in evidence.log_tail[-8:]:
             text.append("  " + line.rstrip("\n") + "\n", style="dim")
     text.append(
-        "\nConfirm only if this attempt's work has really ended (process gone or fenced).",
+        f"\nConfirming records attempt {evidence.epoch} as ended (confirmed by {confirmed_by});"
+        f" {evidence.ending}.\n"
+    )
+    text.append(
+        "Confirm only if this attempt's work has really ended (process gone or fenced).",
         style="italic",
     )
     return text

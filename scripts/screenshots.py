@@ -97,34 +97,44 @@ async def shoot(journal: Path, name: str, out: Path) -> Path:
         return Path(app.save_screenshot(f"{name}.svg", str(out)))
 
 
-def rasteriser() -> list[str] | None:
-    """A command that turns an SVG into a PNG, if one here really can (checked, not assumed)."""
+Rasterise = Callable[[Path, Path], None]  # (svg, png)
+
+
+def _cairosvg(svg: Path, png: Path) -> None:
+    """cairosvg (needs libcairo): Textual's SVG asks for Fira Code; use a mono font we have."""
+    import cairosvg
+
+    text = svg.read_text().replace("Fira Code", "DejaVu Sans Mono")
+    cairosvg.svg2png(bytestring=text.encode(), write_to=str(png), output_width=1600)
+
+
+def _command(args: list[str]) -> Rasterise | None:
+    if shutil.which(args[0]) is None:
+        return None
+    if args[0] == "rsvg-convert":
+        return lambda svg, png: subprocess.run([*args, str(png), str(svg)], check=True)
+    return lambda svg, png: subprocess.run([*args, str(svg), str(png)], check=True)
+
+
+def rasteriser() -> Rasterise | None:
+    """Something here that really turns an SVG into a PNG (checked on a probe, not assumed)."""
     probe = Path(tempfile.mkdtemp()) / "probe.svg"
     probe.write_text(
         '<svg xmlns="http://www.w3.org/2000/svg" width="4" height="4">'
         '<rect width="4" height="4" fill="red"/></svg>'
     )
-    for command in (["rsvg-convert", "-o"], ["convert"]):
-        if shutil.which(command[0]) is None:
+    png = probe.with_suffix(".png")
+    candidates = [_cairosvg, _command(["rsvg-convert", "-o"]), _command(["convert"])]
+    for candidate in candidates:
+        if candidate is None:
             continue
-        png = probe.with_suffix(".png")
-        args = (
-            [*command, str(png), str(probe)]
-            if command[0] == "rsvg-convert"
-            else [*command, str(probe), str(png)]
-        )
-        done = subprocess.run(args, capture_output=True)
-        if done.returncode == 0 and png.exists() and png.read_bytes()[:4] == b"\x89PNG":
-            return command
+        try:
+            candidate(probe, png)
+        except Exception:  # missing library, a stand-in command: try the next one
+            continue
+        if png.exists() and png.read_bytes()[:4] == b"\x89PNG":
+            return candidate
     return None
-
-
-def to_png(command: list[str], svg: Path) -> None:
-    png = svg.with_suffix(".png")
-    if command[0] == "rsvg-convert":
-        subprocess.run([*command, str(png), str(svg)], check=True)
-    else:
-        subprocess.run([*command, str(svg), str(png)], check=True)
 
 
 async def main(out: Path) -> int:
@@ -135,13 +145,13 @@ async def main(out: Path) -> int:
         populate(Path(tmp) / "journal.db", node=DEMO_NODE, live=False)
         os.chdir(tmp)  # the header shows the path as given: a short one reads better
         shots = [await shoot(Path("journal.db"), name, out) for name in SHOTS]
-    command = rasteriser()
+    rasterise = rasteriser()
     for svg in shots:
-        if command is not None:
-            to_png(command, svg)
+        if rasterise is not None:
+            rasterise(svg, svg.with_suffix(".png"))
         print(svg)
-    if command is None:
-        print("no SVG rasteriser here (rsvg-convert / ImageMagick): SVG only", file=sys.stderr)
+    if rasterise is None:
+        print("no SVG rasteriser (cairosvg, rsvg-convert, ImageMagick): SVG only", file=sys.stderr)
     return 0
 
 

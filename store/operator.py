@@ -88,9 +88,11 @@ class CleanupEvidence:
     record: ProcessRecord | None
     same_process_alive: bool
     log_tail: list[str]
+    attempt_started_at: float | None  # the claim's commit time (wall clock, informational)
     attempt_age_s: float | None
     last_output_age_s: float | None
     sentence: str
+    ending: str  # what confirming does to the Goal: requeued, held, exhausted or cancelled
 
 
 def default_operator() -> str:
@@ -581,9 +583,11 @@ def cleanup_evidence(journal: Journal, run_id: str, *, epoch: int, node: str) ->
         record=record,
         same_process_alive=alive,
         log_tail=tail,
+        attempt_started_at=started,
         attempt_age_s=attempt_age,
         last_output_age_s=output_age,
         sentence=sentence,
+        ending=_ending(goal, target.run, epoch),
     )
 
 

@@ -308,6 +308,8 @@ async def test_confirm_cleanup_shows_evidence_and_backs_out_safely(journal_path:
         assert isinstance(app.focused, Button) and app.focused.id == "back"  # the safe choice
         body = str(app.screen.query_one("#dialog-body Static").render())
         assert "no process" in body and "querying warehouse" in body
+        assert "attempt 1 by w-f6, started " in body
+        assert "confirmed by dana@n1); the goal will be requeued (attempt 2 of 3)" in body
         await pilot.press("n")
         await until(pilot, lambda: not isinstance(app.screen, ConfirmModal))
         assert read_goal(journal_path, "nightly-report").status == "running"

@@ -301,6 +301,8 @@ def test_operator_redelivery_holds_after_stop_and_cleanup(journal: Journal, spaw
     assert released.outcome == "released" and goals.read("build").status == "queued"
     goals.start(goal_id="build", node_id="n1", worker="n1:w2", token="build-2")
     # attempt 2's worker vanished without a record: confirm cleanup holds it again
+    evidence = cleanup_evidence(journal, "build.r1", epoch=2, node="n1")
+    assert evidence.ending.startswith("the goal will be held until an operator releases it")
     report = confirm_cleanup(journal, "build.r1", epoch=2, node="n1", operator="dana")
     assert report.held and report.process == "no-record"
     attempt = goals.current_run(goals.read("build")).attempts[1]
@@ -342,6 +344,7 @@ def test_confirm_cleanup_needs_the_process_provably_gone(journal: Journal, spawn
     assert evidence.log_tail == ["compiling", "stuck"] and evidence.worker == "n1:w1"
     assert evidence.attempt_age_s is not None and evidence.last_output_age_s is not None
     assert "no process with that pid and start time" in evidence.sentence
+    assert evidence.ending == "the goal will be requeued (attempt 2 of 3)"
     report = confirm_cleanup(journal, "build.r1", epoch=1, node="n1", operator="dana")
     assert report.requeued and report.process == "not-running"
     assert goals.read("build").status == "queued"
@@ -413,6 +416,7 @@ def test_cancel_without_a_record_waits_for_cleanup_then_ends_as_cancel(journal: 
     assert run.status == "running" and needs_cleanup(journal, run, node="n1")
     evidence = cleanup_evidence(journal, "build.r1", epoch=1, node="n1")
     assert evidence.record is None and "no process record on node n1" in evidence.sentence
+    assert evidence.ending == "the pending cancellation will be recorded; nothing is requeued"
     report = confirm_cleanup(journal, "build.r1", epoch=1, node="n1", operator="dana")
     assert report.outcome == "cancelled" and not report.requeued
     run = goals.current_run(goals.read("build"))
