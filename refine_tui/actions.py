@@ -346,7 +346,10 @@ def report_text(report: Any) -> str:
 
 
 def evidence_text(evidence: CleanupEvidence, confirmed_by: str, now: float) -> Text:
-    """The cleanup modal's body: the evidence, the log tail, then what confirming will do."""
+    """The cleanup modal's body: the evidence, what confirming does, then the log tail.
+
+    The log tail comes last: on a small terminal it is what scrolls, never the consequence.
+    """
     text = Text()
     text.append(str(evidence.sentence) + "\n", style="bold")
     if evidence.attempt_started_at is not None:
@@ -357,16 +360,16 @@ def evidence_text(evidence: CleanupEvidence, confirmed_by: str, now: float) -> T
         text.append(f"command: {' '.join(rec.argv)}\n", style="dim")
     if evidence.same_process_alive:
         text.append("That process is still alive: stop it first (s).\n", style="bold red")
-    if evidence.log_tail:
-        text.append("\nlast log lines:\n", style="dim")
-        for line in evidence.log_tail[-8:]:
-            text.append("  " + line.rstrip("\n") + "\n", style="dim")
     text.append(
         f"\nConfirming records attempt {evidence.epoch} as ended (confirmed by {confirmed_by});"
-        f" {evidence.ending}.\n"
+        f" {evidence.ending}. "
     )
     text.append(
         "Confirm only if this attempt's work has really ended (process gone or fenced).",
         style="italic",
     )
+    if evidence.log_tail:
+        text.append("\n\nlast log lines:", style="dim")
+        for line in evidence.log_tail[-8:]:
+            text.append("\n  " + line.rstrip("\n"), style="dim")
     return text

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import getpass
 import os
 import socket
 import time
@@ -39,6 +38,7 @@ from refine_tui.widgets.keyed_table import Column, KeyedTable
 from refine_tui.widgets.status_header import HeaderState, StatusHeader
 from store.errors import RefineError, StorageError
 from store.journal import Journal
+from store.operator import default_operator
 from store.watch import ChangeFeed, JournalWatcher
 
 # Order chosen for 80 columns: what an operator scans first (status, markers) is visible
@@ -140,7 +140,7 @@ class RefineApp(OperatorActions, DetailPane, App[None]):
         self.journal_label = str(journal)
         self.node = node or socket.gethostname()
         self.read_only = read_only
-        self.operator = operator or getpass.getuser()
+        self.operator = operator or default_operator()
         self.grace_s = grace_s
         self.clock = clock
         self.watch_files = watch

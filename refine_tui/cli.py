@@ -56,10 +56,6 @@ def node_name(args: argparse.Namespace) -> str:
     return args.node or os.environ.get("REFINE_NODE") or socket.gethostname().split(".")[0]
 
 
-def operator_name() -> str:
-    return os.environ.get("REFINE_OPERATOR") or default_operator()
-
-
 # --- output ------------------------------------------------------------------------------------
 
 
@@ -264,14 +260,14 @@ def act(args: argparse.Namespace, action: Callable[[Journal], ActionReport]) -> 
 
 
 def cmd_stop(args: argparse.Namespace) -> int:
-    node, operator = node_name(args), operator_name()
+    node, operator = node_name(args), default_operator()
     return act(
         args, lambda j: stop_goal(j, args.goal, node=node, operator=operator, grace_s=args.grace)
     )
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
-    node, operator = node_name(args), operator_name()
+    node, operator = node_name(args), default_operator()
     return act(
         args,
         lambda j: cancel_goal(
@@ -281,7 +277,7 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 
 def cmd_cleanup(args: argparse.Namespace) -> int:
-    node, operator = node_name(args), operator_name()
+    node, operator = node_name(args), default_operator()
     return act(
         args,
         lambda j: confirm_cleanup(
@@ -291,7 +287,7 @@ def cmd_cleanup(args: argparse.Namespace) -> int:
 
 
 def cmd_release(args: argparse.Namespace) -> int:
-    operator = operator_name()
+    operator = default_operator()
     return act(args, lambda j: release_goal(j, args.goal, operator=operator))
 
 

@@ -10,6 +10,7 @@ a pid counts as the recorded process only with the same create time.
 from __future__ import annotations
 
 import getpass
+import os
 import re
 import time
 import uuid
@@ -96,7 +97,12 @@ class CleanupEvidence:
 
 
 def default_operator() -> str:
-    """The login name, made a valid operator name (it appears in ``<operator>@<node>``)."""
+    """$REFINE_OPERATOR, else the login name made a valid operator name (``<operator>@<node>``).
+
+    The CLI and the dashboard both ask here, so a script and the screen record the same name.
+    """
+    if os.environ.get("REFINE_OPERATOR"):
+        return os.environ["REFINE_OPERATOR"]
     try:
         name = getpass.getuser()
     except (KeyError, OSError):

@@ -22,6 +22,7 @@ from refine_tui.screens.help import HelpScreen
 from refine_tui.widgets.keyed_table import KeyedTable
 from store.goals import Goals
 from store.journal import Journal
+from store.operator import default_operator
 from store.processes import ProcessRecord, ProcessRegistry
 
 NODE = "n1"
@@ -545,3 +546,13 @@ async def test_needs_cleanup_appears_when_the_process_dies_without_a_commit(
             assert app.header_state.last_sequence == sequence
     finally:
         end(proc)
+
+
+def test_the_dashboard_records_the_same_operator_as_the_cli(
+    journal_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("REFINE_OPERATOR", "dana")
+    assert RefineApp(journal=journal_path, node=NODE).operator == "dana"
+    assert RefineApp(journal=journal_path, node=NODE, operator="lee").operator == "lee"
+    monkeypatch.delenv("REFINE_OPERATOR")
+    assert RefineApp(journal=journal_path, node=NODE).operator == default_operator()
