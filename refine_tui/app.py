@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import socket
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -38,7 +37,7 @@ from refine_tui.widgets.keyed_table import Column, KeyedTable
 from refine_tui.widgets.status_header import HeaderState, StatusHeader
 from store.errors import RefineError, StorageError
 from store.journal import Journal
-from store.operator import default_operator
+from store.operator import default_node, default_operator
 from store.watch import ChangeFeed, JournalWatcher
 
 # Order chosen for 80 columns: what an operator scans first (status, markers) is visible
@@ -138,7 +137,7 @@ class RefineApp(OperatorActions, DetailPane, App[None]):
         super().__init__()
         self.journal_path = Path(journal)
         self.journal_label = str(journal)
-        self.node = node or socket.gethostname()
+        self.node = node or default_node()
         self.read_only = read_only
         self.operator = operator or default_operator()
         self.grace_s = grace_s

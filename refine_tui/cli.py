@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -30,6 +29,7 @@ from store.operator import (
     ActionReport,
     cancel_goal,
     confirm_cleanup,
+    default_node,
     default_operator,
     release_goal,
     stop_goal,
@@ -53,7 +53,7 @@ def journal_path(args: argparse.Namespace) -> Path:
 
 
 def node_name(args: argparse.Namespace) -> str:
-    return args.node or os.environ.get("REFINE_NODE") or socket.gethostname().split(".")[0]
+    return args.node or default_node()
 
 
 # --- output ------------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from __future__ import annotations
 import getpass
 import os
 import re
+import socket
 import time
 import uuid
 from dataclasses import asdict, dataclass
@@ -94,6 +95,11 @@ class CleanupEvidence:
     last_output_age_s: float | None
     sentence: str
     ending: str  # what confirming does to the Goal: requeued, held, exhausted or cancelled
+
+
+def default_node() -> str:
+    """$REFINE_NODE, else the short host name: the CLI and the dashboard agree on it."""
+    return os.environ.get("REFINE_NODE") or socket.gethostname().split(".")[0]
 
 
 def default_operator() -> str:

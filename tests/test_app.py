@@ -22,7 +22,7 @@ from refine_tui.screens.help import HelpScreen
 from refine_tui.widgets.keyed_table import KeyedTable
 from store.goals import Goals
 from store.journal import Journal
-from store.operator import default_operator
+from store.operator import default_node, default_operator
 from store.processes import ProcessRecord, ProcessRegistry
 
 NODE = "n1"
@@ -548,11 +548,17 @@ async def test_needs_cleanup_appears_when_the_process_dies_without_a_commit(
         end(proc)
 
 
-def test_the_dashboard_records_the_same_operator_as_the_cli(
+def test_the_dashboard_takes_operator_and_node_where_the_cli_does(
     journal_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("REFINE_OPERATOR", "dana")
-    assert RefineApp(journal=journal_path, node=NODE).operator == "dana"
-    assert RefineApp(journal=journal_path, node=NODE, operator="lee").operator == "lee"
+    monkeypatch.setenv("REFINE_NODE", "n7")
+    app = RefineApp(journal=journal_path)
+    assert (app.operator, app.node) == ("dana", "n7")
+    app = RefineApp(journal=journal_path, node=NODE, operator="lee")
+    assert (app.operator, app.node) == ("lee", NODE)
     monkeypatch.delenv("REFINE_OPERATOR")
-    assert RefineApp(journal=journal_path, node=NODE).operator == default_operator()
+    monkeypatch.delenv("REFINE_NODE")
+    app = RefineApp(journal=journal_path)
+    assert (app.operator, app.node) == (default_operator(), default_node())
+    assert "." not in app.node  # the short host name, as `refine node` uses
