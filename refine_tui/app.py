@@ -471,7 +471,7 @@ class RefineApp(OperatorActions, DetailPane, App[None]):
 
     def tick(self) -> None:
         """Elapsed times tick once a second: only the running rows' elapsed cells are rewritten."""
-        if self.paused:
+        if self.paused or not self.is_running:  # a timer can fire while the widgets are removed
             return
         goals = self.query_one("#goals", KeyedTable)
         now = self.clock()
@@ -487,7 +487,7 @@ class RefineApp(OperatorActions, DetailPane, App[None]):
     @work(exclusive=True, group="observe", exit_on_error=False)
     async def observe_processes(self) -> None:
         """Processes die without commits: check this node's, re-read only rows that changed."""
-        if self.paused or self.header_state.state != "live":
+        if self.paused or not self.is_running or self.header_state.state != "live":
             return
         reader = self._reader
         if reader is None:

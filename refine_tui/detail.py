@@ -133,7 +133,7 @@ class DetailPane(_AppBase):
 
     def follow_log_file(self) -> None:
         """Append what the log file gained since the last look (bounded, local file)."""
-        if self.detail != "log" or self._log_file is None or self.paused:
+        if self.detail != "log" or self._log_file is None or self.paused or not self.is_running:
             return
         log = self.query_one("#detail", FollowLog)
         try:

@@ -562,3 +562,17 @@ def test_the_dashboard_takes_operator_and_node_where_the_cli_does(
     app = RefineApp(journal=journal_path)
     assert (app.operator, app.node) == (default_operator(), default_node())
     assert "." not in app.node  # the short host name, as `refine node` uses
+
+
+async def test_timers_firing_during_shutdown_touch_no_removed_widget(journal_path: Path) -> None:
+    """run_test shuts the app down without exit(): Textual's timers keep firing while the
+    widgets are being removed. A tick then hit NoMatches, which run_test re-raised (a flake)."""
+    app = RefineApp(journal=journal_path, node=NODE)
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        await select(pilot, "nightly-report")
+        await pilot.press("l")
+        await until(pilot, lambda: app.detail == "log")
+    assert not app.is_running
+    app.tick()  # the widgets are gone: each periodic callback must see that and do nothing
+    app.follow_log_file()
