@@ -84,6 +84,7 @@ WORKER_COLUMNS = (
 )
 # All Goal columns at their base widths, with cell padding and a scrollbar.
 TABLE_WIDTH = sum(c.width or 0 for c in GOAL_COLUMNS) + 2 * len(GOAL_COLUMNS) + 2
+ATTEMPT_TABLE_WIDTH = sum(c.width or 0 for c in ATTEMPT_COLUMNS) + 2 * (len(ATTEMPT_COLUMNS) - 1)
 RETRY_S = 2.0  # how often an unreadable journal is tried again (file events also wake it)
 OBSERVE_INTERVAL_S = 5.0  # CPU/memory/liveness of this node's processes (they change silently)
 
@@ -164,7 +165,8 @@ class RefineApp(OperatorActions, DetailPane, App[None]):
         self._log_offset = 0
         self._wake = asyncio.Event()
         self._read_lock = asyncio.Lock()
-        self.widths = {"title": 14, "note": 22}  # grown on wide terminals (on_resize)
+        # Grown on wide terminals (on_resize); the attempt State fits "interrupted (… by dana@n1)".
+        self.widths = {"title": 14, "note": 22, "state": 25}
         self._full_pending = True
         self._watcher: JournalWatcher | None = None
         self._goal_total: int | None = None  # (read thread) the last count of Goals
@@ -197,19 +199,27 @@ class RefineApp(OperatorActions, DetailPane, App[None]):
         self.follow_journal()
 
     def on_resize(self, event: events.Resize) -> None:
-        """Give Title and Note the room a wide terminal has, once every column is visible."""
+        """Give Title, Note and an attempt's State the room a wide terminal has."""
         self.call_after_refresh(self.show_header)  # cut to the new width (updates: on change)
         spare = max(0, event.size.width - TABLE_WIDTH)
-        widths = {"title": 14 + min(spare // 2, 26), "note": 22 + min(spare - spare // 2, 38)}
+        widths = {
+            "title": 14 + min(spare // 2, 26),
+            "note": 22 + min(spare - spare // 2, 38),
+            "state": 25 + min(max(0, event.size.width - ATTEMPT_TABLE_WIDTH), 11),
+        }
         if widths == self.widths:
             return
         self.widths = widths
         goals = self.query_one("#goals", KeyedTable)
-        for key, width in widths.items():
-            goals.set_width(key, width)
+        attempts = self.query_one("#attempts", KeyedTable)
+        for key in ("title", "note"):
+            goals.set_width(key, widths[key])
+        attempts.set_width("state", widths["state"])
         with self.batch_update():
             for key, row in self.goal_rows.items():
                 goals.upsert(key, self.goal_cells(row))
+            for key, attempt in self.attempt_rows.items():
+                attempts.upsert(key, self.attempt_cells(attempt))
 
     def on_unmount(self) -> None:
         if self._watcher is not None:
@@ -441,7 +451,7 @@ class RefineApp(OperatorActions, DetailPane, App[None]):
         alive = {True: Text("yes", "green"), False: Text("no", "red"), None: ""}[a.alive]
         return (
             str(a.epoch),
-            fmt.status_text(a.state),
+            fmt.status_text(fmt.clip(a.state, self.widths["state"])),
             fmt.clock(a.started_at),
             fmt.duration(end - a.started_at) if a.started_at and end else "",
             str(a.pid) if a.pid else "",

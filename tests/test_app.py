@@ -130,6 +130,22 @@ async def test_drill_down_to_runs_attempts_history_and_log(journal_path: Path) -
         assert app.selected_goal().goal_id == "unit-tests"
 
 
+async def test_an_attempts_state_is_clipped_at_80_columns_and_whole_when_wider(
+    journal_path: Path,
+) -> None:
+    app = RefineApp(journal=journal_path, node=NODE)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await loaded(pilot)
+        await select(pilot, "migrate-db")
+        await pilot.press("enter", "enter")
+        attempts = app.query_one("#attempts", KeyedTable)
+        await until(pilot, lambda: attempts.keys() == ["1"])
+        assert str(attempts.get_cell("1", "state")) == "interrupted (sigterm by …"
+        await pilot.resize_terminal(120, 30)
+        whole = "interrupted (sigterm by dana@n1)"
+        await until(pilot, lambda: str(attempts.get_cell("1", "state")) == whole)
+
+
 async def test_log_follows_the_attempt(journal_path: Path) -> None:
     app = RefineApp(journal=journal_path, node=NODE)
     async with app.run_test(size=SIZE) as pilot:
