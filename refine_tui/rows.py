@@ -16,7 +16,7 @@ from store.errors import RefineError
 from store.execution import run_from_stored
 from store.goals import Goal, goal_from_stored
 from store.journal import Event, Journal, Stored
-from store.operator import needs_cleanup
+from store.operator import claimed_at, needs_cleanup
 from store.processes import ProcessRecord, ProcessRegistry, observe, same_process
 
 ACTIVE = ("queued", "held", "running")
@@ -168,7 +168,7 @@ class Reader:
         started_at = None
         orphan = False
         if attempt is not None:
-            started_at = self._claimed_at(run.run_id, attempt.epoch)
+            started_at = claimed_at(self.journal, run.run_id, attempt.epoch)
             if goal.node_id == self.node:
                 with contextlib.suppress(RefineError, OSError):
                     orphan = needs_cleanup(self.journal, run, node=self.node)
@@ -207,12 +207,6 @@ class Reader:
                 if orphan != row.needs_cleanup:
                     changed.append(row.goal_id)
         return changed
-
-    def _claimed_at(self, run_id: str, epoch: int) -> float | None:
-        for event in reversed(self.journal.history("run:" + run_id, 0, 1000)):
-            if event.type == "attempt.claimed" and event.data.get("epoch") == epoch:
-                return event.committed_at
-        return None
 
     # --- Runs, Attempts, history ---------------------------------------------------------------
 

@@ -91,7 +91,6 @@ class CleanupEvidence:
     same_process_alive: bool
     log_tail: list[str]
     attempt_started_at: float | None  # the claim's commit time (wall clock, informational)
-    attempt_age_s: float | None
     last_output_age_s: float | None
     sentence: str
     ending: str  # what confirming does to the Goal: requeued, held, exhausted or cancelled
@@ -580,9 +579,8 @@ def cleanup_evidence(journal: Journal, run_id: str, *, epoch: int, node: str) ->
     )
     tail = log_tail(log, LOG_TAIL_LINES)
     now = time.time()
-    claimed = _claimed_at(journal, run_id, epoch)
+    claimed = claimed_at(journal, run_id, epoch)
     started = claimed if claimed is not None else (record.started_at if record else None)
-    attempt_age = max(0.0, now - started) if started is not None else None
     try:
         output_age: float | None = max(0.0, now - log.stat().st_mtime)
     except OSError:
@@ -596,15 +594,15 @@ def cleanup_evidence(journal: Journal, run_id: str, *, epoch: int, node: str) ->
         same_process_alive=alive,
         log_tail=tail,
         attempt_started_at=started,
-        attempt_age_s=attempt_age,
         last_output_age_s=output_age,
         sentence=sentence,
         ending=_ending(goal, target.run, epoch),
     )
 
 
-def _claimed_at(journal: Journal, run_id: str, epoch: int) -> float | None:
-    for event in journal.history("run:" + run_id, 0, 1000):
+def claimed_at(journal: Journal, run_id: str, epoch: int) -> float | None:
+    """When attempt ``epoch`` was claimed: its commit time (wall clock, informational)."""
+    for event in journal.history("run:" + run_id, 0, 1000):  # a Run has at most 20 attempts
         if event.type == "attempt.claimed" and event.data.get("epoch") == epoch:
             return float(event.committed_at)
     return None

@@ -342,7 +342,7 @@ def test_confirm_cleanup_needs_the_process_provably_gone(journal: Journal, spawn
     evidence = cleanup_evidence(journal, "build.r1", epoch=1, node="n1")
     assert not evidence.same_process_alive and evidence.record == worker.record
     assert evidence.log_tail == ["compiling", "stuck"] and evidence.worker == "n1:w1"
-    assert evidence.attempt_age_s is not None and evidence.last_output_age_s is not None
+    assert evidence.attempt_started_at is not None and evidence.last_output_age_s is not None
     assert "no process with that pid and start time" in evidence.sentence
     assert evidence.ending == "the goal will be requeued (attempt 2 of 3)"
     report = confirm_cleanup(journal, "build.r1", epoch=1, node="n1", operator="dana")
