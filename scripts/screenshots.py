@@ -128,6 +128,7 @@ def rasteriser() -> Rasterise | None:
     for candidate in candidates:
         if candidate is None:
             continue
+        png.unlink(missing_ok=True)  # judge each candidate by what it writes itself
         try:
             candidate(probe, png)
         except Exception:  # missing library, a stand-in command: try the next one
