@@ -221,7 +221,9 @@ class Soak:
                 evidence = operator.cleanup_evidence(
                     self.journal, run.run_id, epoch=attempt.epoch, node=goal.node_id
                 )
-                if evidence.same_process_alive or (evidence.attempt_age_s or 0) < min_age_s:
+                started = evidence.attempt_started_at
+                age = time.time() - started if started is not None else 0.0
+                if evidence.same_process_alive or age < min_age_s:
                     continue
                 if record is None and self._worker_alive(run.run_id):
                     continue  # claimed but not yet recorded: its worker is alive
