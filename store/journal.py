@@ -186,10 +186,14 @@ class Journal:
         try:
             with _storage_errors():
                 conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+                # Identify the file with reads alone: switching to WAL rewrites the header of
+                # whatever file this is, so another application's database is refused first.
+                fresh = _identify(conn, file, initialize=create and not read_only)
                 if not read_only:
                     conn.execute("PRAGMA journal_mode = WAL")
                     conn.execute(f"PRAGMA synchronous = {synchronous}")
-                _migrate(conn, file, initialize=create and not read_only)
+                if fresh:
+                    _create_schema(conn)
             return cls(conn, file, read_only)
         except BaseException:
             conn.close()
@@ -516,13 +520,14 @@ class Journal:
         return _stored(row) if row else None
 
 
-def _migrate(conn: sqlite3.Connection, file: Path, *, initialize: bool) -> None:
-    """Create the schema in a new file (only when ``initialize``: a journal truncated to zero
-    bytes must be refused, not silently reborn empty); refuse files that are not our journal."""
+def _identify(conn: sqlite3.Connection, file: Path, *, initialize: bool) -> bool:
+    """Refuse files that are not our journal, reading only; True for a new, empty file whose
+    schema is to be created (only when ``initialize``: a journal truncated to zero bytes must be
+    refused, not silently reborn empty)."""
     version = conn.execute("PRAGMA user_version").fetchone()[0]
     app_id = conn.execute("PRAGMA application_id").fetchone()[0]
     if version == SCHEMA_VERSION and app_id == APPLICATION_ID:
-        return
+        return False
     if version > SCHEMA_VERSION and app_id == APPLICATION_ID:
         raise StorageError(f"journal {file} has schema {version}, newer than {SCHEMA_VERSION}")
     tables = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
@@ -530,6 +535,10 @@ def _migrate(conn: sqlite3.Connection, file: Path, *, initialize: bool) -> None:
         raise StorageError(f"not a refine journal: {file}")
     if not initialize:
         raise StorageError(f"not a refine journal (empty file): {file}")
+    return True
+
+
+def _create_schema(conn: sqlite3.Connection) -> None:
     conn.execute("BEGIN IMMEDIATE")
     try:
         if conn.execute("PRAGMA user_version").fetchone()[0] == 0:
