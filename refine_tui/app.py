@@ -172,6 +172,7 @@ class RefineApp(OperatorActions, DetailPane, App[None]):
         self._goal_total: int | None = None  # (read thread) the last count of Goals
         self._why_text: str | None = None  # what the hint line last showed
         self._enabled: tuple[bool, ...] = ()  # which actions the footer last showed enabled
+        self._reload_asked = False  # `r` pressed: confirm when the full reload is shown
 
     # --- layout --------------------------------------------------------------------------------
 
@@ -372,6 +373,13 @@ class RefineApp(OperatorActions, DetailPane, App[None]):
             self.header_state = header
             self.show_header()
         self.selection_changed()
+        if update.full and self._reload_asked:
+            self._reload_asked = False
+            self.notify(
+                f"reloaded from the journal: {len(self.goal_rows)} goals, "
+                f"last commit seq {update.last_sequence}",
+                timeout=2,
+            )
 
     def on_journal_trouble(self, trouble: JournalTrouble) -> None:
         if not self.is_running:
@@ -612,9 +620,8 @@ class RefineApp(OperatorActions, DetailPane, App[None]):
 
     def action_back(self) -> None:
         box = self.query_one("#filter", Input)
-        if box.display:
-            box.display = False
-            self.current_table().focus()
+        if box.display:  # escape in the filter clears it (k9s)
+            self.set_filter("")
         elif self.detail is not None:
             self.close_detail()
         elif self.view == "attempts":
@@ -644,8 +651,11 @@ class RefineApp(OperatorActions, DetailPane, App[None]):
     @on(Input.Submitted, "#filter")
     def apply_filter(self, event: Input.Submitted) -> None:
         event.stop()
-        self.filter_text = event.value.strip()
-        event.input.display = False
+        self.set_filter(event.value)
+
+    def set_filter(self, text: str) -> None:
+        self.filter_text = text.strip()
+        self.query_one("#filter", Input).display = False
         if self.view != "goals":
             self.focus_goal = self.focus_run = None
             self.switch_view("goals", "Goals")
@@ -662,8 +672,8 @@ class RefineApp(OperatorActions, DetailPane, App[None]):
             self.wake()
 
     def action_refresh(self) -> None:
+        self._reload_asked = True  # said once the reload is on screen (on_journal_update)
         self.wake(full=True)
-        self.notify("Reloading from the journal", timeout=1.5)
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen())

@@ -228,6 +228,32 @@ async def test_filter_queries_the_journal(journal_path: Path) -> None:
         await until(pilot, lambda: len(goals_table(app).keys()) == 8)
 
 
+async def test_clearing_a_filter_restores_the_order(journal_path: Path) -> None:
+    """Issue 13.1: rows that matched stayed on top after the filter was cleared."""
+    app = RefineApp(journal=journal_path, node=NODE)
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        table = goals_table(app)
+        order = table.keys()
+        assert order == sorted(order)
+        await pilot.press("slash", *"test", "enter")
+        await until(pilot, lambda: set(table.keys()) == {"unit-tests"})
+        await pilot.press("slash", "ctrl+u", "enter")
+        await until(pilot, lambda: len(table.keys()) == 8)
+        assert table.keys() == order
+        assert [table.coordinate_to_cell_key((i, 0))[0].value for i in range(8)] == order
+        # escape in the filter clears it; r puts the rows back in order too
+        await pilot.press("slash", *"deploy", "enter")
+        await until(pilot, lambda: table.keys() == ["deploy-stage"])
+        await pilot.press("slash", "escape")
+        await until(pilot, lambda: len(table.keys()) == 8)
+        assert app.filter_text == "" and table.keys() == order
+        assert not app.query_one("#filter", Input).display
+        await pilot.press("r")
+        await until(pilot, lambda: "reloaded" in " ".join(notes(app)))
+        assert [table.coordinate_to_cell_key((i, 0))[0].value for i in range(8)] == order
+
+
 async def test_help_and_command_palette(journal_path: Path) -> None:
     app = RefineApp(journal=journal_path, node=NODE)
     async with app.run_test(size=SIZE) as pilot:

@@ -23,6 +23,7 @@ from rich.console import RenderableType
 from textual.geometry import Region
 from textual.strip import Strip
 from textual.widgets import DataTable
+from textual.widgets._data_table import TwoWayDict
 from textual.widgets.data_table import ColumnKey, RowDoesNotExist, RowKey
 
 
@@ -160,7 +161,7 @@ class KeyedTable(DataTable[RenderableType]):
             self.move_cursor(row=min(index, self.row_count - 1), animate=False)
 
     def sync(self, rows: Mapping[str, Cells]) -> None:
-        """Make the table hold exactly ``rows`` (in their order for new keys)."""
+        """Make the table hold exactly ``rows``, in their order."""
         gone = [k for k in self._cells if k not in rows]
         with self.app.batch_update():
             if len(gone) > REBUILD_AT:  # remove_row costs ≈ 2 ms each at 1,000 rows
@@ -170,6 +171,18 @@ class KeyedTable(DataTable[RenderableType]):
                 self.drop(key)
             for key, cells in rows.items():
                 self.upsert(key, cells)
+            if list(self._cells) != list(rows):  # new keys were appended (a cleared filter)
+                self._reorder(list(rows))
+
+    def _reorder(self, keys: list[str]) -> None:
+        """Put the rows in the order of ``keys`` (as DataTable.sort does), cursor on its key."""
+        selected = self.selected_key
+        self._row_locations = TwoWayDict({RowKey(k): i for i, k in enumerate(keys)})
+        self._cells = {k: self._cells[k] for k in keys}
+        self._update_count += 1
+        self.refresh()
+        if selected is not None:
+            self.select(selected)
 
     def _rebuild(self, rows: Mapping[str, Cells]) -> None:
         """Replace most rows at once (a new filter): DataTable's remove_row is O(n) per row.
