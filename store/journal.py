@@ -7,34 +7,53 @@ so another backend (PostgreSQL) can replace it without touching them.
 
 from __future__ import annotations
 
-import json
 import os
 import sqlite3
 import threading
-import time
 import urllib.parse
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from store.canonical import canonical_json
 from store.errors import (
-    CommandConflictError,
-    DecisionError,
     InvalidInputError,
     JournalClosedError,
     JournalReadOnlyError,
-    RefineError,
     StorageError,
-    VersionConflictError,
 )
+from store.journal_core import (
+    MAX_PAGE,
+    MAX_SAFE_INTEGER,
+    AggregateRow,
+    Change,
+    Decide,
+    Event,
+    Outcome,
+    Stored,
+    aggregate_kind,
+    check_page,
+    command_key,
+    event_row,
+    first_ids,
+    run_command,
+    stored_row,
+)
+
+__all__ = [
+    "MAX_PAGE",
+    "MAX_SAFE_INTEGER",
+    "Change",
+    "Decide",
+    "Event",
+    "Journal",
+    "Outcome",
+    "Stored",
+    "aggregate_kind",
+]
 
 SCHEMA_VERSION = 1
 APPLICATION_ID = 0x52464E31  # "RFN1": tells our journals from any other SQLite file
-MAX_SAFE_INTEGER = 2**53 - 1
-MAX_PAGE = 1000
 
 Synchronous = Literal["FULL", "NORMAL"]
 
@@ -73,55 +92,6 @@ CREATE TABLE outbox (
     published     INTEGER NOT NULL DEFAULT 0
 );
 """
-
-
-@dataclass(frozen=True)
-class Event:
-    sequence: int
-    aggregate_id: str
-    version: int
-    type: str
-    data: Mapping[str, Any]
-    committed_at: float
-
-
-@dataclass(frozen=True)
-class Stored:
-    """An aggregate's stored state as parsed JSON (never validated here) and its version."""
-
-    aggregate_id: str
-    version: int
-    state: Any
-
-
-@dataclass(frozen=True)
-class Change:
-    """What a decision writes for one aggregate: its whole new state and the events saying why."""
-
-    aggregate_id: str
-    state: Mapping[str, Any]
-    events: Sequence[tuple[str, Mapping[str, Any]]]
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """A command's result: the changed aggregates as the command left them."""
-
-    replayed: bool
-    states: Mapping[str, Stored]
-    events: tuple[Event, ...]
-
-
-Decide = Callable[[Mapping[str, Stored | None]], Sequence[Change]]
-
-
-def aggregate_kind(aggregate_id: str) -> str:
-    return aggregate_id.split(":", 1)[0]
-
-
-def _ids_for(aggregate_id: str) -> dict[str, str | None]:
-    kind, _, key = aggregate_id.partition(":")
-    return {"run_id": key if kind == "run" else None, "goal_id": key if kind == "goal" else None}
 
 
 @contextmanager
@@ -238,8 +208,8 @@ class Journal:
         """
         self._connection()
         if self.read_only:
-            raise JournalReadOnlyError("journal is open read-only", **_first_ids(expected))
-        key = canonical_json({"payload": payload, "expected": dict(expected)})
+            raise JournalReadOnlyError("journal is open read-only", **first_ids(expected))
+        key = command_key(payload, expected)
         with self._lock, _storage_errors():
             conn = self._connection()
             conn.execute("BEGIN IMMEDIATE")
@@ -251,126 +221,13 @@ class Journal:
                         f"journal {self.path} was deleted or replaced since it was opened:"
                         " reopen it"
                     )
-                outcome = self._execute_in(conn, command_id, key, expected, decide)
+                outcome = run_command(_SqliteCommand(conn), command_id, key, expected, decide)
                 conn.execute("COMMIT")
                 return outcome
             except BaseException:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
                 raise
-
-    def _execute_in(
-        self,
-        conn: sqlite3.Connection,
-        command_id: str,
-        key: str,
-        expected: Mapping[str, int | None],
-        decide: Decide,
-    ) -> Outcome:
-        receipt = conn.execute(
-            "SELECT payload, result FROM receipts WHERE command_id = ?", (command_id,)
-        ).fetchone()
-        if receipt is not None:
-            if receipt[0] != key:
-                raise CommandConflictError(
-                    f"command {command_id} was already used for a different command",
-                    **_first_ids(expected),
-                )
-            return Outcome(replayed=True, states=_parse_result(receipt[1]), events=())
-        loaded = {agg: self._load(conn, agg) for agg in expected}
-        for agg, version in expected.items():
-            actual = loaded[agg].version if loaded[agg] is not None else 0
-            if version is not None and actual != version:
-                raise VersionConflictError(
-                    f"{agg} is at version {actual}, not {version}", **_ids_for(agg)
-                )
-        try:
-            changes = list(decide(loaded))
-        except RefineError:
-            raise
-        except Exception as exc:
-            raise DecisionError(f"decision failed: {exc}", **_first_ids(expected)) from exc
-        if not changes or any(c.aggregate_id not in expected for c in changes):
-            raise DecisionError("a command must change only the aggregates it read")
-        return self._write(conn, command_id, key, loaded, changes)
-
-    def _write(
-        self,
-        conn: sqlite3.Connection,
-        command_id: str,
-        key: str,
-        loaded: Mapping[str, Stored | None],
-        changes: Sequence[Change],
-    ) -> Outcome:
-        now = time.time()
-        states: dict[str, Stored] = {}
-        texts: dict[str, tuple[int, str]] = {}
-        events: list[Event] = []
-        for change in changes:
-            before = loaded[change.aggregate_id]
-            version = (before.version if before is not None else 0) + 1
-            state_text = canonical_json(change.state)
-            last = 0
-            for type_, data in change.events:
-                cur = conn.execute(
-                    "INSERT INTO events (aggregate_id, version, type, data, committed_at,"
-                    " command_id) VALUES (?, ?, ?, ?, ?, ?)",
-                    (change.aggregate_id, version, type_, canonical_json(data), now, command_id),
-                )
-                last = int(cur.lastrowid or 0)
-                conn.execute(
-                    "INSERT INTO outbox (sequence, aggregate_id, topic) VALUES (?, ?, ?)",
-                    (last, change.aggregate_id, type_),
-                )
-                events.append(Event(last, change.aggregate_id, version, type_, dict(data), now))
-            self._store(conn, change, before, version, last, state_text)
-            texts[change.aggregate_id] = (version, state_text)
-            states[change.aggregate_id] = Stored(
-                change.aggregate_id, version, json.loads(state_text)
-            )
-        # The receipt holds each changed state as written: reuse its text, don't re-encode it.
-        result = ",".join(
-            f'{json.dumps(agg, ensure_ascii=False)}:{{"state":{text},"version":{version}}}'
-            for agg, (version, text) in sorted(texts.items())
-        )
-        conn.execute(
-            "INSERT INTO receipts (command_id, payload, result, committed_at) VALUES (?, ?, ?, ?)",
-            (command_id, key, "{" + result + "}", now),
-        )
-        return Outcome(replayed=False, states=states, events=tuple(events))
-
-    @staticmethod
-    def _store(
-        conn: sqlite3.Connection,
-        change: Change,
-        before: Stored | None,
-        version: int,
-        last: int,
-        state_text: str,
-    ) -> None:
-        """INSERT a new aggregate, UPDATE an existing one (cheaper than an upsert)."""
-        status = _text_field(change.state, "status")
-        node_id = _text_field(change.state, "node_id")
-        if before is None:
-            conn.execute(
-                "INSERT INTO aggregates (aggregate_id, kind, version, status, node_id,"
-                " last_sequence, state) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (
-                    change.aggregate_id,
-                    aggregate_kind(change.aggregate_id),
-                    version,
-                    status,
-                    node_id,
-                    last,
-                    state_text,
-                ),
-            )
-        else:
-            conn.execute(
-                "UPDATE aggregates SET version = ?, status = ?, node_id = ?, last_sequence = ?,"
-                " state = ? WHERE aggregate_id = ?",
-                (version, status, node_id, last, state_text, change.aggregate_id),
-            )
 
     # --- reads ---------------------------------------------------------------------------------
 
@@ -391,7 +248,7 @@ class Journal:
                     f" WHERE aggregate_id IN ({marks})",
                     chunk,
                 ):
-                    found[row[0]] = _stored(row)
+                    found[row[0]] = stored_row(row)
         return found
 
     def aggregates(
@@ -426,7 +283,7 @@ class Journal:
             sql += " LIMIT ?"
             args.append(int(limit))
         with self._lock, _storage_errors():
-            return [_stored(row) for row in self._connection().execute(sql, args)]
+            return [stored_row(row) for row in self._connection().execute(sql, args)]
 
     def count(self, kind: str, status: str | None = None) -> int:
         sql, args = "SELECT count(*) FROM aggregates WHERE kind = ?", [kind]
@@ -438,29 +295,29 @@ class Journal:
 
     def history(self, aggregate_id: str, after_sequence: int = 0, limit: int = 100) -> list[Event]:
         """One aggregate's events in commit order, after ``after_sequence``, at most ``limit``."""
-        _check_page(after_sequence, limit)
+        check_page(after_sequence, limit)
         with self._lock, _storage_errors():
             rows = self._connection().execute(
                 "SELECT sequence, aggregate_id, version, type, data, committed_at FROM events"
                 " WHERE aggregate_id = ? AND sequence > ? ORDER BY sequence LIMIT ?",
                 (aggregate_id, after_sequence, limit),
             )
-            return [_event(row) for row in rows]
+            return [event_row(row) for row in rows]
 
     def events_after(self, sequence: int, limit: int = MAX_PAGE) -> list[Event]:
         """Every aggregate's events after ``sequence`` (an index range scan), oldest first."""
-        _check_page(sequence, limit)
+        check_page(sequence, limit)
         with self._lock, _storage_errors():
             rows = self._connection().execute(
                 "SELECT sequence, aggregate_id, version, type, data, committed_at FROM events"
                 " WHERE sequence > ? ORDER BY sequence LIMIT ?",
                 (sequence, limit),
             )
-            return [_event(row) for row in rows]
+            return [event_row(row) for row in rows]
 
     def outbox(self, after_sequence: int = 0, limit: int = MAX_PAGE) -> list[tuple[int, str, str]]:
         """Outbox rows ``(sequence, aggregate_id, topic)`` after ``after_sequence``."""
-        _check_page(after_sequence, limit)
+        check_page(after_sequence, limit)
         with self._lock, _storage_errors():
             rows = self._connection().execute(
                 "SELECT sequence, aggregate_id, topic FROM outbox WHERE sequence > ?"
@@ -517,7 +374,7 @@ class Journal:
             "SELECT aggregate_id, version, state FROM aggregates WHERE aggregate_id = ?",
             (aggregate_id,),
         ).fetchone()
-        return _stored(row) if row else None
+        return stored_row(row) if row else None
 
 
 def _identify(conn: sqlite3.Connection, file: Path, *, initialize: bool) -> bool:
@@ -554,47 +411,71 @@ def _create_schema(conn: sqlite3.Connection) -> None:
         raise
 
 
-def _check_page(after_sequence: Any, limit: Any) -> None:
-    if (
-        isinstance(after_sequence, bool)
-        or not isinstance(after_sequence, int)
-        or not 0 <= after_sequence <= MAX_SAFE_INTEGER
-    ):
-        raise InvalidInputError("after_sequence must be an integer from 0")
-    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
-        raise InvalidInputError(f"limit must be an integer from 1 to {MAX_PAGE}")
+class _SqliteCommand:
+    """The storage steps of one command inside ``BEGIN IMMEDIATE`` (which already excludes
+    every other writer, so loading needs no row locks)."""
 
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
 
-def _first_ids(expected: Mapping[str, int | None]) -> dict[str, str | None]:
-    ids: dict[str, str | None] = {"run_id": None, "goal_id": None}
-    for agg in expected:
-        for name, value in _ids_for(agg).items():
-            if ids[name] is None:
-                ids[name] = value
-    return ids
+    def load(self, aggregate_ids: Sequence[str]) -> dict[str, Stored | None]:
+        return {agg: Journal._load(self.conn, agg) for agg in aggregate_ids}
 
+    def receipt(self, command_id: str) -> tuple[str, str] | None:
+        return self.conn.execute(
+            "SELECT payload, result FROM receipts WHERE command_id = ?", (command_id,)
+        ).fetchone()
 
-def _text_field(state: Mapping[str, Any], name: str) -> str | None:
-    value = state.get(name) if isinstance(state, Mapping) else None
-    return value if isinstance(value, str) else None
+    def append(
+        self, events: Sequence[tuple[str, int, str, str]], now: float, command_id: str
+    ) -> list[int]:
+        sequences = []
+        for aggregate_id, version, type_, data in events:
+            cur = self.conn.execute(
+                "INSERT INTO events (aggregate_id, version, type, data, committed_at,"
+                " command_id) VALUES (?, ?, ?, ?, ?, ?)",
+                (aggregate_id, version, type_, data, now, command_id),
+            )
+            sequence = int(cur.lastrowid or 0)
+            self.conn.execute(
+                "INSERT INTO outbox (sequence, aggregate_id, topic) VALUES (?, ?, ?)",
+                (sequence, aggregate_id, type_),
+            )
+            sequences.append(sequence)
+        return sequences
 
+    def put(self, row: AggregateRow) -> None:
+        """INSERT a new aggregate, UPDATE an existing one (cheaper than an upsert)."""
+        if row.new:
+            self.conn.execute(
+                "INSERT INTO aggregates (aggregate_id, kind, version, status, node_id,"
+                " last_sequence, state) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (
+                    row.aggregate_id,
+                    row.kind,
+                    row.version,
+                    row.status,
+                    row.node_id,
+                    row.last_sequence,
+                    row.state,
+                ),
+            )
+        else:
+            self.conn.execute(
+                "UPDATE aggregates SET version = ?, status = ?, node_id = ?, last_sequence = ?,"
+                " state = ? WHERE aggregate_id = ?",
+                (
+                    row.version,
+                    row.status,
+                    row.node_id,
+                    row.last_sequence,
+                    row.state,
+                    row.aggregate_id,
+                ),
+            )
 
-def _stored(row: Sequence[Any]) -> Stored:
-    try:
-        state = json.loads(row[2])
-    except ValueError:
-        state = _Unreadable(row[2])
-    return Stored(str(row[0]), int(row[1]), state)
-
-
-def _event(row: Sequence[Any]) -> Event:
-    return Event(int(row[0]), str(row[1]), int(row[2]), str(row[3]), json.loads(row[4]), row[5])
-
-
-def _parse_result(text: str) -> dict[str, Stored]:
-    result = json.loads(text)
-    return {agg: Stored(agg, int(v["version"]), v["state"]) for agg, v in result.items()}
-
-
-class _Unreadable(str):
-    """Stored text that is not JSON: validators treat it as a corrupt record."""
+    def add_receipt(self, command_id: str, key: str, result: str, now: float) -> None:
+        self.conn.execute(
+            "INSERT INTO receipts (command_id, payload, result, committed_at) VALUES (?, ?, ?, ?)",
+            (command_id, key, result, now),
+        )

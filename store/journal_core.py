@@ -1,0 +1,255 @@
+"""What every journal backend shares: the records, and a command's decision from replay to rows.
+
+A backend opens its transaction, offers the few storage steps of :class:`CommandTx` inside it and
+calls :func:`run_command`; so the refusal order, replay and conflict rules, version checks and
+the receipt text are written once, and SQLite and PostgreSQL cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from store.canonical import canonical_json
+from store.errors import (
+    CommandConflictError,
+    DecisionError,
+    InvalidInputError,
+    RefineError,
+    VersionConflictError,
+)
+
+MAX_SAFE_INTEGER = 2**53 - 1
+MAX_PAGE = 1000
+
+
+@dataclass(frozen=True)
+class Event:
+    sequence: int
+    aggregate_id: str
+    version: int
+    type: str
+    data: Mapping[str, Any]
+    committed_at: float
+
+
+@dataclass(frozen=True)
+class Stored:
+    """An aggregate's stored state as parsed JSON (never validated here) and its version."""
+
+    aggregate_id: str
+    version: int
+    state: Any
+
+
+@dataclass(frozen=True)
+class Change:
+    """What a decision writes for one aggregate: its whole new state and the events saying why."""
+
+    aggregate_id: str
+    state: Mapping[str, Any]
+    events: Sequence[tuple[str, Mapping[str, Any]]]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A command's result: the changed aggregates as the command left them."""
+
+    replayed: bool
+    states: Mapping[str, Stored]
+    events: tuple[Event, ...]
+
+
+Decide = Callable[[Mapping[str, Stored | None]], Sequence[Change]]
+
+
+@dataclass(frozen=True)
+class AggregateRow:
+    """One aggregate as a command writes it (``new``: INSERT, else UPDATE)."""
+
+    aggregate_id: str
+    kind: str
+    version: int
+    status: str | None
+    node_id: str | None
+    last_sequence: int
+    state: str
+    new: bool
+
+
+class CommandTx(Protocol):
+    """The storage steps of one command, inside the backend's open write transaction."""
+
+    def load(self, aggregate_ids: Sequence[str]) -> dict[str, Stored | None]:
+        """The aggregates, locked against other writers until commit (absent ones: None)."""
+
+    def receipt(self, command_id: str) -> tuple[str, str] | None:
+        """The receipt's ``(payload key, result text)`` of an earlier command with this id."""
+
+    def append(
+        self, events: Sequence[tuple[str, int, str, str]], now: float, command_id: str
+    ) -> list[int]:
+        """Insert events ``(aggregate_id, version, type, data text)`` and their outbox rows;
+        returns their sequences (gap-free, in commit order)."""
+
+    def put(self, row: AggregateRow) -> None: ...
+
+    def add_receipt(self, command_id: str, key: str, result: str, now: float) -> None: ...
+
+
+def command_key(payload: Mapping[str, Any], expected: Mapping[str, int | None]) -> str:
+    """The text two uses of one command id must share to be the same command."""
+    return canonical_json({"payload": payload, "expected": dict(expected)})
+
+
+def run_command(
+    tx: CommandTx,
+    command_id: str,
+    key: str,
+    expected: Mapping[str, int | None],
+    decide: Decide,
+) -> Outcome:
+    """Replay or refuse or decide and write. Refusal order: replay or CommandConflictError, then
+    VersionConflictError, then the decision's own errors. The aggregates are loaded (and locked)
+    before the receipt is read, so a command that waited for a lock sees the receipt of the
+    command it waited for."""
+    loaded = tx.load(sorted(expected))
+    receipt = tx.receipt(command_id)
+    if receipt is not None:
+        if receipt[0] != key:
+            raise CommandConflictError(
+                f"command {command_id} was already used for a different command",
+                **first_ids(expected),
+            )
+        return Outcome(replayed=True, states=parse_result(receipt[1]), events=())
+    for agg, version in expected.items():
+        found = loaded[agg]
+        actual = found.version if found is not None else 0
+        if version is not None and actual != version:
+            raise VersionConflictError(
+                f"{agg} is at version {actual}, not {version}", **ids_for(agg)
+            )
+    try:
+        changes = list(decide(loaded))
+    except RefineError:
+        raise
+    except Exception as exc:
+        raise DecisionError(f"decision failed: {exc}", **first_ids(expected)) from exc
+    if not changes or any(c.aggregate_id not in expected for c in changes):
+        raise DecisionError("a command must change only the aggregates it read")
+    return _write(tx, command_id, key, loaded, changes)
+
+
+def _write(
+    tx: CommandTx,
+    command_id: str,
+    key: str,
+    loaded: Mapping[str, Stored | None],
+    changes: Sequence[Change],
+) -> Outcome:
+    now = time.time()
+    versions = {}
+    rows = []
+    datas = []
+    for change in changes:
+        before = loaded[change.aggregate_id]
+        versions[change.aggregate_id] = (before.version if before is not None else 0) + 1
+        for type_, data in change.events:
+            rows.append(
+                (change.aggregate_id, versions[change.aggregate_id], type_, canonical_json(data))
+            )
+            datas.append(dict(data))
+    sequences = tx.append(rows, now, command_id)
+    events = tuple(
+        Event(seq, agg, version, type_, data, now)
+        for seq, (agg, version, type_, _), data in zip(sequences, rows, datas, strict=True)
+    )
+    last_of = {event.aggregate_id: event.sequence for event in events}
+    states: dict[str, Stored] = {}
+    texts: dict[str, tuple[int, str]] = {}
+    for change in changes:
+        agg, version = change.aggregate_id, versions[change.aggregate_id]
+        state_text = canonical_json(change.state)
+        tx.put(
+            AggregateRow(
+                agg,
+                aggregate_kind(agg),
+                version,
+                text_field(change.state, "status"),
+                text_field(change.state, "node_id"),
+                last_of.get(agg, 0),
+                state_text,
+                loaded[agg] is None,
+            )
+        )
+        texts[agg] = (version, state_text)
+        states[agg] = Stored(agg, version, json.loads(state_text))
+    # The receipt holds each changed state as written: reuse its text, don't re-encode it.
+    result = ",".join(
+        f'{json.dumps(agg, ensure_ascii=False)}:{{"state":{text},"version":{version}}}'
+        for agg, (version, text) in sorted(texts.items())
+    )
+    tx.add_receipt(command_id, key, "{" + result + "}", now)
+    return Outcome(replayed=False, states=states, events=events)
+
+
+# --- small shared helpers --------------------------------------------------------------------
+
+
+def aggregate_kind(aggregate_id: str) -> str:
+    return aggregate_id.split(":", 1)[0]
+
+
+def ids_for(aggregate_id: str) -> dict[str, str | None]:
+    kind, _, key = aggregate_id.partition(":")
+    return {"run_id": key if kind == "run" else None, "goal_id": key if kind == "goal" else None}
+
+
+def first_ids(expected: Mapping[str, int | None]) -> dict[str, str | None]:
+    ids: dict[str, str | None] = {"run_id": None, "goal_id": None}
+    for agg in expected:
+        for name, value in ids_for(agg).items():
+            if ids[name] is None:
+                ids[name] = value
+    return ids
+
+
+def check_page(after_sequence: Any, limit: Any) -> None:
+    if (
+        isinstance(after_sequence, bool)
+        or not isinstance(after_sequence, int)
+        or not 0 <= after_sequence <= MAX_SAFE_INTEGER
+    ):
+        raise InvalidInputError("after_sequence must be an integer from 0")
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
+        raise InvalidInputError(f"limit must be an integer from 1 to {MAX_PAGE}")
+
+
+def text_field(state: Mapping[str, Any], name: str) -> str | None:
+    value = state.get(name) if isinstance(state, Mapping) else None
+    return value if isinstance(value, str) else None
+
+
+def stored_row(row: Sequence[Any]) -> Stored:
+    """``(aggregate_id, version, state text)`` → Stored; text that is not JSON stays Unreadable."""
+    try:
+        state = json.loads(row[2])
+    except ValueError:
+        state = Unreadable(row[2])
+    return Stored(str(row[0]), int(row[1]), state)
+
+
+def event_row(row: Sequence[Any]) -> Event:
+    return Event(int(row[0]), str(row[1]), int(row[2]), str(row[3]), json.loads(row[4]), row[5])
+
+
+def parse_result(text: str) -> dict[str, Stored]:
+    result = json.loads(text)
+    return {agg: Stored(agg, int(v["version"]), v["state"]) for agg, v in result.items()}
+
+
+class Unreadable(str):
+    """Stored text that is not JSON: validators treat it as a corrupt record."""
