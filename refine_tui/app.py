@@ -373,6 +373,7 @@ class RefineApp(OperatorActions, DetailPane, App[None]):
             self.header_state = header
             self.show_header()
         self.selection_changed()
+        self.show_log_liveness()  # the attempt in the log pane may have ended
         if update.full and self._reload_asked:
             self._reload_asked = False
             self.notify(

@@ -61,9 +61,11 @@ class DetailPane(_AppBase):
             self.close_detail()
             return
         self.detail = mode
-        self.query_one("#detail").display = True
+        pane = self.query_one("#detail", FollowLog)
+        pane.display = True
         self.add_class("with-detail")
         self.retarget_detail(force=True)
+        pane.focus()  # the keys scroll it; tab goes back to the table
 
     def close_detail(self) -> None:
         self.detail = self.detail_run = self._log_file = None
@@ -94,7 +96,21 @@ class DetailPane(_AppBase):
             log.clear()
             log.border_title = f"Log of attempt {key}" if key else "Log"
             self._log_file, self._log_offset = None, 0
+            self.show_log_liveness()
             self.load_log_path()
+
+    def show_log_liveness(self) -> None:
+        """The pane says "following" only while its attempt runs (nothing more comes after)."""
+        if self.detail != "log":
+            return
+        goal = self.goal_rows.get(self.focus_goal or "") or self.selected_goal()
+        live = goal is not None and (goal.run_id, goal.running_epoch) == (
+            self.detail_run,
+            self.detail_epoch,
+        )
+        log = self.query_one("#detail", FollowLog)
+        if log.source_live != live:
+            log.set_source_live(live)
 
     def _log_key(self) -> str | None:
         if self.detail_run is None:
@@ -146,17 +162,20 @@ class DetailPane(_AppBase):
                 f.seek(start)
                 data = f.read(end - start)
         except FileNotFoundError:
-            if self._log_offset == 0 and not log.line_count:
-                log.write_line(f"(no log file yet: {self._log_file})")
-                self._log_offset = -1
-            return
-        if self._log_offset == -1:
-            log.clear()
-            self._log_offset = 0
-        if not data:
+            self._log_placeholder(f"(no output yet: no log file at {self._log_file})")
             return
         cut = data.rfind(b"\n") + 1  # keep a partial last line for the next look
         if cut == 0:
+            self._log_placeholder("(no output yet)")
             return
+        if log.placeholder:  # it goes when the first line comes
+            log.clear()
         self._log_offset = start + cut
         log.write_lines(data[:cut].decode("utf-8", "replace").splitlines())
+
+    def _log_placeholder(self, text: str) -> None:
+        """Say why the pane is empty, until the first line comes."""
+        log = self.query_one("#detail", FollowLog)
+        if self._log_offset == 0 and not log.line_count:
+            log.write_line(text)
+            log.placeholder = True

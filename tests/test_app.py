@@ -570,6 +570,46 @@ async def test_log_stops_following_when_scrolled_up(journal_path: Path) -> None:
         await until(pilot, lambda: detail.is_vertical_scroll_end)
 
 
+async def test_log_pane_scrolls_by_keys_and_end_always_resumes(journal_path: Path) -> None:
+    """Issue 13.2: after `l` the keys moved the table, and `end` resumed following 2 times in 4."""
+    log = ProcessRegistry(journal_path, NODE).log_path("nightly-report.r1", 1)
+    log.write_text("".join(f"line {n}\n" for n in range(200)))
+    app = RefineApp(journal=journal_path, node=NODE)
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        await select(pilot, "nightly-report")
+        await pilot.press("l")
+        detail = app.query_one("#detail")
+        assert app.focused is detail
+        await until(pilot, lambda: detail.line_count >= 200 and detail.is_vertical_scroll_end)
+        for n in range(4):
+            await pilot.press("pageup", "up")
+            assert goals_table(app).selected_key == "nightly-report"  # the table did not move
+            assert not detail.following and "paused" in str(detail.border_subtitle)
+            await pilot.press("end")
+            with open(log, "a") as f:  # lines arrive right after `end`
+                f.write(f"after end {n}\n")
+            await until(pilot, lambda n=n: f"after end {n}" in str(detail.lines[-1]))
+            await until(pilot, lambda: detail.is_vertical_scroll_end)
+            assert detail.following and "following" in str(detail.border_subtitle)
+        await pilot.press("tab")
+        assert app.focused is goals_table(app)
+
+
+async def test_an_empty_log_says_no_output_yet(journal_path: Path) -> None:
+    ProcessRegistry(journal_path, NODE).log_path("nightly-report.r1", 1).write_text("")
+    app = RefineApp(journal=journal_path, node=NODE)
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        await select(pilot, "nightly-report")
+        await pilot.press("l")
+        detail = app.query_one("#detail")
+        await until(pilot, lambda: any("no output yet" in str(x) for x in detail.lines))
+        log = ProcessRegistry(journal_path, NODE).log_path("nightly-report.r1", 1)
+        log.write_text("first line\n")
+        await until(pilot, lambda: [str(x) for x in detail.lines] == ["first line"])
+
+
 async def test_needs_cleanup_appears_when_the_process_dies_without_a_commit(
     journal_path: Path,
 ) -> None:

@@ -1,30 +1,73 @@
 """A log view that follows new lines until the operator scrolls up (Toolong's rule).
 
-Textual's Log already scrolls on write only when it is at the end; this widget says so in its
-border: scrolling away from the bottom pauses following, returning to the bottom resumes it.
+Following is explicit state, not "is the view at the bottom right now": an animated scroll to
+the end that new lines overtake would otherwise land short of the bottom and stay paused.
+Scrolling up pauses; `end`, or scrolling down to the bottom, resumes. The pane takes the focus
+when it opens, so the arrow keys, page keys, home and end scroll it; its border says which
+state it is in, and says so when the attempt has ended (nothing more will come).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import ClassVar
+
+from textual.binding import Binding
 from textual.widgets import Log
 
-FOLLOWING = "following"
+FOLLOWING = "following · ↑↓ pgup pgdn home end"
 PAUSED = "paused — end or scroll down to follow"
+ENDED = "attempt ended · ↑↓ pgup pgdn home end"
 
 
 class FollowLog(Log):
-    @property
-    def following(self) -> bool:
-        return self.is_vertical_scroll_end
+    BINDINGS: ClassVar = [Binding("end", "follow", "Follow", show=False)]
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self.following = True
+        self.source_live = True  # False: what is shown will not grow (an ended attempt)
+        self.placeholder = False  # the one line is a note ("no output yet"), not output
+
+    def on_mount(self) -> None:
+        self._show_state()
+
+    def set_source_live(self, live: bool) -> None:
+        self.source_live = live
+        self._show_state()
+
+    def _show_state(self) -> None:
+        if not self.source_live:
+            self.border_subtitle = ENDED
+        else:
+            self.border_subtitle = FOLLOWING if self.following else PAUSED
 
     def watch_scroll_y(self, old_value: float, new_value: float) -> None:
         super().watch_scroll_y(old_value, new_value)
-        self.border_subtitle = FOLLOWING if self.following else PAUSED
+        if self.is_vertical_scroll_end:
+            self.following = True
+        elif new_value < old_value:  # the operator scrolled up (a write only moves down)
+            self.following = False
+        self._show_state()
 
-    def on_mount(self) -> None:
-        self.border_subtitle = FOLLOWING
+    def action_follow(self) -> None:
+        """`end`: back to the bottom at once, and follow from there."""
+        self.following = True
+        self.scroll_end(animate=False, immediate=True, x_axis=False)
+        self._show_state()
+
+    def write_lines(self, lines: Iterable[str], scroll_end: bool | None = None) -> FollowLog:
+        super().write_lines(lines, scroll_end=False)
+        if self.following if scroll_end is None else scroll_end:
+            self.scroll_end(animate=False, immediate=True, x_axis=False)
+        return self
+
+    def write_line(self, line: str, scroll_end: bool | None = None) -> FollowLog:
+        return self.write_lines([line], scroll_end)
 
     def clear(self) -> FollowLog:
         super().clear()
-        self.border_subtitle = FOLLOWING
+        self.following = True
+        self.placeholder = False
+        self._show_state()
         return self
