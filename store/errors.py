@@ -61,7 +61,37 @@ class CorruptRunError(RefineError):
 
 
 class StorageError(RefineError):
+    """The journal cannot be used right now. The subclasses say why; all keep code ``STORAGE``,
+    and callers tell them apart by class, never by message text."""
+
     code = "STORAGE"
+
+
+class JournalMissingError(StorageError):
+    """No journal at the location (and it may not be created there), or no longer the one this
+    handle opened (the file was deleted or replaced): reopen."""
+
+
+class JournalLockedError(StorageError):
+    """Another writer holds the journal longer than the busy timeout: try again later."""
+
+
+class NotAJournalError(StorageError):
+    """The location holds something else: another application's database, a damaged file or a
+    newer schema."""
+
+
+class StorageUnreachableError(StorageError):
+    """The database cannot be reached: server down, connection lost, authentication refused,
+    no permission to open the file."""
+
+
+class DiskFullError(StorageError):
+    """The database has no room to commit: nothing was recorded."""
+
+
+class BackendUnavailableError(StorageError):
+    """The location names a backend this installation cannot load (e.g. its driver is missing)."""
 
 
 class JournalClosedError(RefineError):

@@ -1,0 +1,581 @@
+"""The command journal on PostgreSQL (psycopg 3): the SQLite journal's semantics on a server.
+
+One transaction per command. The aggregates it reads are locked (``SELECT … FOR UPDATE``) and
+version-checked by the shared command code (``store.journal_core``). Sequences come from one
+head row (``UPDATE … RETURNING``) whose lock is held to commit: writers that append events
+commit in sequence order, so a reader of "events after N" can never skip an event that commits
+late. The same transaction sends ``NOTIFY`` with the new last sequence.
+
+Tables live in their own schema (default ``refine``; ``?schema=NAME`` in the URL or the
+``schema`` argument picks another). A database without our schema is refused unless the journal
+is being created (``init``); a schema holding anything else is never touched.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import psycopg
+from psycopg import errors as pgerrors
+
+from store.errors import (
+    DiskFullError,
+    InvalidInputError,
+    JournalClosedError,
+    JournalLockedError,
+    JournalMissingError,
+    JournalReadOnlyError,
+    NotAJournalError,
+    StorageError,
+    StorageUnreachableError,
+)
+from store.journal_core import (
+    MAX_PAGE,
+    AggregateRow,
+    Decide,
+    Event,
+    Outcome,
+    Stored,
+    check_page,
+    command_key,
+    event_row,
+    first_ids,
+    run_command,
+    stored_row,
+)
+from store.journal_url import DEFAULT_SCHEMA, redact, split_schema, valid_schema
+
+Synchronous = Literal["FULL", "NORMAL"]
+SCHEMA_VERSION = 1
+APPLICATION = "refine-journal"
+CHANNEL = "refine_journal"
+_RETRIES = 8  # a lost race on a new row, a deadlock or a serialization failure: run it again
+
+# Forward migrations: MIGRATIONS[n] takes a journal from schema n - 1 to n. "{s}" is the schema.
+MIGRATIONS: dict[int, str] = {
+    1: """
+CREATE TABLE {s}.schema_version (
+    version      integer PRIMARY KEY,
+    applied_at   double precision NOT NULL
+);
+CREATE TABLE {s}.journal (
+    one          boolean PRIMARY KEY DEFAULT true CHECK (one),
+    journal_id   text NOT NULL,
+    application  text NOT NULL,
+    created_at   double precision NOT NULL
+);
+CREATE TABLE {s}.head (
+    one          boolean PRIMARY KEY DEFAULT true CHECK (one),
+    sequence     bigint NOT NULL
+);
+INSERT INTO {s}.head (sequence) VALUES (0);
+CREATE TABLE {s}.aggregates (
+    aggregate_id  text COLLATE "C" PRIMARY KEY,
+    kind          text COLLATE "C" NOT NULL,
+    version       bigint NOT NULL,
+    status        text COLLATE "C",
+    node_id       text COLLATE "C",
+    last_sequence bigint NOT NULL,
+    state         text NOT NULL
+);
+CREATE INDEX aggregates_by_status ON {s}.aggregates (kind, status, node_id);
+CREATE INDEX aggregates_by_recency ON {s}.aggregates (kind, last_sequence);
+CREATE TABLE {s}.events (
+    sequence      bigint PRIMARY KEY,
+    aggregate_id  text COLLATE "C" NOT NULL,
+    version       bigint NOT NULL,
+    type          text NOT NULL,
+    data          text NOT NULL,
+    committed_at  double precision NOT NULL,
+    command_id    text NOT NULL
+);
+CREATE INDEX events_by_aggregate ON {s}.events (aggregate_id, sequence);
+CREATE TABLE {s}.receipts (
+    command_id    text COLLATE "C" PRIMARY KEY,
+    payload       text NOT NULL,
+    result        text NOT NULL,
+    committed_at  double precision NOT NULL
+);
+CREATE TABLE {s}.outbox (
+    sequence      bigint PRIMARY KEY REFERENCES {s}.events (sequence),
+    aggregate_id  text NOT NULL,
+    topic         text NOT NULL,
+    published     integer NOT NULL DEFAULT 0
+);
+""",
+}
+
+
+class PostgresJournal:
+    """A PostgreSQL command journal. Open with :meth:`open`; use as a context manager."""
+
+    def __init__(
+        self, conninfo: str, location: str, schema: str, read_only: bool, journal_id: str
+    ) -> None:
+        self._conninfo = conninfo
+        self._conn: psycopg.Connection[Any] | None = None
+        self._closed = False
+        self._lock = threading.RLock()
+        self.location = location  # redacted: safe to print
+        self.schema = schema
+        self.read_only = read_only
+        self.journal_id = journal_id
+        self.channel = CHANNEL if schema == DEFAULT_SCHEMA else f"{CHANNEL}_{schema}"
+
+    # --- lifecycle -----------------------------------------------------------------------------
+
+    @classmethod
+    def connect(
+        cls,
+        location: str,
+        read_only: bool = False,
+        *,
+        create: bool = True,
+        synchronous: Synchronous = "FULL",
+        busy_timeout_ms: int = 5000,
+        schema: str | None = None,
+        connect_timeout_s: int = 10,
+    ) -> PostgresJournal:
+        """Open the journal in the database ``location`` (a ``postgresql://`` URL) names; create
+        its schema only when writable and ``create``.
+
+        ``synchronous`` NORMAL is ``synchronous_commit=off`` (a server crash may lose the last
+        commits, never half of one); ``busy_timeout_ms`` is the ``lock_timeout`` of a command
+        waiting for another's rows. Raises StorageUnreachableError (server down, refused,
+        authentication, database missing), JournalMissingError (no journal in that database),
+        NotAJournalError (the schema holds something else, or a newer journal).
+        """
+        if synchronous not in ("FULL", "NORMAL"):
+            raise InvalidInputError("synchronous must be FULL or NORMAL")
+        conninfo, from_url = split_schema(location)
+        schema = schema or from_url or DEFAULT_SCHEMA
+        if not valid_schema(schema):
+            raise InvalidInputError(f"schema must be a lower-case SQL name, not {schema!r}")
+        settings = [f"lock_timeout={int(busy_timeout_ms)}"]
+        if synchronous == "NORMAL":
+            settings.append("synchronous_commit=off")
+        if read_only:
+            settings.append("default_transaction_read_only=on")
+        options: dict[str, str | int] = {
+            "connect_timeout": connect_timeout_s,
+            "application_name": "refine",
+            "options": " ".join("-c " + setting for setting in settings),
+        }
+        try:
+            conninfo = psycopg.conninfo.make_conninfo(conninfo, **options)
+        except psycopg.ProgrammingError as exc:
+            raise InvalidInputError(f"not a usable journal URL: {redact(location)}") from exc
+        journal = cls(conninfo, redact(location), schema, read_only, "")
+        try:
+            with journal._lock, journal._storage_errors():
+                conn = journal._connection()
+                journal.journal_id = _migrate(
+                    conn, schema, journal.location, create and not read_only
+                )
+            return journal
+        except BaseException:
+            journal.close()
+            raise
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            if self._conn is not None:
+                with contextlib.suppress(psycopg.Error):
+                    self._conn.close()
+                self._conn = None
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def __enter__(self) -> PostgresJournal:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _connection(self) -> psycopg.Connection[Any]:
+        """The connection, reconnected after a lost one (a server restart ends every session)."""
+        if self._closed:
+            raise JournalClosedError("journal is closed")
+        if self._conn is not None and (self._conn.broken or self._conn.closed):
+            self._conn = None
+        if self._conn is None:
+            self._conn = psycopg.connect(self._conninfo, autocommit=True)
+        return self._conn
+
+    @contextlib.contextmanager
+    def _storage_errors(self) -> Iterator[None]:
+        """psycopg's exceptions as StorageError, with the location redacted (no password)."""
+        try:
+            yield
+        except psycopg.Error as exc:
+            if self._conn is not None and self._conn.broken:
+                self._conn = None
+            raise _storage_error(exc, self.location) from exc
+
+    # --- commands ------------------------------------------------------------------------------
+
+    def execute(
+        self,
+        *,
+        command_id: str,
+        payload: Mapping[str, Any],
+        expected: Mapping[str, int | None],
+        decide: Decide,
+    ) -> Outcome:
+        """Run one command atomically (see ``store.journal_core.run_command`` for the order)."""
+        if self._closed:
+            raise JournalClosedError("journal is closed")
+        if self.read_only:
+            raise JournalReadOnlyError("journal is open read-only", **first_ids(expected))
+        key = command_key(payload, expected)
+        with self._lock:
+            for attempt in range(_RETRIES):
+                try:
+                    with self._storage_errors():
+                        return self._execute_once(command_id, key, expected, decide)
+                except StorageError as exc:
+                    if not _transient(exc.__cause__) or attempt == _RETRIES - 1:
+                        raise
+            raise AssertionError("unreachable")
+
+    def _execute_once(
+        self, command_id: str, key: str, expected: Mapping[str, int | None], decide: Decide
+    ) -> Outcome:
+        conn = self._connection()
+        with conn.transaction():
+            tx = _PostgresCommand(conn, self.schema)
+            outcome = run_command(tx, command_id, key, expected, decide)
+            if tx.last_sequence:
+                conn.execute("SELECT pg_notify(%s, %s)", (self.channel, str(tx.last_sequence)))
+        return outcome
+
+    # --- reads ---------------------------------------------------------------------------------
+
+    def _rows(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        with self._lock, self._storage_errors():
+            return self._connection().execute(sql.format(s=self.schema), args).fetchall()
+
+    def load(self, aggregate_id: str) -> Stored | None:
+        rows = self._rows(
+            "SELECT aggregate_id, version, state FROM {s}.aggregates WHERE aggregate_id = %s",
+            (aggregate_id,),
+        )
+        return stored_row(rows[0]) if rows else None
+
+    def load_many(self, aggregate_ids: Sequence[str]) -> dict[str, Stored]:
+        """The stored aggregates among ``aggregate_ids`` (missing ones are absent)."""
+        rows = self._rows(
+            "SELECT aggregate_id, version, state FROM {s}.aggregates WHERE aggregate_id = ANY(%s)",
+            (list(aggregate_ids),),
+        )
+        return {str(row[0]): stored_row(row) for row in rows}
+
+    def aggregates(
+        self,
+        kind: str,
+        *,
+        status: str | Sequence[str] | None = None,
+        node_id: str | None = None,
+        newest_first: bool = False,
+        limit: int | None = None,
+        contains: str | None = None,
+    ) -> list[Stored]:
+        """Aggregates of one kind, optionally by status and node, by id or by recency.
+
+        ``contains``: only those whose id or stored state text contains it (case-insensitive),
+        a coarse pre-filter the caller refines on the parsed state.
+        """
+        sql = "SELECT aggregate_id, version, state FROM {s}.aggregates WHERE kind = %s"
+        args: list[Any] = [kind]
+        if contains:
+            sql += " AND (strpos(lower(aggregate_id), %s) > 0 OR strpos(lower(state), %s) > 0)"
+            args += [contains.lower(), contains.lower()]
+        if status is not None:
+            sql += " AND status = ANY(%s)"
+            args.append([status] if isinstance(status, str) else list(status))
+        if node_id is not None:
+            sql += " AND node_id = %s"
+            args.append(node_id)
+        sql += " ORDER BY last_sequence DESC" if newest_first else " ORDER BY aggregate_id"
+        if limit is not None:
+            sql += " LIMIT %s"
+            args.append(int(limit))
+        return [stored_row(row) for row in self._rows(sql, args)]
+
+    def count(self, kind: str, status: str | None = None) -> int:
+        sql, args = "SELECT count(*) FROM {s}.aggregates WHERE kind = %s", [kind]
+        if status is not None:
+            sql += " AND status = %s"
+            args.append(status)
+        return int(self._rows(sql, args)[0][0])
+
+    def history(self, aggregate_id: str, after_sequence: int = 0, limit: int = 100) -> list[Event]:
+        """One aggregate's events in commit order, after ``after_sequence``, at most ``limit``."""
+        check_page(after_sequence, limit)
+        rows = self._rows(
+            "SELECT sequence, aggregate_id, version, type, data, committed_at FROM {s}.events"
+            " WHERE aggregate_id = %s AND sequence > %s ORDER BY sequence LIMIT %s",
+            (aggregate_id, after_sequence, limit),
+        )
+        return [event_row(row) for row in rows]
+
+    def events_after(self, sequence: int, limit: int = MAX_PAGE) -> list[Event]:
+        """Every aggregate's events after ``sequence`` (an index range scan), oldest first."""
+        check_page(sequence, limit)
+        rows = self._rows(
+            "SELECT sequence, aggregate_id, version, type, data, committed_at FROM {s}.events"
+            " WHERE sequence > %s ORDER BY sequence LIMIT %s",
+            (sequence, limit),
+        )
+        return [event_row(row) for row in rows]
+
+    def outbox(self, after_sequence: int = 0, limit: int = MAX_PAGE) -> list[tuple[int, str, str]]:
+        """Outbox rows ``(sequence, aggregate_id, topic)`` after ``after_sequence``."""
+        check_page(after_sequence, limit)
+        rows = self._rows(
+            "SELECT sequence, aggregate_id, topic FROM {s}.outbox WHERE sequence > %s"
+            " ORDER BY sequence LIMIT %s",
+            (after_sequence, limit),
+        )
+        return [(int(r[0]), str(r[1]), str(r[2])) for r in rows]
+
+    def last_sequence(self) -> int:
+        return int(self._rows("SELECT sequence FROM {s}.head")[0][0])
+
+    def last_commit(self) -> tuple[int, float | None]:
+        """The last event's sequence and commit time (0, None for an empty journal)."""
+        rows = self._rows(
+            "SELECT sequence, committed_at FROM {s}.events ORDER BY sequence DESC LIMIT 1"
+        )
+        return (int(rows[0][0]), float(rows[0][1])) if rows else (0, None)
+
+    def data_version(self) -> int:
+        """Changes when a command commits events: the cheap "anything new?" gate."""
+        return self.last_sequence()
+
+    def changes(self) -> _SequenceGate:
+        """A new change gate on this open journal, for one consumer."""
+        return _SequenceGate(self)
+
+    def replaced(self) -> bool:
+        """A server journal has no file that could be replaced under this handle."""
+        return False
+
+    file_replaced = replaced
+
+    @property
+    def local_dir(self) -> Path:
+        """This machine's folder for the journal's node records and logs:
+        ``$XDG_STATE_HOME/refine/<journal id>`` (else ``~/.local/state/refine/<journal id>``)."""
+        base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+        return Path(base) / "refine" / self.journal_id
+
+    @contextlib.contextmanager
+    def snapshot(self) -> Iterator[PostgresJournal]:
+        """Several reads that see one consistent state of the journal."""
+        with self._lock, self._storage_errors():
+            conn = self._connection()
+            if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                yield self
+                return
+            conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            try:
+                yield self
+            finally:
+                if not conn.broken and not conn.closed:
+                    conn.execute("COMMIT")
+
+
+class _SequenceGate:
+    """ "Did anything change?": the head sequence moved since the previous call (one read)."""
+
+    def __init__(self, journal: PostgresJournal) -> None:
+        self.journal = journal
+        self.seen: int | None = None
+
+    def changed(self) -> bool:
+        now = self.journal.last_sequence()
+        moved, self.seen = now != self.seen, now
+        return moved
+
+
+class _PostgresCommand:
+    """The storage steps of one command inside its transaction (see ``CommandTx``)."""
+
+    def __init__(self, conn: psycopg.Connection[Any], schema: str) -> None:
+        self.conn = conn
+        self.s = schema
+        self.last_sequence = 0
+
+    def load(self, aggregate_ids: Sequence[str]) -> dict[str, Stored | None]:
+        # One statement, rows locked in id order: two commands never wait on each other in a cycle.
+        rows = self.conn.execute(
+            f"SELECT aggregate_id, version, state FROM {self.s}.aggregates"
+            " WHERE aggregate_id = ANY(%s) ORDER BY aggregate_id FOR UPDATE",
+            (list(aggregate_ids),),
+        ).fetchall()
+        found = {str(row[0]): stored_row(row) for row in rows}
+        return {agg: found.get(agg) for agg in aggregate_ids}
+
+    def receipt(self, command_id: str) -> tuple[str, str] | None:
+        row = self.conn.execute(
+            f"SELECT payload, result FROM {self.s}.receipts WHERE command_id = %s", (command_id,)
+        ).fetchone()
+        return (str(row[0]), str(row[1])) if row else None
+
+    def append(
+        self, events: Sequence[tuple[str, int, str, str]], now: float, command_id: str
+    ) -> list[int]:
+        if not events:
+            return []
+        # The head row's lock is held to commit: sequences are gap-free and in commit order.
+        row = self.conn.execute(
+            f"UPDATE {self.s}.head SET sequence = sequence + %s RETURNING sequence",
+            (len(events),),
+        ).fetchone()
+        assert row is not None
+        last = int(row[0])
+        sequences = list(range(last - len(events) + 1, last + 1))
+        with self.conn.cursor() as cur:
+            cur.executemany(
+                f"INSERT INTO {self.s}.events (sequence, aggregate_id, version, type, data,"
+                " committed_at, command_id) VALUES (%s, %s, %s, %s, %s, %s, %s)",
+                [
+                    (seq, agg, version, type_, data, now, command_id)
+                    for seq, (agg, version, type_, data) in zip(sequences, events, strict=True)
+                ],
+            )
+            cur.executemany(
+                f"INSERT INTO {self.s}.outbox (sequence, aggregate_id, topic) VALUES (%s, %s, %s)",
+                [(seq, ev[0], ev[2]) for seq, ev in zip(sequences, events, strict=True)],
+            )
+        self.last_sequence = last
+        return sequences
+
+    def put(self, row: AggregateRow) -> None:
+        if row.new:
+            self.conn.execute(
+                f"INSERT INTO {self.s}.aggregates (aggregate_id, kind, version, status, node_id,"
+                " last_sequence, state) VALUES (%s, %s, %s, %s, %s, %s, %s)",
+                (row.aggregate_id, row.kind, row.version, row.status, row.node_id,
+                 row.last_sequence, row.state),
+            )  # fmt: skip
+        else:
+            self.conn.execute(
+                f"UPDATE {self.s}.aggregates SET version = %s, status = %s, node_id = %s,"
+                " last_sequence = %s, state = %s WHERE aggregate_id = %s",
+                (row.version, row.status, row.node_id, row.last_sequence, row.state,
+                 row.aggregate_id),
+            )  # fmt: skip
+
+    def add_receipt(self, command_id: str, key: str, result: str, now: float) -> None:
+        self.conn.execute(
+            f"INSERT INTO {self.s}.receipts (command_id, payload, result, committed_at)"
+            " VALUES (%s, %s, %s, %s)",
+            (command_id, key, result, now),
+        )
+
+
+# --- schema ------------------------------------------------------------------------------------
+
+
+def _migrate(conn: psycopg.Connection[Any], schema: str, location: str, initialize: bool) -> str:
+    """Check (and, when allowed, create or migrate forward) the journal; returns its id."""
+    version = _schema_version(conn, schema, location)
+    if version == SCHEMA_VERSION:
+        return _journal_id(conn, schema, location)
+    if version > SCHEMA_VERSION:
+        raise NotAJournalError(
+            f"journal {location} has schema {version}, newer than {SCHEMA_VERSION}"
+        )
+    if not initialize:
+        if version == 0:
+            raise JournalMissingError(
+                f"journal missing: {location} has no schema {schema} (create it with `refine init`)"
+            )
+        raise NotAJournalError(
+            f"journal {location} has schema {version}: open it writable once to migrate"
+        )
+    with conn.transaction():
+        # One migrator at a time; the others wait here, then find the work done.
+        conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"refine-migrate:{schema}",))
+        version = _schema_version(conn, schema, location)
+        if version == 0:
+            conn.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
+        for step in range(version + 1, SCHEMA_VERSION + 1):
+            conn.execute(MIGRATIONS[step].format(s=schema).encode())
+            conn.execute(
+                f"INSERT INTO {schema}.schema_version (version, applied_at) VALUES (%s, %s)",
+                (step, time.time()),
+            )
+        if version == 0:
+            conn.execute(
+                f"INSERT INTO {schema}.journal (journal_id, application, created_at)"
+                " VALUES (%s, %s, %s)",
+                (str(uuid.uuid4()), APPLICATION, time.time()),
+            )
+    return _journal_id(conn, schema, location)
+
+
+def _schema_version(conn: psycopg.Connection[Any], schema: str, location: str) -> int:
+    """Our schema's version; 0 when the schema is absent or empty; StorageError when it holds
+    something that is not ours."""
+    tables = {
+        str(row[0])
+        for row in conn.execute(
+            "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+            " WHERE n.nspname = %s",
+            (schema,),
+        )
+    }
+    if not tables:
+        return 0
+    if "schema_version" not in tables or "journal" not in tables:
+        raise NotAJournalError(
+            f"not a refine journal: {location} (schema {schema} holds other data)"
+        )
+    row = conn.execute(f"SELECT max(version) FROM {schema}.schema_version").fetchone()
+    return int(row[0]) if row and row[0] is not None else 0
+
+
+def _journal_id(conn: psycopg.Connection[Any], schema: str, location: str) -> str:
+    row = conn.execute(f"SELECT journal_id, application FROM {schema}.journal").fetchone()
+    if row is None or row[1] != APPLICATION:
+        raise NotAJournalError(f"not a refine journal: {location} (schema {schema})")
+    return str(row[0])
+
+
+def _storage_error(exc: psycopg.Error, location: str) -> StorageError:
+    """The StorageError subclass saying why, by SQLSTATE class (connection failures have none)."""
+    why = f"{location}: {_first_line(exc)}"
+    if isinstance(exc, pgerrors.LockNotAvailable):
+        return JournalLockedError(f"journal is locked by another writer ({why})")
+    if isinstance(exc, pgerrors.DiskFull):
+        return DiskFullError(f"journal disk is full ({why})")
+    if isinstance(exc, pgerrors.InsufficientPrivilege):
+        return StorageUnreachableError(f"journal not permitted: {why}")
+    if isinstance(exc, psycopg.OperationalError):
+        return StorageUnreachableError(f"journal unreachable: {why}")
+    return StorageError(f"journal unavailable: {why}")
+
+
+def _transient(cause: BaseException | None) -> bool:
+    """A lost race that a rerun of the whole command resolves (the rerun sees the winner)."""
+    return isinstance(
+        cause, pgerrors.UniqueViolation | pgerrors.DeadlockDetected | pgerrors.SerializationFailure
+    )
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

@@ -1,0 +1,295 @@
+"""The journal on PostgreSQL: what only a server journal has (schema, roles, URLs, a server that
+goes away) and the ordering guarantee a reader of "events after N" relies on. A real server."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+from helpers.postgres_server import PASSWORD, PostgresServer
+
+import store.journal_postgres as journal_postgres
+from store.errors import (
+    CommandConflictError,
+    InvalidInputError,
+    JournalMissingError,
+    JournalReadOnlyError,
+    NotAJournalError,
+    StorageError,
+    StorageUnreachableError,
+    VersionConflictError,
+)
+from store.journal import Change
+from store.journal_postgres import PostgresJournal
+from store.journal_url import redact
+
+
+def create(agg: str):  # a decision that creates one aggregate
+    def decide(loaded):
+        assert loaded[agg] is None
+        return [Change(agg, {"status": "queued"}, [("run.submitted", {"n": agg})])]
+
+    return decide
+
+
+def bump(loaded):  # a decision that changes every aggregate it read
+    return [
+        Change(agg, {"status": "running", "n": s.version}, [("run.bumped", {})])
+        for agg, s in loaded.items()
+    ]
+
+
+def add(journal: PostgresJournal, agg: str, command_id: str | None = None) -> None:
+    journal.execute(
+        command_id=command_id or f"create:{agg}",
+        payload={"op": "create", "agg": agg},
+        expected={agg: None},
+        decide=create(agg),
+    )
+
+
+def tables_in(url: str, schema: str) -> list[str]:
+    with psycopg.connect(url) as conn:
+        rows = conn.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = %s"
+            " ORDER BY table_name",
+            (schema,),
+        ).fetchall()
+    return [r[0] for r in rows]
+
+
+@pytest.fixture
+def journal(postgres_url: str) -> Iterator[PostgresJournal]:
+    with PostgresJournal.connect(postgres_url) as j:
+        yield j
+
+
+def test_a_command_commits_state_receipt_events_outbox_and_notifies(
+    journal: PostgresJournal, postgres_url: str
+) -> None:
+    with psycopg.connect(postgres_url, autocommit=True) as listener:
+        listener.execute("LISTEN refine_journal")
+        add(journal, "run:a")
+        add(journal, "run:b")
+        notes = [n.payload for n in listener.notifies(timeout=5, stop_after=2)]
+    assert notes == ["1", "2"]
+    assert [e.sequence for e in journal.events_after(0)] == [1, 2]
+    assert journal.outbox() == [(1, "run:a", "run.submitted"), (2, "run:b", "run.submitted")]
+    assert journal.last_commit()[0] == 2 and journal.last_sequence() == 2
+    again = journal.execute(
+        command_id="create:run:a",
+        payload={"op": "create", "agg": "run:a"},
+        expected={"run:a": None},
+        decide=create("run:a"),
+    )
+    assert again.replayed and again.states["run:a"].version == 1
+    with pytest.raises(CommandConflictError):
+        journal.execute(
+            command_id="create:run:a", payload={"op": "x"}, expected={"run:a": None}, decide=bump
+        )
+    with pytest.raises(VersionConflictError):
+        journal.execute(command_id="b", payload={}, expected={"run:a": 7}, decide=bump)
+    assert journal.last_sequence() == 2 and len(journal.outbox()) == 2
+
+
+def test_a_database_without_a_journal_is_refused_and_nothing_is_created(
+    postgres_url: str,
+) -> None:
+    with pytest.raises(JournalMissingError, match="refine init"):
+        PostgresJournal.connect(postgres_url, create=False)
+    with pytest.raises(JournalMissingError):
+        PostgresJournal.connect(postgres_url, read_only=True)
+    assert tables_in(postgres_url, "refine") == []
+    with psycopg.connect(postgres_url) as conn:
+        assert (
+            conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = 'refine'").fetchone() is None
+        )
+
+
+def test_a_foreign_schema_is_never_touched_even_by_init(postgres_url: str) -> None:
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        conn.execute("CREATE SCHEMA refine")
+        conn.execute("CREATE TABLE refine.orders (id int)")
+    for create_it in (True, False):
+        with pytest.raises(NotAJournalError, match="other data"):
+            PostgresJournal.connect(postgres_url, create=create_it)
+    assert tables_in(postgres_url, "refine") == ["orders"]
+
+
+def test_an_empty_schema_made_by_an_administrator_is_initialised(postgres_url: str) -> None:
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        conn.execute("CREATE SCHEMA refine")
+    with PostgresJournal.connect(postgres_url) as j:
+        add(j, "run:a")
+    assert "events" in tables_in(postgres_url, "refine")
+
+
+def test_the_schema_is_chosen_in_the_url_and_journals_stay_apart(postgres_url: str) -> None:
+    other = postgres_url + "?schema=team_b"
+    with PostgresJournal.connect(postgres_url) as a, PostgresJournal.connect(other) as b:
+        add(a, "run:a")
+        add(b, "run:b")
+        add(b, "run:c")
+        assert [e.aggregate_id for e in a.events_after(0)] == ["run:a"]
+        assert [e.aggregate_id for e in b.events_after(0)] == ["run:b", "run:c"]
+        assert a.journal_id != b.journal_id and b.schema == "team_b"
+        assert "schema=team_b" in b.location
+    for bad in ("Team", "a-b", "x;drop", "1x"):
+        with pytest.raises(InvalidInputError):
+            PostgresJournal.connect(postgres_url, schema=bad)
+        with pytest.raises(InvalidInputError):
+            PostgresJournal.connect(postgres_url + "?schema=" + bad)
+
+
+def test_a_newer_journal_is_refused_and_an_older_one_migrates_forward(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with PostgresJournal.connect(postgres_url) as j:
+        add(j, "run:a")
+        journal_id = j.journal_id
+    monkeypatch.setattr(journal_postgres, "SCHEMA_VERSION", 2)
+    monkeypatch.setitem(
+        journal_postgres.MIGRATIONS, 2, "ALTER TABLE {s}.events ADD COLUMN note text"
+    )
+    with pytest.raises(NotAJournalError, match="migrate"):
+        PostgresJournal.connect(postgres_url, read_only=True)
+    with PostgresJournal.connect(postgres_url) as j:  # writable: migrated on open
+        assert j.journal_id == journal_id and len(j.events_after(0)) == 1
+    monkeypatch.setattr(journal_postgres, "SCHEMA_VERSION", 1)
+    with pytest.raises(NotAJournalError, match="newer"):
+        PostgresJournal.connect(postgres_url)
+
+
+def test_a_viewer_role_with_only_select_reads_and_every_command_is_refused(
+    postgres_server: PostgresServer, postgres_url: str
+) -> None:
+    with PostgresJournal.connect(postgres_url) as j:
+        add(j, "run:a")
+    dbname = postgres_url.rsplit("/", 1)[1]
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        conn.execute("DROP ROLE IF EXISTS refine_viewer")
+        conn.execute("CREATE ROLE refine_viewer LOGIN PASSWORD 'view-pw'")
+        # The README's GRANTs for a viewer, verbatim.
+        conn.execute(f'GRANT CONNECT ON DATABASE "{dbname}" TO refine_viewer')
+        conn.execute("GRANT USAGE ON SCHEMA refine TO refine_viewer")
+        conn.execute("GRANT SELECT ON ALL TABLES IN SCHEMA refine TO refine_viewer")
+    viewer = postgres_server.url(dbname, user="refine_viewer", password="view-pw")
+    try:
+        with PostgresJournal.connect(viewer, read_only=True) as ro:
+            assert ro.load("run:a") is not None and ro.last_sequence() == 1
+            with ro.snapshot():
+                assert ro.count("run") == 1
+            with pytest.raises(JournalReadOnlyError):  # even a replay
+                add(ro, "run:a")
+        with PostgresJournal.connect(viewer) as rw:  # writable open, but the role may not write
+            with pytest.raises(StorageError, match="not permitted"):
+                add(rw, "run:b")
+    finally:
+        with psycopg.connect(postgres_url, autocommit=True) as conn:
+            conn.execute("DROP OWNED BY refine_viewer")
+            conn.execute("DROP ROLE refine_viewer")
+    with PostgresJournal.connect(postgres_url) as j:
+        assert j.last_sequence() == 1
+
+
+def test_unreachable_servers_are_typed_and_the_password_never_shows(
+    postgres_server: PostgresServer, postgres_url: str
+) -> None:
+    dbname = postgres_url.rsplit("/", 1)[1]
+    wrong = postgres_server.url(dbname, user="postgres", password="wrong-" + PASSWORD)
+    missing_db = postgres_server.url("no_such_database")
+    closed_port = "postgresql://postgres:" + PASSWORD + "@127.0.0.1:1/x"
+    for url in (wrong, missing_db, closed_port):
+        with pytest.raises(StorageUnreachableError) as refused:
+            PostgresJournal.connect(url, connect_timeout_s=3)
+        assert refused.value.code == "STORAGE"
+        assert PASSWORD not in str(refused.value) and "wrong-" not in str(refused.value)
+    assert redact(wrong) == postgres_server.url(dbname, user="postgres")
+    assert PASSWORD not in redact(postgres_url + "?password=" + PASSWORD)
+
+
+def test_events_after_n_never_skips_a_late_commit(postgres_url: str) -> None:
+    """Concurrent writers (each its own connection) and a reader that must see every sequence,
+    in order, with no gap that a slower transaction fills in later."""
+    writers, per_writer = 4, 40
+    errors: list[BaseException] = []
+    done = threading.Event()
+    seen: list[int] = []
+
+    def write(n: int) -> None:
+        try:
+            with PostgresJournal.connect(postgres_url) as j:
+                for i in range(per_writer):
+                    agg = f"run:w{n}-{i}"
+                    if i % 3 == 0:  # some commands touch two aggregates (two events)
+                        j.execute(
+                            command_id=f"c:{agg}",
+                            payload={},
+                            expected={agg: None, agg + "x": None},
+                            decide=lambda loaded: [
+                                Change(a, {"s": 1}, [("e", {})]) for a in sorted(loaded)
+                            ],
+                        )
+                    else:
+                        add(j, agg)
+        except BaseException as exc:
+            errors.append(exc)
+
+    def read() -> None:
+        try:
+            with PostgresJournal.connect(postgres_url, read_only=True) as j:
+                last = 0
+                while not done.is_set() or j.last_sequence() > last:
+                    for event in j.events_after(last):
+                        assert event.sequence == last + 1, f"gap after {last}"
+                        last = event.sequence
+                        seen.append(last)
+        except BaseException as exc:
+            errors.append(exc)
+
+    PostgresJournal.connect(postgres_url).close()
+    reader = threading.Thread(target=read)
+    reader.start()
+    threads = [threading.Thread(target=write, args=(n,)) for n in range(writers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    done.set()
+    reader.join()
+    assert not errors, errors
+    total = writers * (per_writer + len(range(0, per_writer, 3)))
+    assert seen == list(range(1, total + 1))
+
+
+def test_concurrent_creates_of_one_aggregate_have_one_winner_and_replays(
+    postgres_url: str,
+) -> None:
+    """Nothing to lock before a row exists: the loser's insert fails and its rerun sees the
+    winner, exactly as if the two had been serialised (replay for the same command id)."""
+    PostgresJournal.connect(postgres_url).close()
+    results: list[object] = []
+
+    def go(command_id: str) -> None:
+        with PostgresJournal.connect(postgres_url) as j:
+            try:
+                out = j.execute(
+                    command_id=command_id,
+                    payload={"op": "create"},
+                    expected={"run:z": None},
+                    decide=create("run:z"),
+                )
+                results.append(out.replayed)
+            except Exception as exc:
+                results.append(type(exc).__name__)
+
+    threads = [threading.Thread(target=go, args=("same",)) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(map(str, results)) == ["False"] + ["True"] * 5
+    with PostgresJournal.connect(postgres_url) as j:
+        assert j.last_sequence() == 1
