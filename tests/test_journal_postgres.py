@@ -183,9 +183,12 @@ def test_a_viewer_role_with_only_select_reads_and_every_command_is_refused(
                 assert ro.count("run") == 1
             with pytest.raises(JournalReadOnlyError):  # even a replay
                 add(ro, "run:a")
-        with PostgresJournal.connect(viewer) as rw:  # writable open, but the role may not write
-            with pytest.raises(StorageError, match="not permitted"):
-                add(rw, "run:b")
+        # A writable open works, but the role may not write.
+        with (
+            PostgresJournal.connect(viewer) as rw,
+            pytest.raises(StorageError, match="not permitted"),
+        ):
+            add(rw, "run:b")
     finally:
         with psycopg.connect(postgres_url, autocommit=True) as conn:
             conn.execute("DROP OWNED BY refine_viewer")
