@@ -24,6 +24,7 @@ from textual import events, on, work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
+from textual.notifications import SeverityLevel
 from textual.widgets import ContentSwitcher, DataTable, Footer, Input, Label, Static
 
 from refine_tui import format as fmt
@@ -85,6 +86,7 @@ WORKER_COLUMNS = (
 # All Goal columns at their base widths, with cell padding and a scrollbar.
 TABLE_WIDTH = sum(c.width or 0 for c in GOAL_COLUMNS) + 2 * len(GOAL_COLUMNS) + 2
 ATTEMPT_TABLE_WIDTH = sum(c.width or 0 for c in ATTEMPT_COLUMNS) + 2 * (len(ATTEMPT_COLUMNS) - 1)
+LONG_TEXT = 200  # a last column sized to content shows at most this many cells (argv can be 64k)
 RETRY_S = 2.0  # how often an unreadable journal is tried again (file events also wake it)
 OBSERVE_INTERVAL_S = 5.0  # CPU/memory/liveness of this node's processes (they change silently)
 
@@ -399,11 +401,32 @@ class RefineApp(OperatorActions, DetailPane, App[None]):
             box.update(
                 Text.assemble(
                     ("The journal cannot be read.\n\n", "bold red"),
-                    text,
+                    fmt.literal(text),
                     "\n\nNothing is written while it is unavailable; the dashboard picks up "
                     "again as soon as the file is back.",
                 )
             )
+
+    def set_crumbs(self, crumbs: str) -> None:
+        self.query_one("#crumbs", Label).update(fmt.literal(crumbs))  # the filter is typed text
+
+    def notify(
+        self,
+        message: str,
+        *,
+        title: str = "",
+        severity: SeverityLevel = "information",
+        timeout: float | None = None,
+        markup: bool = False,
+    ) -> None:
+        """Every notification is literal: it embeds titles, reasons, refusals and sentences."""
+        super().notify(
+            fmt.visible(message),
+            title=fmt.visible(title),
+            severity=severity,
+            timeout=timeout,
+            markup=False,
+        )
 
     def matches_filter(self, row: GoalRow) -> bool:
         if not self.filter_text:
@@ -443,7 +466,7 @@ class RefineApp(OperatorActions, DetailPane, App[None]):
                     fmt.status_text(r.status),
                     r.attempts,
                     fmt.clock(r.submitted_at),
-                    fmt.note_text(r.cancel),
+                    fmt.note_text(fmt.clip(r.cancel, LONG_TEXT)),
                 )
                 for r in runs
             }
@@ -482,7 +505,7 @@ class RefineApp(OperatorActions, DetailPane, App[None]):
                     Text("yes", "green") if w.alive else Text("no", "red"),
                     fmt.percent(w.cpu_percent),
                     fmt.size(w.rss_bytes),
-                    w.argv,
+                    fmt.clip(w.argv, LONG_TEXT),
                 )
                 for w in workers
             }
@@ -586,7 +609,7 @@ class RefineApp(OperatorActions, DetailPane, App[None]):
             )
         if text != self._why_text:  # a Label update relayouts the screen: only on change
             self._why_text = text
-            self.query_one("#why", Label).update(text)
+            self.query_one("#why", Label).update(fmt.literal(text))
 
     @on(DataTable.RowSelected)
     def on_row_selected(self, event: DataTable.RowSelected) -> None:
@@ -601,7 +624,7 @@ class RefineApp(OperatorActions, DetailPane, App[None]):
     def switch_view(self, view: str, crumbs: str) -> None:
         self.view = view
         self.query_one("#views", ContentSwitcher).current = view
-        self.query_one("#crumbs", Label).update(crumbs)
+        self.set_crumbs(crumbs)
         self.current_table().focus()
         self.selection_changed()
 
@@ -632,7 +655,7 @@ class RefineApp(OperatorActions, DetailPane, App[None]):
             self.focus_goal = self.focus_run = None
             self.switch_view("goals", "Goals")
             if self.filter_text:
-                self.query_one("#crumbs", Label).update(f"Goals — filter “{self.filter_text}”")
+                self.set_crumbs(f"Goals — filter “{self.filter_text}”")
 
     def action_workers(self) -> None:
         if self.view == "workers":
@@ -661,7 +684,7 @@ class RefineApp(OperatorActions, DetailPane, App[None]):
             self.focus_goal = self.focus_run = None
             self.switch_view("goals", "Goals")
         crumbs = f"Goals — filter “{self.filter_text}”" if self.filter_text else "Goals"
-        self.query_one("#crumbs", Label).update(crumbs)
+        self.set_crumbs(crumbs)
         self.query_one("#goals", KeyedTable).focus()
         self.wake(full=True)
 

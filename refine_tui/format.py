@@ -1,12 +1,55 @@
-"""How values read on screen: durations, clock times, sizes, status colours."""
+"""How values read on screen: durations, clock times, sizes, status colours, literal text.
+
+Text from the journal, a log or a process is data: ``visible`` shows its control, escape and
+bidi characters as ``\\x1b``-style escapes, ``literal`` makes it a Rich ``Text`` (never markup).
+"""
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Mapping
 from typing import Any
 
+from rich.cells import cell_len
 from rich.text import Text
+
+# C0, DEL, C1, and the bidi/line controls that reorder or break what follows them on screen.
+_CONTROL = re.compile(
+    r"[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]"
+)
+_NAMED = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}
+
+
+def _escape(match: re.Match[str]) -> str:
+    c = match.group()
+    return _NAMED.get(c) or (f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}")
+
+
+def visible(text: str) -> str:
+    """``text`` with every control character shown as an escape (``\\x1b``, ``\\u202e``)."""
+    return _CONTROL.sub(_escape, text) if _CONTROL.search(text) else text
+
+
+def literal(text: str, style: str = "") -> Text:
+    """Text shown as it is: no markup, control characters made visible."""
+    return Text(visible(text), style=style)
+
+
+def literal_text(text: Text) -> Text:
+    """A Rich Text with its control characters made visible, its styles kept."""
+    if not _CONTROL.search(text.plain):
+        return text
+    out = Text(style=text.style, justify=text.justify, overflow=text.overflow, end=text.end)
+    out.no_wrap = text.no_wrap
+    cuts = sorted({s.start for s in text.spans} | {s.end for s in text.spans})
+    for piece in text.divide(cuts):  # each piece lies wholly inside or outside each span
+        part = Text(visible(piece.plain), style=piece.style)
+        for span in piece.spans:
+            part.stylize(span.style)
+        out.append_text(part)
+    return out
+
 
 STATUS_STYLES = {
     "queued": "cyan",
@@ -24,10 +67,11 @@ NOTE_STYLES = {"needs cleanup": "bold reverse yellow", "cancelling…": "bold ma
 
 def status_text(status: str) -> Text:
     """A status word in its colour (the first word decides: ``interrupted (…)``)."""
-    return Text(status, style=STATUS_STYLES.get(status.split(" ", 1)[0], ""))
+    return literal(status, STATUS_STYLES.get(status.split(" ", 1)[0], ""))
 
 
 def note_text(note: str) -> Text:
+    note = visible(note)
     text = Text(note)
     for marker, style in NOTE_STYLES.items():
         start = note.find(marker)
@@ -72,7 +116,16 @@ def percent(p: float | None) -> str:
 
 
 def clip(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: width - 1] + "…"
+    """``text`` made visible, in at most ``width`` cells (CJK and emoji count two), cut with …."""
+    text = visible(text)
+    if len(text) <= width // 2 or cell_len(text) <= width:
+        return text
+    cut, used = 0, 0
+    for cut, char in enumerate(text):  # noqa: B007 (cut is the index where room runs out)
+        used += cell_len(char)
+        if used > width - 1:
+            break
+    return text[:cut] + "…"
 
 
 _QUIET_KEYS = {"run_id", "attempt_id", "goal_id", "pins"}

@@ -1,4 +1,7 @@
-"""Confirmation modals: the safe choice has the focus; ``y`` confirms, ``n``/``escape`` back out."""
+"""Confirmation modals: the safe choice has the focus; ``y`` confirms, ``n``/``escape`` back out.
+
+Titles and bodies embed journal text (titles, reasons, argv, log lines): shown literally.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +13,8 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Static
+
+from refine_tui.format import literal, literal_text
 
 
 class ConfirmModal(ModalScreen[bool]):
@@ -28,9 +33,10 @@ class ConfirmModal(ModalScreen[bool]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="dialog", classes="destructive"):
-            yield Label(self.title_text, id="dialog-title")
+            yield Label(literal(self.title_text), id="dialog-title")
             with VerticalScroll(id="dialog-body"):
-                yield Static(self.body)
+                body = self.body
+                yield Static(literal(body) if isinstance(body, str) else literal_text(body))
             with Horizontal(id="dialog-buttons"):
                 yield Button("Back (n)", id="back", variant="primary")
                 yield Button(f"{self.confirm_label} (y)", id="confirm", variant="error")
@@ -64,8 +70,8 @@ class CancelModal(ModalScreen[str | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="dialog", classes="destructive"):
-            yield Label(f"Cancel goal {self.goal_id}", id="dialog-title")
-            yield Static(self.body, id="dialog-text")
+            yield Label(literal(f"Cancel goal {self.goal_id}"), id="dialog-title")
+            yield Static(literal(self.body), id="dialog-text")
             yield Input(placeholder="reason (required), enter to cancel the goal", id="reason")
             yield Label("", id="dialog-error")
             with Horizontal(id="dialog-buttons"):

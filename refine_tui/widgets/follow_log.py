@@ -5,6 +5,7 @@ the end that new lines overtake would otherwise land short of the bottom and sta
 Scrolling up pauses; `end`, or scrolling down to the bottom, resumes. The pane takes the focus
 when it opens, so the arrow keys, page keys, home and end scroll it; its border says which
 state it is in, and says so when the attempt has ended (nothing more will come).
+Lines are data (a recipe's output, event fields): their control characters show as escapes.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from typing import ClassVar
 
 from textual.binding import Binding
 from textual.widgets import Log
+
+from refine_tui.format import visible
 
 FOLLOWING = "following · ↑↓ pgup pgdn home end"
 PAUSED = "paused — end or scroll down to follow"
@@ -57,7 +60,7 @@ class FollowLog(Log):
         self._show_state()
 
     def write_lines(self, lines: Iterable[str], scroll_end: bool | None = None) -> FollowLog:
-        super().write_lines(lines, scroll_end=False)
+        super().write_lines([visible(line) for line in lines], scroll_end=False)
         if self.following if scroll_end is None else scroll_end:
             self.scroll_end(animate=False, immediate=True, x_axis=False)
         return self

@@ -10,6 +10,9 @@ profiled: most of the dashboard's CPU, once a second with ticking elapsed times,
 its commit-to-screen latency). A fixed-width cell cannot change the layout, so here it is written
 into the table's data, only its own cached renders are dropped (before the next frame), and only
 its row is repainted.
+
+This is where text enters a table: a ``str`` cell becomes a literal ``Text`` (DataTable would
+parse it as Rich markup) and every cell's control characters are made visible (``cell``).
 """
 
 from __future__ import annotations
@@ -20,11 +23,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from rich.console import RenderableType
+from rich.text import Text
 from textual.geometry import Region
 from textual.strip import Strip
 from textual.widgets import DataTable
 from textual.widgets._data_table import TwoWayDict
 from textual.widgets.data_table import ColumnKey, RowDoesNotExist, RowKey
+
+from refine_tui.format import literal, literal_text
 
 
 @dataclass(frozen=True)
@@ -106,10 +112,10 @@ class KeyedTable(DataTable[RenderableType]):
         sized to content may widen: then every row repaints, the table-wide way.
         """
         if not self._fixed:
-            self.add_row(*cells, key=key)
+            self.add_row(*map(cell, cells), key=key)
             return
         count = self._update_count
-        self.add_row(*cells, key=key)
+        self.add_row(*map(cell, cells), key=key)
         self._update_count = count
         self._offset_cache.clear()  # y → row, keyed by the counter alone
         # Nothing to measure (no auto widths, labels or heights): the table still recomputes
@@ -123,10 +129,10 @@ class KeyedTable(DataTable[RenderableType]):
             if before == after:
                 continue
             if column.width is None:  # sized to content: may resize, the table-wide path
-                self.update_cell(key, column.key, after, update_width=True)
+                self.update_cell(key, column.key, cell(after), update_width=True)
                 continue
             column_key = ColumnKey(column.key)
-            self._data[row_key][column_key] = after
+            self._data[row_key][column_key] = cell(after)
             self._stale.setdefault(row_key, set()).add(column_key)
             repaint = True
         if repaint:
@@ -196,6 +202,17 @@ class KeyedTable(DataTable[RenderableType]):
             self.upsert(key, cells)
         if selected is not None and selected in self._cells:
             self.select(selected)
+
+
+def cell(value: RenderableType) -> RenderableType:
+    """A cell shown literally: text is data, never markup or terminal control."""
+    if isinstance(value, str):  # as DataTable formats a str cell, without the markup
+        text = literal(value)
+        text.no_wrap, text.end = True, ""
+        return text
+    if isinstance(value, Text):
+        return literal_text(value)
+    return value
 
 
 def _discard(cache, stale: Callable[[Any], bool]) -> None:  # cache: textual.cache.LRUCache

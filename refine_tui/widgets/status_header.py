@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from rich.text import Text
 from textual.widgets import Static
 
-from refine_tui.format import clock
+from refine_tui.format import clock, visible
 
 # state → (label, style): live is calm, anything that means "don't trust the screen" is loud.
 STATES = {
@@ -43,15 +43,15 @@ class StatusHeader(Static):
         label, style = STATES.get(s.state, (s.state, ""))
         top = Text.assemble(
             ("refine ", "bold"),
-            (s.journal, "underline"),
+            (visible(s.journal), "underline"),
             "  node ",
-            (s.node, "bold"),
+            (visible(s.node), "bold"),
             ("  read-only" if s.read_only else "", "bold yellow"),
             "  ",
             (label, style),
         )
         if s.state in ("missing", "broken", "stale") and s.detail:
-            bottom = Text(s.detail, style="red" if s.state != "stale" else "yellow")
+            bottom = Text(visible(s.detail), style="red" if s.state != "stale" else "yellow")
         else:
             commit = f"seq {s.last_sequence}"
             if s.last_commit is not None:
@@ -62,7 +62,7 @@ class StatusHeader(Static):
                 commit,
                 ("  · ", "dim"),
                 goals,
-                (f"  · filter “{s.filter}”" if s.filter else "", "bold cyan"),
+                (f"  · filter “{visible(s.filter)}”" if s.filter else "", "bold cyan"),
             )
         top.truncate(max(10, self.size.width - 2) if self.size.width else 200, overflow="ellipsis")
         self.update(Text("\n").join([top, bottom]))
