@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from bench import claims, commands, idle, latency, scale
+from bench import claims, commands, idle, latency, lifecycle, scale
 from bench.common import cores
 
 Row = tuple[str, str, str]
@@ -34,10 +34,12 @@ class Settings:
     scale_repeats: int
     cycles: int
     repeats: int
+    lifecycle_jobs: int
+    lifecycle_rounds: int
 
 
-FULL = Settings((1000, 100_000), 100, True, 60.0, 1000, 100_000, 3, 500, 5)
-QUICK = Settings((1000, 10_000), 20, False, 5.0, 200, 10_000, 1, 200, 3)
+FULL = Settings((1000, 100_000), 100, True, 60.0, 1000, 100_000, 3, 500, 5, 2000, 5)
+QUICK = Settings((1000, 10_000), 20, False, 5.0, 200, 10_000, 1, 200, 3, 300, 5)
 
 
 def _log(line: str) -> None:
@@ -55,6 +57,14 @@ def run_commands(s: Settings) -> list[Row]:
             f" {ours / raw:.0%} of raw, {ours / es:.2f}× eventsourcing",
             "≥ 50 % of raw, ≥ 1× es",
         ))  # fmt: skip
+    return out
+
+
+def run_lifecycle(s: Settings) -> list[Row]:
+    out = []
+    for sync in ("FULL", "NORMAL"):
+        m = lifecycle.measure(sync, s.lifecycle_jobs, s.lifecycle_rounds, 200, log=_log)
+        out += lifecycle.rows(m, sync)
     return out
 
 
@@ -79,6 +89,7 @@ def run_scale(s: Settings) -> list[Row]:
 
 BENCHMARKS: dict[str, Callable[[Settings], list[Row]]] = {
     "commands": run_commands,
+    "lifecycle": run_lifecycle,
     "latency": run_latency,
     "idle": run_idle,
     "claims": run_claims,

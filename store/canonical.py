@@ -2,58 +2,66 @@
 
 from __future__ import annotations
 
-import json
-import math
+import json.encoder
 from typing import Any
 
 from store.errors import InvalidInputError
 
-_ENCODER = json.JSONEncoder(
-    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+
+def _refuse(value: Any) -> Any:
+    raise InvalidInputError(f"not plain JSON data: {type(value).__name__}")
+
+
+# The C encoder that json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+# allow_nan=False) builds on every call, built once: the same bytes (tests/test_canonical.py
+# proves it over a hypothesis corpus), without the per-call set-up. It refuses non-finite
+# numbers (ValueError) and anything but None, bool, int, float, str, list, tuple and dict
+# (``_refuse``); only non-str keys, which json would turn into strings, need a look of our own.
+# No markers dict: one shared between calls (and threads) could report a false cycle; a real
+# cycle ends in RecursionError, refused like any value nested too deeply to encode.
+_ENCODE = json.encoder.c_make_encoder(  # type: ignore[attr-defined]
+    None,
+    _refuse,
+    json.encoder.encode_basestring,
+    None,
+    ":",
+    ",",
+    True,  # sort_keys
+    False,  # skipkeys
+    False,  # allow_nan
 )
 
 
 def canonical_json(value: Any) -> str:
     """Sorted keys, no whitespace, UTF-8 text; only plain JSON data (no NaN, no non-str keys)."""
-    _check_common(value)
-    return _ENCODER.encode(value)
+    try:
+        text = "".join(_ENCODE(value, 0))
+    except ValueError as exc:  # a NaN or an infinity (or an int too long to print)
+        finite = "float" in str(exc)
+        raise InvalidInputError(
+            "numbers must be finite" if finite else f"not plain JSON data: {exc}"
+        ) from None
+    except RecursionError:
+        raise InvalidInputError("not plain JSON data: nested too deeply (or circular)") from None
+    except TypeError:  # keys json cannot even coerce (e.g. tuples)
+        raise InvalidInputError("object keys must be strings") from None
+    if isinstance(value, dict | list | tuple):  # encoded, so finite: no cycle to walk forever
+        _check_keys(value)
+    return text
 
 
-def _check_common(value: Any) -> None:
-    """The common shapes checked without recursion; anything else takes the careful path."""
+def _check_keys(value: Any) -> None:
+    """Every object key is a string, looked at without recursion (values go to the encoder)."""
     stack = [value]
+    push, pop = stack.append, stack.pop
     while stack:
-        item = stack.pop()
-        kind = type(item)
-        if kind is str or kind is int or kind is bool or item is None:
-            continue
-        if kind is dict:
-            if not all(type(key) is str for key in item):
-                raise InvalidInputError("object keys must be strings")
-            stack.extend(item.values())
-        elif kind is list or kind is tuple:
-            stack.extend(item)
-        else:
-            _check_plain(item)
-
-
-def _check_plain(value: Any) -> None:
-    if value is None or isinstance(value, bool | str):
-        return
-    if isinstance(value, int):
-        return
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise InvalidInputError("numbers must be finite")
-        return
-    if isinstance(value, list | tuple):
-        for item in value:
-            _check_plain(item)
-        return
-    if isinstance(value, dict):
-        for key, item in value.items():
-            if not isinstance(key, str):
-                raise InvalidInputError("object keys must be strings")
-            _check_plain(item)
-        return
-    raise InvalidInputError(f"not plain JSON data: {type(value).__name__}")
+        item = pop()
+        if isinstance(item, dict):
+            try:
+                "".join(item)  # str keys only: the C-level test of every key at once
+            except TypeError:
+                raise InvalidInputError("object keys must be strings") from None
+            item = item.values()
+        for child in item:
+            if isinstance(child, dict | list | tuple):
+                push(child)

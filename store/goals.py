@@ -29,6 +29,7 @@ from store.canonical import canonical_json
 from store.errors import (
     CommandConflictError,
     CorruptGoalError,
+    DecisionError,
     GoalExistsError,
     GoalNotFoundError,
     GoalStateError,
@@ -47,6 +48,7 @@ from store.execution import (
     validate_run_command,
 )
 from store.journal import Change, Journal, Outcome, Stored
+from store.run_model import run_view
 
 GOAL_STATUSES = ("queued", "held", "running", "completed", "exhausted", "cancelled")
 TERMINAL_STATUSES = frozenset({"completed", "exhausted", "cancelled"})
@@ -176,6 +178,12 @@ def goal_from_stored(stored: Stored) -> Goal:
 
 
 def _goal_from_state(state: Any, version: int) -> Goal:
+    _check_goal_state(state)
+    return _goal_view(state, version)
+
+
+def _check_goal_state(state: Any) -> None:
+    """InvalidInputError unless ``state`` is a Goal record that keeps every Goal rule."""
     if type(state) is not dict or set(state) != _GOAL_KEYS:
         raise InvalidInputError("a goal must be an object with exactly the goal fields")
     goal_id = check_name(state["goal_id"], "goal_id")
@@ -190,19 +198,27 @@ def _goal_from_state(state: Any, version: int) -> Goal:
         raise InvalidInputError("cancel_reason is present exactly when the goal is cancelled")
     if reason is not None:
         _reason(reason, "cancel_reason")
-    recipe = _recipe(state["recipe"])
-    budget = _budget(state["budget"])
+    _recipe(state["recipe"])
+    _budget(state["budget"])
+    check_title(state["title"])
+    check_name(state["node_id"], "node_id")
+    check_redelivery(state["redelivery"])
+
+
+def _goal_view(state: Mapping[str, Any], version: int) -> Goal:
+    """A frozen Goal over a state that already passed _check_goal_state."""
+    recipe = state["recipe"]
     return Goal(
-        goal_id=goal_id,
-        title=check_title(state["title"]),
-        node_id=check_name(state["node_id"], "node_id"),
-        status=status,
-        round=round_,
+        goal_id=state["goal_id"],
+        title=state["title"],
+        node_id=state["node_id"],
+        status=state["status"],
+        round=state["round"],
         run_id=state["run_id"],
         recipe=MappingProxyType({"argv": tuple(recipe["argv"]), "cwd": recipe["cwd"]}),
-        budget=MappingProxyType(budget),
-        redelivery=check_redelivery(state["redelivery"]),
-        cancel_reason=reason,
+        budget=MappingProxyType(dict(state["budget"])),
+        redelivery=state["redelivery"],
+        cancel_reason=state["cancel_reason"],
         version=version,
     )
 
@@ -350,7 +366,14 @@ def _loaded_run(loaded: Mapping[str, Stored | None], run_id: str) -> Run:
 
 
 def _goal_change(goal: Goal, event: str, data: Mapping[str, Any], **fields: Any) -> Change:
+    """The Goal's new state, checked before it is written (and so never re-checked after)."""
     state = {**goal.state(), **fields}
+    try:
+        _check_goal_state(state)
+    except InvalidInputError as exc:
+        raise DecisionError(
+            f"decision broke a goal rule: {exc.message}", goal_id=goal.goal_id
+        ) from exc
     return Change(
         goal_aggregate_id(goal.goal_id), state, [(event, {"goal_id": goal.goal_id, **data})]
     )
@@ -638,8 +661,8 @@ class Goals:
         check_identifier(token, "token")
         if round is not None:
             _integer(round, "round", 1, MAX_ROUND)
-        goal = self._require(goal_id)
-        run_id = run_id_for(goal_id, round) if round is not None else goal.run_id
+        # A worker names its round: no need to read the Goal first (the decision reads it).
+        run_id = run_id_for(goal_id, round) if round is not None else self._require(goal_id).run_id
         claim = validate_run_command("claim", {"run_id": run_id, "worker": worker})
         payload = {"op": "goal.start", "goal_id": goal_id, "node_id": node_id, "worker": worker}
         outcome = self._execute(
@@ -870,13 +893,23 @@ class Goals:
         )
 
     def _result(self, goal_id: str, run_id: str, outcome: Outcome) -> GoalResult:
-        """The Goal and Run as the command left them (unchanged ones as stored now)."""
+        """The Goal and Run as the command left them (unchanged ones as stored now).
+
+        A state this command wrote passed its checks in the decision, before the write: it is
+        viewed, not checked again. A replayed receipt or a state read now is re-validated.
+        """
         goal_agg, run_agg = goal_aggregate_id(goal_id), run_aggregate_id(run_id)
-        goal = outcome.states.get(goal_agg) or self._journal.load(goal_agg)
-        run = outcome.states.get(run_agg) or self._journal.load(run_agg)
-        assert goal is not None  # a committed command always leaves its Goal
-        return GoalResult(
-            goal_from_stored(goal),
-            run_from_stored(run) if run is not None else None,
-            outcome.replayed,
-        )
+        fresh = {} if outcome.replayed else outcome.states
+        goal_written, run_written = fresh.get(goal_agg), fresh.get(run_agg)
+        if goal_written is not None:
+            goal = _goal_view(goal_written.state, goal_written.version)
+        else:
+            stored = outcome.states.get(goal_agg) or self._journal.load(goal_agg)
+            assert stored is not None  # a committed command always leaves its Goal
+            goal = goal_from_stored(stored)
+        if run_written is not None:
+            run: Run | None = run_view(run_written.state, run_written.version)
+        else:
+            stored_run = outcome.states.get(run_agg) or self._journal.load(run_agg)
+            run = run_from_stored(stored_run) if stored_run is not None else None
+        return GoalResult(goal, run, outcome.replayed)

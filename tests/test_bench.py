@@ -43,3 +43,13 @@ def test_racing_claims_judged_by_the_journal() -> None:
 async def test_latency_probe_sees_commits_of_another_process(tmp_path: Path) -> None:
     result = await latency._headless(journal_with(100, tmp_path), samples=2, seed=0)
     assert result["seen"]["n"] == 2
+
+
+def test_lifecycle_runs_every_system_and_counts_pages() -> None:
+    from bench import lifecycle
+
+    m = lifecycle.measure("NORMAL", jobs=5, rounds=1, probe_jobs=5)
+    assert set(m) == set(lifecycle.SYSTEMS)
+    for figures in m.values():  # every job writes pages and spends CPU
+        assert figures["pages"] > 0 and figures["cpu_ms"] > 0
+    assert len(lifecycle.rows(m, "NORMAL")) == 3
