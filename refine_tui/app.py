@@ -16,7 +16,6 @@ import os
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, ClassVar
 
 from rich.text import Text
@@ -38,6 +37,7 @@ from refine_tui.widgets.keyed_table import Column, KeyedTable
 from refine_tui.widgets.status_header import HeaderState, StatusHeader
 from store.errors import RefineError, StorageError
 from store.journal import Journal
+from store.locations import resolve_journal_path
 from store.operator import default_node, default_operator
 from store.watch import ChangeFeed, JournalWatcher
 
@@ -138,7 +138,7 @@ class RefineApp(OperatorActions, DetailPane, App[None]):
         watch: bool = True,
     ) -> None:
         super().__init__()
-        self.journal_path = Path(journal)
+        self.journal_path = resolve_journal_path(journal)  # once: the watch folder derives from it
         self.journal_label = str(journal)
         self.node = node or default_node()
         self.read_only = read_only

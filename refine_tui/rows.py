@@ -111,7 +111,7 @@ class Reader:
     def __init__(self, journal: Journal, node: str) -> None:
         self.journal = journal
         self.node = node
-        self.registry = ProcessRegistry(journal.path, node)
+        self.registry = ProcessRegistry(journal.path, node, journal.journal_id)
 
     # --- Goals ---------------------------------------------------------------------------------
 

@@ -11,6 +11,7 @@ import os
 import sqlite3
 import threading
 import urllib.parse
+import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -39,6 +40,7 @@ from store.journal_core import (
     run_command,
     stored_row,
 )
+from store.locations import resolve_journal_path
 
 __all__ = [
     "MAX_PAGE",
@@ -52,7 +54,7 @@ __all__ = [
     "aggregate_kind",
 ]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: the meta table with the journal id
 APPLICATION_ID = 0x52464E31  # "RFN1": tells our journals from any other SQLite file
 
 Synchronous = Literal["FULL", "NORMAL"]
@@ -92,6 +94,14 @@ CREATE TABLE outbox (
     published     INTEGER NOT NULL DEFAULT 0
 );
 """
+# Schema 2: what the journal says about itself; ``journal_id`` (written once, at init or at the
+# first writable open of a schema-1 journal) is named by every local process record.
+_SCHEMA_2 = """
+CREATE TABLE meta (
+    key           TEXT PRIMARY KEY,
+    value         TEXT NOT NULL
+) WITHOUT ROWID;
+"""
 
 
 @contextmanager
@@ -111,11 +121,19 @@ def _storage_errors() -> Iterator[None]:
 class Journal:
     """A SQLite command journal. Open with :meth:`open`; use as a context manager."""
 
-    def __init__(self, conn: sqlite3.Connection, path: Path, read_only: bool) -> None:
+    def __init__(
+        self,
+        conn: sqlite3.Connection,
+        path: Path,
+        read_only: bool,
+        *,
+        journal_id: str | None = None,
+    ) -> None:
         self._conn: sqlite3.Connection | None = conn
         self._lock = threading.RLock()
         self.path = path
         self.read_only = read_only
+        self.journal_id = journal_id  # None only for a schema-1 journal opened read-only
         self.inode = os.stat(path).st_ino
 
     # --- lifecycle -----------------------------------------------------------------------------
@@ -137,14 +155,14 @@ class Journal:
         """
         if synchronous not in ("FULL", "NORMAL"):
             raise InvalidInputError("synchronous must be FULL or NORMAL")
-        file = Path(path)
+        file = resolve_journal_path(path)
         if not file.exists() and (read_only or not create):
             raise StorageError(f"journal missing: {file}")
         if file.exists() and not file.is_file():
             raise StorageError(f"not a journal file: {file}")
         if not read_only:
             file.parent.mkdir(parents=True, exist_ok=True)
-        uri = "file:" + urllib.parse.quote(str(file.resolve())) + ("?mode=ro" if read_only else "")
+        uri = "file:" + urllib.parse.quote(str(file)) + ("?mode=ro" if read_only else "")
         with _storage_errors():
             conn = sqlite3.connect(
                 uri,
@@ -158,13 +176,14 @@ class Journal:
                 conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
                 # Identify the file with reads alone: switching to WAL rewrites the header of
                 # whatever file this is, so another application's database is refused first.
-                fresh = _identify(conn, file, initialize=create and not read_only)
+                version = _identify(conn, file, initialize=create and not read_only)
                 if not read_only:
                     conn.execute("PRAGMA journal_mode = WAL")
                     conn.execute(f"PRAGMA synchronous = {synchronous}")
-                if fresh:
-                    _create_schema(conn)
-            return cls(conn, file, read_only)
+                    if version < SCHEMA_VERSION:
+                        _migrate(conn)
+                journal_id = _journal_id(conn)
+            return cls(conn, file, read_only, journal_id=journal_id)
         except BaseException:
             conn.close()
             raise
@@ -377,14 +396,14 @@ class Journal:
         return stored_row(row) if row else None
 
 
-def _identify(conn: sqlite3.Connection, file: Path, *, initialize: bool) -> bool:
-    """Refuse files that are not our journal, reading only; True for a new, empty file whose
-    schema is to be created (only when ``initialize``: a journal truncated to zero bytes must be
-    refused, not silently reborn empty)."""
-    version = conn.execute("PRAGMA user_version").fetchone()[0]
+def _identify(conn: sqlite3.Connection, file: Path, *, initialize: bool) -> int:
+    """Refuse files that are not our journal, reading only; the schema version found (0: a
+    new, empty file, accepted only when ``initialize``: a journal truncated to zero bytes must
+    be refused, not silently reborn empty)."""
+    version = int(conn.execute("PRAGMA user_version").fetchone()[0])
     app_id = conn.execute("PRAGMA application_id").fetchone()[0]
-    if version == SCHEMA_VERSION and app_id == APPLICATION_ID:
-        return False
+    if 1 <= version <= SCHEMA_VERSION and app_id == APPLICATION_ID:
+        return version
     if version > SCHEMA_VERSION and app_id == APPLICATION_ID:
         raise StorageError(f"journal {file} has schema {version}, newer than {SCHEMA_VERSION}")
     tables = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
@@ -392,23 +411,42 @@ def _identify(conn: sqlite3.Connection, file: Path, *, initialize: bool) -> bool
         raise StorageError(f"not a refine journal: {file}")
     if not initialize:
         raise StorageError(f"not a refine journal (empty file): {file}")
-    return True
+    return 0
 
 
-def _create_schema(conn: sqlite3.Connection) -> None:
+def _migrate(conn: sqlite3.Connection) -> None:
+    """Bring the schema forward to SCHEMA_VERSION in one transaction (another process may be
+    doing the same: the version is read again under the write lock)."""
     conn.execute("BEGIN IMMEDIATE")
     try:
-        if conn.execute("PRAGMA user_version").fetchone()[0] == 0:
-            for statement in _SCHEMA.split(";"):
-                if statement.strip():
-                    conn.execute(statement)
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        if version == 0:
+            _run_script(conn, _SCHEMA)
             conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
-            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        if version < 2:
+            _run_script(conn, _SCHEMA_2)
+            conn.execute(
+                "INSERT INTO meta (key, value) VALUES ('journal_id', ?)", (str(uuid.uuid4()),)
+            )
+        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         conn.execute("COMMIT")
     except BaseException:
         if conn.in_transaction:
             conn.execute("ROLLBACK")
         raise
+
+
+def _run_script(conn: sqlite3.Connection, script: str) -> None:
+    for statement in script.split(";"):
+        if statement.strip():
+            conn.execute(statement)
+
+
+def _journal_id(conn: sqlite3.Connection) -> str | None:
+    if conn.execute("PRAGMA user_version").fetchone()[0] < 2:
+        return None
+    row = conn.execute("SELECT value FROM meta WHERE key = 'journal_id'").fetchone()
+    return str(row[0]) if row else None
 
 
 class _SqliteCommand:

@@ -49,6 +49,7 @@ from store.processes import (
     ProcessRecord,
     ProcessRegistry,
     StopOutcome,
+    live_worker,
     log_tail,
     same_process,
     stop_process,
@@ -56,6 +57,9 @@ from store.processes import (
 
 PROCESS_GONE_METHOD = "process-exited"
 LOG_TAIL_LINES = 20
+# A worker records its process right after its claim commits; a claim younger than this with
+# no record yet is taken to be starting (the advice differs, nothing else does).
+LAUNCH_WINDOW_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -152,7 +156,7 @@ def _running(goals: Goals, goal: Goal) -> tuple[Run, Attempt]:
 
 
 def _record(journal: Journal, node: str, run_id: str, epoch: int) -> ProcessRecord | None:
-    return ProcessRegistry(journal.path, node).get(run_id, epoch)
+    return ProcessRegistry(journal.path, node, journal.journal_id).get(run_id, epoch)
 
 
 def _writable(journal: Journal) -> None:
@@ -177,13 +181,24 @@ def _stop_target(journal: Journal, goal_id: str, node: str) -> _Target:
     run, attempt = _running(goals, goal)
     record = _record(journal, node, run.run_id, attempt.epoch)
     if record is None:
-        raise NoProcessRecordError(
-            f"no process record for attempt {attempt.epoch} of run {run.run_id} on node {node}:"
-            " if its work has ended, confirm cleanup instead",
-            goal_id=goal_id,
-            run_id=run.run_id,
-        )
+        which = f"attempt {attempt.epoch} of run {run.run_id}"
+        if _starting(journal, run.run_id, attempt):
+            advice = f"{which} is starting (no process record yet); try again in a moment"
+        else:
+            advice = (
+                f"no process record for {which} on node {node}: if its work has ended,"
+                " confirm cleanup instead"
+            )
+        raise NoProcessRecordError(advice, goal_id=goal_id, run_id=run.run_id)
     return _Target(goal, run, attempt.epoch, record)
+
+
+def _starting(journal: Journal, run_id: str, attempt: Attempt) -> bool:
+    """Inside the claim → record window: its worker runs here, or the claim is that young."""
+    if live_worker(attempt.worker) is not None:
+        return True
+    claimed = claimed_at(journal, run_id, attempt.epoch)
+    return claimed is not None and time.time() - claimed < LAUNCH_WINDOW_S
 
 
 def _report(
@@ -514,6 +529,15 @@ def confirm_cleanup(
             goal_id=target.goal.goal_id,
             run_id=run_id,
         )
+    # A missing record is no proof: the worker may be starting, or recorded elsewhere.
+    worker = live_worker(target.run.running_attempt.worker)  # type: ignore[union-attr]
+    if worker is not None:
+        raise ProcessAliveError(
+            f"the worker of attempt {epoch} (pid {worker.pid}) is alive on this machine:"
+            " stop the goal (or wait for it to start) instead of confirming cleanup",
+            goal_id=target.goal.goal_id,
+            run_id=run_id,
+        )
     _writable(journal)
     # The recorded process is gone, but what it started may live on in its group (a crashed
     # worker's grandchildren): they end with the attempt.
@@ -572,6 +596,9 @@ def cleanup_evidence(journal: Journal, run_id: str, *, epoch: int, node: str) ->
     if goal.node_id != node:
         record = _record(journal, goal.node_id, run_id, epoch)  # readable, not checkable here
     alive = goal.node_id == node and record is not None and same_process(record)
+    worker = target.run.running_attempt.worker  # type: ignore[union-attr]
+    found = live_worker(worker) if not alive else None
+    alive = alive or found is not None
     log = (
         Path(record.log_path)
         if record
@@ -586,10 +613,12 @@ def cleanup_evidence(journal: Journal, run_id: str, *, epoch: int, node: str) ->
     except OSError:
         output_age = None
     sentence = _evidence_sentence(goal, node, record, alive, output_age)
+    if found is not None:
+        sentence = f"its worker (pid {found.pid}) is alive here: stop it instead; {sentence}"
     return CleanupEvidence(
         run_id=run_id,
         epoch=epoch,
-        worker=target.run.running_attempt.worker,  # type: ignore[union-attr]
+        worker=worker,
         record=record,
         same_process_alive=alive,
         log_tail=tail,

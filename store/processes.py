@@ -26,6 +26,8 @@ from urllib.parse import quote
 
 import psutil
 
+from store.locations import resolve_journal_path
+
 POLL_S = 0.02  # how often stop_process looks whether the group has exited
 
 
@@ -43,6 +45,7 @@ class ProcessRecord:
     argv: tuple[str, ...]
     log_path: str
     started_at: float
+    journal_id: str | None = None  # the journal this attempt belongs to (None: an older record)
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -64,6 +67,7 @@ class ProcessRecord:
                 argv=tuple(str(a) for a in data["argv"]),
                 log_path=str(data["log_path"]),
                 started_at=float(data["started_at"]),
+                journal_id=_optional_text(data.get("journal_id")),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"not a process record: {exc}") from None
@@ -73,7 +77,14 @@ class ProcessRecord:
 
     @classmethod
     def for_current_process(
-        cls, *, node_id: str, run_id: str, epoch: int, worker: str, log_path: str | Path
+        cls,
+        *,
+        node_id: str,
+        run_id: str,
+        epoch: int,
+        worker: str,
+        log_path: str | Path,
+        journal_id: str | None = None,
     ) -> ProcessRecord:
         """The record of the calling process (a worker recording itself)."""
         me = psutil.Process()
@@ -88,15 +99,24 @@ class ProcessRecord:
             argv=tuple(me.cmdline()),
             log_path=str(log_path),
             started_at=time.time(),
+            journal_id=journal_id,
         )
 
 
 class ProcessRegistry:
-    """``<journal dir>/nodes/<node_id>/{processes,logs}/``: this node's records and logs."""
+    """``<journal dir>/nodes/<node_id>/{processes,logs}/``: this node's records and logs.
 
-    def __init__(self, journal_path: str | os.PathLike[str], node_id: str) -> None:
+    The folder derives from the journal's real path (a symlinked journal is the same journal).
+    With a ``journal_id``, a record that names another journal is never returned: two journals
+    in one folder share ``nodes/``, and a record of the other one must never be acted on.
+    """
+
+    def __init__(
+        self, journal_path: str | os.PathLike[str], node_id: str, journal_id: str | None = None
+    ) -> None:
         self.node_id = node_id
-        self.root = Path(journal_path).absolute().parent / "nodes" / _safe_name(node_id)
+        self.journal_id = journal_id
+        self.root = resolve_journal_path(journal_path).parent / "nodes" / _safe_name(node_id)
         self.processes_dir = self.root / "processes"
         self.logs_dir = self.root / "logs"
 
@@ -133,19 +153,30 @@ class ProcessRegistry:
         return True
 
     def get(self, run_id: str, epoch: int) -> ProcessRecord | None:
-        return _read_record(self._record_path(run_id, epoch))
+        return self._ours(_read_record(self._record_path(run_id, epoch)))
 
     def all(self) -> list[ProcessRecord]:
         """Every readable record, oldest first (unreadable files are skipped: not authority)."""
         if not self.processes_dir.is_dir():
             return []
-        found = (_read_record(p) for p in sorted(self.processes_dir.glob("*.json")))
+        found = (self._ours(_read_record(p)) for p in sorted(self.processes_dir.glob("*.json")))
         return sorted((r for r in found if r is not None), key=lambda r: r.started_at)
+
+    def _ours(self, rec: ProcessRecord | None) -> ProcessRecord | None:
+        if rec is None or None in (rec.journal_id, self.journal_id):
+            return rec
+        return rec if rec.journal_id == self.journal_id else None
 
 
 def _safe_name(value: str) -> str:
     # Identifiers may hold "/" (and ":"); keep one flat, reversible file name per value.
     return quote(value, safe="._-")
+
+
+def _optional_text(value: object) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    raise ValueError("journal_id must be text")
 
 
 def _read_record(path: Path) -> ProcessRecord | None:
@@ -231,6 +262,32 @@ def _cpu_percent(p: psutil.Process) -> float:
     times = p.cpu_times()
     age = max(time.time() - key[1], 1e-3)
     return 100.0 * (times.user + times.system) / age
+
+
+def live_worker(worker: str) -> psutil.Process | None:
+    """A live worker process started for ``worker`` (``<node>/<token>``), found by its argv.
+
+    Records can be missing for a live worker: between its claim and its record, or when they
+    were written under another folder. The token is random per claim, so a ``store.worker``
+    process carrying it is that attempt's worker, wherever its record is.
+    """
+    node, sep, token = worker.rpartition("/")
+    if not sep or not token:
+        return None
+    for proc in psutil.process_iter(["cmdline", "status"]):
+        argv = proc.info["cmdline"] or []
+        if proc.info["status"] == psutil.STATUS_ZOMBIE or "store.worker" not in argv:
+            continue
+        if _option(argv, "--token") == token and _option(argv, "--node") == node:
+            return proc
+    return None
+
+
+def _option(argv: list[str], name: str) -> str | None:
+    try:
+        return argv[argv.index(name) + 1]
+    except (ValueError, IndexError):
+        return None
 
 
 # --- stopping --------------------------------------------------------------------------------

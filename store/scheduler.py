@@ -34,6 +34,7 @@ from store.errors import InvalidInputError, RefineError, VersionConflictError
 from store.execution import Execution
 from store.goals import Goal, GoalResult, Goals, check_name, goal_id_of_run
 from store.journal import Journal
+from store.locations import resolve_journal_path
 from store.processes import ProcessRecord, ProcessRegistry, same_process, stop_process
 from store.run_model import Run
 from store.watch import JournalWatcher
@@ -77,11 +78,11 @@ class Node:
             raise InvalidInputError("capacity must be a positive integer")
         self.capacity = capacity
         self.grace_s = grace_s
-        self.journal_path = Path(journal_path).absolute()
+        self.journal_path = resolve_journal_path(journal_path)  # once: folders derive from it
         self.journal = Journal.open(self.journal_path, create=False)
         self.goals = Goals(self.journal)
         self.runs = Execution(self.journal)
-        self.registry = ProcessRegistry(self.journal_path, node_id)
+        self.registry = ProcessRegistry(self.journal_path, node_id, self.journal.journal_id)
         self.confirmed_by = f"scheduler@{node_id}"
         self.launched: dict[str, _Launch] = {}
         self._refused: dict[str, int] = {}  # goal → version whose start was refused
@@ -129,6 +130,8 @@ class Node:
             journal = Journal.open(self.journal_path, create=False)
             self.journal.close()
             self.journal, self.goals, self.runs = journal, Goals(journal), Execution(journal)
+            # Another file may be another journal: only its own records are acted on.
+            self.registry = ProcessRegistry(self.journal_path, self.node_id, journal.journal_id)
 
     def reap(self) -> None:
         """Forget workers that exited (remembering a refused start until the Goal changes)."""

@@ -21,6 +21,7 @@ from watchfiles import Change, awatch
 
 from store.errors import StorageError
 from store.journal import MAX_PAGE, Event, Journal
+from store.locations import resolve_journal_path
 
 # Measured here (DESIGN §7): step=20 ms gives ≈ 30 ms from commit to wake-up; the debounce only
 # bounds how long a steady stream of commits may delay one batch.
@@ -54,7 +55,7 @@ class JournalWatcher:
         step_ms: int = DEFAULT_STEP_MS,
         poll_interval_s: float = DEFAULT_POLL_INTERVAL_S,
     ) -> None:
-        self.path = Path(path).absolute()
+        self.path = resolve_journal_path(path)  # the folder where its -wal really changes
         self.directory = self.path.parent
         self._names = {self.path.name, self.path.name + "-wal"}
         self.debounce_ms = debounce_ms
@@ -182,7 +183,7 @@ class ChangeFeed:
         after_sequence: int | None = None,
         busy_timeout_ms: int = 1000,
     ) -> None:
-        self.path = Path(path)
+        self.path = resolve_journal_path(path)
         self.journal: Journal | None = None
         self.last_sequence = after_sequence or 0
         self.generation = 0

@@ -99,7 +99,7 @@ def run_worker(
     claim = Claim(
         goal_id, node_id, started.run.run_id, started.goal.round, started.attempt.epoch, worker
     )
-    registry = ProcessRegistry(journal.path, node_id)
+    registry = ProcessRegistry(journal.path, node_id, journal.journal_id)
     log_path = registry.log_path(claim.run_id, claim.epoch)
     try:
         registry.record(
@@ -109,6 +109,7 @@ def run_worker(
                 epoch=claim.epoch,
                 worker=worker,
                 log_path=log_path,
+                journal_id=journal.journal_id,
             )
         )
     except OSError as exc:  # e.g. disk full: as the owner, say so rather than vanish

@@ -7,28 +7,30 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import os
 import sqlite3
 import subprocess
-import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from test_node import HANG, PY, Env, wait_until
 
+from store.goals import Goals
 from store.journal import Journal
+from store.processes import ProcessRegistry, same_process
 from store.watch import ChangeFeed
-
-PY = sys.executable
 
 
 def refine(journal: Path, *args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "REFINE_NODE": "n1", "REFINE_OPERATOR": "dana"}
+    environ = {**os.environ, "REFINE_NODE": "n1", "REFINE_OPERATOR": "dana"}
     return subprocess.run(
         [PY, "-m", "refine_tui.cli", "--journal", str(journal), *args],
         capture_output=True,
         text=True,
         timeout=timeout,
-        env=env,
+        env=environ,
     )
 
 
@@ -98,3 +100,144 @@ async def test_the_dashboard_leaves_a_foreign_file_alone(foreign: Path) -> None:
         await pilot.press("s", "c", "x", "R")
         await asyncio.sleep(0.2)
     assert fingerprint(foreign) == before
+
+
+# --- the journal id ------------------------------------------------------------------------
+
+
+def test_init_writes_a_journal_id_and_older_journals_get_one_on_first_writable_open(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "journal.db"
+    with Journal.open(path) as journal:
+        first = journal.journal_id
+    assert first and len(first) == 36
+    with Journal.open(path, read_only=True) as journal:
+        assert journal.journal_id == first
+    # A schema-1 journal (before the id): read-only opens leave it as it is ...
+    conn = sqlite3.connect(path)
+    conn.execute("DROP TABLE meta")
+    conn.execute("PRAGMA user_version = 1")
+    conn.close()
+    before = fingerprint(path)
+    with Journal.open(path, read_only=True) as journal:
+        assert journal.journal_id is None
+    assert fingerprint(path)[0] == before[0]
+    # ... the first writable open migrates it forward, once.
+    with Journal.open(path, create=False) as journal:
+        migrated = journal.journal_id
+    assert migrated and migrated != first
+    with Journal.open(path, create=False) as journal:
+        assert journal.journal_id == migrated
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == 2
+
+
+# --- symlinks and process records (real nodes, workers and `refine` processes) ---------------
+
+
+@pytest.fixture
+def linked(tmp_path: Path) -> Iterator[tuple[Env, Path]]:
+    """A journal at <tmp>/real/journal.db and a symlink to it at <tmp>/links/journal.db."""
+    (tmp_path / "real").mkdir()
+    (tmp_path / "links").mkdir()
+    env = Env(tmp_path / "real")
+    link = tmp_path / "links" / "journal.db"
+    link.symlink_to(env.path)
+    try:
+        yield env, link
+    finally:
+        env.cleanup()
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> Iterator[Env]:
+    e = Env(tmp_path)
+    try:
+        yield e
+    finally:
+        e.cleanup()
+
+
+def start_node(env: Env, journal: Path, node_id: str = "n1") -> subprocess.Popen[bytes]:
+    argv = [PY, "-m", "store.scheduler", "--journal", str(journal), "--node", node_id]
+    proc = subprocess.Popen(argv, start_new_session=True)
+    env.started.append(proc)
+    return proc
+
+
+def any_record(env: Env) -> bool:
+    return any(env.dir.parent.glob("**/processes/*.json"))
+
+
+async def test_a_dashboard_opened_through_a_symlink_follows_commits(
+    linked: tuple[Env, Path],
+) -> None:
+    from refine_tui.app import RefineApp
+
+    env, link = linked
+    env.goal("first", HANG)
+    app = RefineApp(journal=link, node="n9")
+    async with app.run_test() as pilot:
+        for _ in range(200):
+            await pilot.pause(0.05)
+            if "first" in app.goal_rows:
+                break
+        assert "first" in app.goal_rows
+        done = refine(env.path, "goal", "add", "--title", "Later", "--id", "later", "--", "true")
+        assert done.returncode == 0, done.stderr
+        for _ in range(300):  # 15 s
+            await pilot.pause(0.05)
+            if "later" in app.goal_rows:
+                break
+        assert "later" in app.goal_rows, "the commit never reached the dashboard"
+
+
+def test_a_node_started_through_a_symlink_keeps_its_records_where_the_real_path_finds_them(
+    linked: tuple[Env, Path],
+) -> None:
+    env, link = linked
+    start_node(env, link)
+    env.goal("g", HANG)
+    wait_until(lambda: env.status("g") == "running" and any_record(env), what="g running")
+    rec = wait_until(lambda: env.running_record("g"), what="the record under the real folder")
+    assert rec.journal_id == env.journal.journal_id
+    # Confirm cleanup through the real path of a live attempt: refused, nothing written.
+    before = env.journal.last_sequence()
+    done = refine(env.path, "cleanup", "g.r1", "--epoch", "1")
+    assert done.returncode == 1 and "PROCESS_ALIVE" in done.stderr, done.stderr
+    assert env.journal.last_sequence() == before and same_process(rec)
+    # Stop through the real path finds the record, stops the process and requeues.
+    done = refine(env.path, "stop", "g", "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["outcome"] == "requeued"
+    assert not same_process(rec)
+
+
+def test_cleanup_is_refused_while_the_worker_lives_even_without_its_record(env: Env) -> None:
+    start_node(env, env.path)
+    env.goal("g", HANG)
+    rec = wait_until(lambda: env.running_record("g"), what="g's record")
+    env.registry().remove(rec.run_id, rec.epoch)  # looked up in the wrong place, or not yet written
+    before = env.journal.last_sequence()
+    done = refine(env.path, "cleanup", "g.r1", "--epoch", "1")
+    assert done.returncode == 1 and "PROCESS_ALIVE" in done.stderr, done.stderr
+    done = refine(env.path, "stop", "g")
+    assert done.returncode == 1 and "NO_PROCESS_RECORD" in done.stderr
+    assert "try again in a moment" in done.stderr
+    assert env.journal.last_sequence() == before and same_process(rec)
+
+
+def test_a_record_of_another_journal_in_the_same_folder_is_never_acted_on(env: Env) -> None:
+    start_node(env, env.path)
+    env.goal("g", HANG)
+    rec = wait_until(lambda: env.running_record("g"), what="g's record")
+    # Another journal beside it, with a goal of the same id running on the same node name.
+    other = env.dir / "other.db"
+    with Journal.open(other) as journal:
+        goals = Goals(journal)
+        goals.create(goal_id="g", title="g", node_id="n1", argv=["true"])
+        goals.start(goal_id="g", node_id="n1", worker="n1/elsewhere", token="elsewhere")
+        assert ProcessRegistry(other, "n1", journal.journal_id).get("g.r1", 1) is None
+    done = refine(other, "stop", "g")
+    assert done.returncode == 1 and "NO_PROCESS_RECORD" in done.stderr, done.stderr
+    assert same_process(rec), "a record of another journal led to a signal"
