@@ -2,6 +2,8 @@
 
 Exit codes (DESIGN §11): 0 done, 1 refused by the model, 2 bad usage or input,
 3 journal unavailable. Errors are one line naming the code; never a traceback.
+Human output shows text from the journal with its control characters made visible (``\\x1b``)
+and is laid out by display width; ``--json`` is exact.
 """
 
 from __future__ import annotations
@@ -14,6 +16,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
+from rich.cells import cell_len
+
+from refine_tui.format import clip, visible
 from store.check import check_journal
 from store.errors import (
     GoalNotFoundError,
@@ -59,16 +64,27 @@ def node_name(args: argparse.Namespace) -> str:
 # --- output ------------------------------------------------------------------------------------
 
 
+TITLE_WIDTH, REASON_WIDTH = 30, 40  # table cells cut with …; `show` and --json have it all
+
+
 def emit(args: argparse.Namespace, data: Any, text: str) -> None:
-    print(json.dumps(data, indent=2, sort_keys=True) if args.json else text)
+    if args.json:
+        print(json.dumps(data, indent=2, sort_keys=True))
+    else:  # every line made visible (idempotent): nothing reaches the terminal as control
+        print("\n".join(visible(line) for line in text.split("\n")))
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    cells = [[("-" if v is None else str(v)) for v in row] for row in rows]
-    widths = [max([len(h), *(len(r[i]) for r in cells)]) for i, h in enumerate(headers)]
-    lines = ["  ".join(h.upper().ljust(w) for h, w in zip(headers, widths, strict=True))]
-    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in cells]
+    """Columns aligned by display width (CJK and emoji take two cells), controls visible."""
+    cells = [[("-" if v is None else visible(str(v))) for v in row] for row in rows]
+    widths = [max([len(h), *(cell_len(r[i]) for r in cells)]) for i, h in enumerate(headers)]
+    lines = ["  ".join(pad(h.upper(), w) for h, w in zip(headers, widths, strict=True))]
+    lines += ["  ".join(pad(c, w) for c, w in zip(r, widths, strict=True)) for r in cells]
     return "\n".join(line.rstrip() for line in lines)
+
+
+def pad(text: str, width: int) -> str:
+    return text + " " * (width - cell_len(text))
 
 
 def report_text(report: ActionReport) -> str:
@@ -140,7 +156,15 @@ def cmd_goals(args: argparse.Namespace) -> int:
     with open_journal(args, write=False) as journal:
         goals = Goals(journal).list(status=args.status, node_id=args.only_node)
     rows = [
-        (g.goal_id, g.title[:30], g.node_id, g.status, g.round, g.redelivery, g.cancel_reason)
+        (
+            g.goal_id,
+            clip(g.title, TITLE_WIDTH),
+            g.node_id,
+            g.status,
+            g.round,
+            g.redelivery,
+            clip(g.cancel_reason or "-", REASON_WIDTH),
+        )
         for g in goals
     ]
     emit(
@@ -165,7 +189,9 @@ def cmd_runs(args: argparse.Namespace) -> int:
             r.status,
             f"{len(r.attempts)}/{r.budget['max_attempts']}",
             r.attempts[-1].worker if r.attempts else None,
-            "cancelling" if r.cancel_requested else r.cancel_reason,
+            "cancelling"
+            if r.cancel_requested
+            else r.cancel_reason and clip(r.cancel_reason, REASON_WIDTH),
         )
         for r in runs
     ]
@@ -233,11 +259,13 @@ def show_text(goal: dict[str, Any] | None, runs: list[dict[str, Any]], events: l
     lines = []
     if goal:
         lines.append(
-            f"goal {goal['goal_id']}: {goal['title']}  [{goal['status']}]"
+            f"goal {goal['goal_id']}: {visible(goal['title'])}  [{goal['status']}]"
             f"  node {goal['node_id']}  round {goal['round']}"
             f"  redelivery {goal['redelivery']}"
         )
-        lines.append(f"  recipe: {' '.join(goal['recipe']['argv'])}")
+        lines.append(f"  recipe: {' '.join(visible(a) for a in goal['recipe']['argv'])}")
+        if goal.get("cancel_reason"):
+            lines.append(f"  cancel reason: {visible(goal['cancel_reason'])}")
     for run in runs:
         lines.append(
             f"run {run['run_id']}  [{run['status']}]"
@@ -245,7 +273,9 @@ def show_text(goal: dict[str, Any] | None, runs: list[dict[str, Any]], events: l
         )
         for a in run["attempts"]:
             how = a.get("reason") or (a.get("cleanup") or {}).get("method") or ""
-            lines.append(f"  {a['attempt_id']}  {a['worker']}  {a['state']}  {how}".rstrip())
+            lines.append(
+                f"  {a['attempt_id']}  {a['worker']}  {a['state']}  {visible(how)}".rstrip()
+            )
     lines.append("events:")
     lines += [f"  {e.sequence:>6}  {e.aggregate_id}  v{e.version}  {e.type}" for e in events]
     return "\n".join(lines)
@@ -423,10 +453,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parse(argv)
         return int(args.func(args))
     except UsageError as exc:
-        print(f"refine: USAGE: {exc}", file=sys.stderr)
+        print(f"refine: USAGE: {visible(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
     except RefineError as exc:
-        print(f"refine: {exc.code}: {exc.message}", file=sys.stderr)
+        print(f"refine: {exc.code}: {visible(exc.message)}", file=sys.stderr)
         return exit_code(exc)
     except KeyboardInterrupt:
         return 130

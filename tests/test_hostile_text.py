@@ -6,6 +6,7 @@ interpreted, control characters are shown as escapes, and ``--json`` stays exact
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -16,9 +17,11 @@ from pathlib import Path
 
 import psutil
 import pytest
+from rich.cells import cell_len
 from rich.text import Text
 
 from refine_tui.app import RefineApp
+from refine_tui.cli import main
 from refine_tui.screens.confirm import CancelModal, ConfirmModal
 from refine_tui.widgets.keyed_table import KeyedTable
 from store.goals import Goals
@@ -264,3 +267,68 @@ def wait_for_screen(session: str, needle: str, timeout: float = 30.0) -> str:
             return screen
         assert time.monotonic() < deadline, f"{needle!r} never showed:\n{screen}"
         time.sleep(0.2)
+
+
+# --- the CLI's human output and --json ---------------------------------------------------------
+
+RAW = ("\x1b", "\x07", "\x00", "\u202e")
+
+
+def cli(capsys: pytest.CaptureFixture[str], journal: Path, *args: str) -> tuple[int, str]:
+    capsys.readouterr()
+    code = main(["--journal", str(journal), "--node", NODE, *args])
+    out, err = capsys.readouterr()
+    assert not any(c in err for c in RAW)
+    return code, out
+
+
+def test_cli_tables_and_show_make_control_characters_visible(tmp_path: Path, capsys) -> None:
+    path = corpus_journal(tmp_path)
+    for args in (
+        ["goals"],
+        ["runs"],
+        ["show", "cancelled"],
+        ["show", "failed"],
+    ):
+        code, out = cli(capsys, path, *args)
+        assert code == 0, args
+        assert not any(c in out for c in RAW), (args, out)
+        assert "\\x1b]0;pwned" in out, args
+    _, out = cli(capsys, path, "show", "cancelled")
+    assert "cancel reason: \\x1b]0;pwned\\x07\\x1b[2J\\x1b[31m[b]x[/b]" in out
+    assert "\\u202e\\x00nul" in out
+    _, out = cli(capsys, path, "show", "failed")
+    assert "failed  \\x1b]0;pwned" in out
+    # --json stays exact: the same bytes that were stored.
+    _, out = cli(capsys, path, "goals", "--json")
+    stored = {g["goal_id"]: g for g in json.loads(out)}
+    assert stored["cancelled"]["cancel_reason"] == REASON
+    assert stored["hostile"]["title"] == TITLE
+    _, out = cli(capsys, path, "show", "failed", "--json")
+    assert json.loads(out)["runs"][0]["attempts"][0]["reason"] == REASON
+
+
+def test_cli_table_columns_line_up_by_display_width(tmp_path: Path, capsys) -> None:
+    path = tmp_path / "journal.db"
+    main(["--journal", str(path), "init"])
+    titles = {
+        "cjk": "日本語のタイトル",
+        "emoji": "deploy 🎉🚀 now",
+        "plain": "plain",
+        "long": "A very long title that goes on and on past thirty",
+        "wide": "長" * 40,
+    }
+    for goal_id, title in titles.items():
+        cli(capsys, path, "goal", "add", "--title", title, "--id", goal_id, "--", "true")
+    _, out = cli(capsys, path, "goals")
+    header, *rows = out.splitlines()
+    node_at = cell_len(header[: header.index("NODE")])
+    status_at = cell_len(header[: header.index("STATUS")])
+    assert len(rows) == 5
+    for row in rows:
+        assert cell_len(row[: row.index(" n1 ") + 1]) == node_at, row
+        assert cell_len(row[: row.index("queued")]) == status_at, row
+    long_row = next(r for r in rows if r.startswith("long"))
+    assert "A very long title that goes o…  n1" in long_row
+    wide_row = next(r for r in rows if r.startswith("wide"))
+    assert "長" * 14 + "…" in wide_row and "長" * 15 not in wide_row
