@@ -99,6 +99,13 @@ def run_worker(
     claim = Claim(
         goal_id, node_id, started.run.run_id, started.goal.round, started.attempt.epoch, worker
     )
+    if started.replayed:  # seed: never launch work from a replayed claim; re-read ownership
+        now = _reread(goals, claim)
+        _say(
+            f"{claim.run_id}/{claim.epoch}: this claim was replayed (token {token} was used"
+            f" before; the attempt is {_ownership(now)}): not launching the recipe again"
+        )
+        return EXIT_REFUSED
     registry = ProcessRegistry(journal.path, node_id, journal.journal_id)
     log_path = registry.log_path(claim.run_id, claim.epoch)
     try:
@@ -125,6 +132,14 @@ def run_worker(
 def _own(goals: Goals, claim: Claim, goal: Goal, log_path: Path) -> int:
     """Run the recipe while the attempt is ours, then report its end."""
     timeout_s = goal.budget["attempt_timeout_ms"] / 1000
+    # Reread right before launching: a cancellation (or any change) that committed between the
+    # claim and now must stop the recipe from ever starting.
+    verdict = _reread(goals, claim)
+    if verdict == "cancel":
+        return _report_cancel(goals, claim)
+    if verdict != "ours":
+        _say(f"{claim.run_id}/{claim.epoch}: not launching: the attempt is {_ownership(verdict)}")
+        return EXIT_SUPERSEDED
     with open(log_path, "ab") as log:
         try:
             recipe = _launch(goal, log)
@@ -215,6 +230,14 @@ def _reread(goals: Goals, claim: Claim, tries: int = 20) -> str:
             return verdict
         time.sleep(POLL_S)
     return "unknown"
+
+
+def _ownership(verdict: str) -> str:
+    return {
+        "ours": "still ours and running",
+        "cancel": "being cancelled",
+        "superseded": "no longer ours (ended, or the goal moved on)",
+    }.get(verdict, "unreadable for now")
 
 
 def _attempt_running(run: Run, epoch: int) -> bool:

@@ -1,0 +1,62 @@
+"""The claim → launch window of a real worker process (DESIGN §10): no recipe starts after a
+cancellation committed, and a replayed claim never launches anything.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from test_node import PY, Env, wait_until
+
+from store.worker import EXIT_REFUSED, EXIT_SETTLED
+
+GATED = str(Path(__file__).parent / "helpers" / "gated_worker.py")
+# Appends a line to <dir>/ran each time it runs.
+COUNT_RUNS = "import os, sys\nopen(os.path.join(sys.argv[1], 'ran'), 'a').write('ran\\n')"
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> Iterator[Env]:
+    e = Env(tmp_path)
+    try:
+        yield e
+    finally:
+        e.cleanup()
+
+
+def runs_of_recipe(env: Env) -> int:
+    ran = env.dir / "ran"
+    return len(ran.read_text().splitlines()) if ran.exists() else 0
+
+
+def test_no_recipe_starts_after_a_cancellation_committed_inside_the_launch_window(
+    env: Env,
+) -> None:
+    env.goal("g", COUNT_RUNS)
+    gate = env.dir / "gate"
+    args = ["--journal", str(env.path), "--node", "n1", "--goal", "g", "--token", "t1"]
+    worker = subprocess.Popen([PY, GATED, str(gate), *args], start_new_session=True)
+    env.started.append(worker)
+    wait_until(lambda: env.running_record("g"), what="the worker's process record")
+    # Claimed and recorded, not yet launched: a cancellation from another node commits now.
+    env.goals.cancel(goal_id="g", reason="not needed", command_id="op:cancel:elsewhere", by="x@n2")
+    gate.touch()
+    assert worker.wait(timeout=30) == EXIT_SETTLED
+    assert runs_of_recipe(env) == 0, "the recipe started after its cancellation committed"
+    goal, run = env.read("g")
+    assert goal.status == "cancelled" and run.status == "cancelled"
+    assert run.attempts[0].cleanup["confirmed_by"] == "n1/t1"  # the worker's own confirmation
+
+
+def test_a_replayed_claim_never_launches_the_recipe_again(env: Env) -> None:
+    env.goal("g", COUNT_RUNS)
+    first = env.worker("g", "same-token")
+    assert first.wait(timeout=30) == EXIT_SETTLED
+    assert env.status("g") == "completed" and runs_of_recipe(env) == 1
+    again = env.worker("g", "same-token")  # the same command again: the claim replays
+    assert again.wait(timeout=30) == EXIT_REFUSED
+    assert runs_of_recipe(env) == 1, "a replayed claim ran the recipe a second time"
+    assert env.status("g") == "completed"
