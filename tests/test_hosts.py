@@ -1,0 +1,190 @@
+"""The multi-host harness itself (tests/helpers/hosts.py, host_postgres.py): real namespaces.
+
+Hosts talk over their own veth link and bridge, never through the root namespace; each host
+has its own PID namespace (the same pid number names different processes on two hosts); a
+PostgreSQL server in the server host is reached by TCP with a password; teardown leaves no
+namespace, link or process, also after a failing test or a crashed run.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.helpers.host_postgres import PASSWORD, HostPostgres, ServerUnavailable
+from tests.helpers.hosts import NETNS_DIR, Host, HostProcess, Hosts, open_or_skip, required
+
+TCP_PEER = """
+import socket, sys
+srv = socket.socket(); srv.bind((sys.argv[1], 7000)); srv.listen(); print("listening", flush=True)
+conn, peer = srv.accept(); conn.sendall(peer[0].encode())
+"""
+TCP_CLIENT = """
+import socket, sys
+print(socket.create_connection((sys.argv[1], 7000), timeout=10).recv(64).decode())
+"""
+
+
+@pytest.fixture
+def hosts(tmp_path: Path) -> Iterator[Hosts]:
+    opened = open_or_skip(Hosts(["server", "a", "b"], base_dir=tmp_path))
+    try:
+        yield opened
+    finally:
+        opened.close()
+
+
+def sleeper_argv(marker: str) -> list[str]:
+    return [sys.executable, "-c", "import time; time.sleep(300)", marker]
+
+
+def root_links() -> set[str]:
+    out = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True, check=True).stdout
+    return {line.split(":")[1].strip().split("@")[0] for line in out.splitlines()}
+
+
+def marked(marker: str) -> list[psutil.Process]:
+    """Processes anywhere on the machine whose command line holds ``marker``."""
+    found = []
+    for p in psutil.process_iter(["cmdline"]):
+        if marker in " ".join(p.info["cmdline"] or []) and p.pid != os.getpid():
+            found.append(p)
+    return found
+
+
+def wait_for(predicate, what: str, timeout: float = 30) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+def test_hosts_talk_over_their_own_link_not_through_the_root_namespace(hosts: Hosts) -> None:
+    a, b = hosts["a"], hosts["b"]
+    listener = b.start([sys.executable, "-c", TCP_PEER, b.addr], stdout=subprocess.PIPE)
+    assert listener.popen.stdout is not None
+    assert listener.popen.stdout.readline().strip() == b"listening"
+    before = int(a.run(["cat", "/sys/class/net/eth0/statistics/tx_packets"]).stdout)
+
+    got = a.run([sys.executable, "-c", TCP_CLIENT, b.addr])
+
+    assert got.stdout.strip() == a.addr, got.stderr  # b saw a's own address
+    after = int(a.run(["cat", "/sys/class/net/eth0/statistics/tx_packets"]).stdout)
+    assert after > before  # the packets went out of a's veth
+    assert f"dev eth0 src {a.addr}" in a.run(["ip", "route", "get", b.addr]).stdout
+    routes = a.run(["ip", "-o", "route"]).stdout
+    assert "default" not in routes and hosts.subnet in routes  # nothing leaves the subnet
+    assert a.run(["hostname"]).stdout.strip() == "a"
+    root_addrs = subprocess.run(["ip", "-o", "addr"], capture_output=True, text=True).stdout
+    assert hosts.subnet_prefix + "." not in root_addrs  # the root namespace is not on it
+
+
+def test_each_host_has_its_own_pid_namespace(hosts: Hosts) -> None:
+    a, b = hosts["a"], hosts["b"]
+
+    def sleeper(host: Host) -> HostProcess:
+        return host.start(sleeper_argv(f"--{host.name}-sleeper"))
+
+    # Pids count up per namespace: restart the one behind until both have the same pid number.
+    on_a, on_b = sleeper(a), sleeper(b)
+    for _ in range(200):
+        if on_a.ns_pid == on_b.ns_pid:
+            break
+        behind = on_a if on_a.ns_pid < on_b.ns_pid else on_b
+        behind.kill()
+        if behind is on_a:
+            on_a = sleeper(a)
+        else:
+            on_b = sleeper(b)
+    assert on_a.ns_pid == on_b.ns_pid and on_a.root_pid != on_b.root_pid
+
+    seen_from_a = a.run(["ps", "-eo", "pid=,args="]).stdout
+    assert "--a-sleeper" in seen_from_a and "--b-sleeper" not in seen_from_a
+    assert str(on_b.root_pid) not in a.run(["ls", "/proc"]).stdout.split()
+
+    # Signalling that pid number on a reaches a's process only.
+    assert a.run(["kill", "-TERM", str(on_a.ns_pid)]).returncode == 0
+    assert on_a.wait(30) == -15
+    assert on_b.returncode is None and b.ns_pid_running(on_b.ns_pid)
+    assert not a.ns_pid_running(on_a.ns_pid)
+
+
+def test_teardown_leaves_no_namespace_link_or_process_even_when_the_test_fails(
+    tmp_path: Path,
+) -> None:
+    links_before = root_links()
+    hosts = Hosts(["a", "b"], base_dir=tmp_path)
+    with pytest.raises(RuntimeError, match="the test failed"), open_or_skip(hosts):
+        for host in hosts:
+            host.start(sleeper_argv("--teardown-marker"))
+            # an orphan (reparented to the host's init) in a session and group of its own
+            orphan = ["sh", "-c", 'setsid "$@" >/dev/null 2>&1 & exit 0', "sh"]
+            host.run([*orphan, *sleeper_argv("--teardown-marker")], check=True)
+        wait_for(lambda: len(marked("--teardown-marker")) >= 4, "the sleepers")
+        raise RuntimeError("the test failed")
+
+    assert not [n for n in hosts.namespaces if (NETNS_DIR / n).exists()]
+    wait_for(lambda: not marked("--teardown-marker"), "every host process to be gone")
+    assert root_links() == links_before
+
+
+def test_namespaces_left_by_a_crashed_run_are_removed(tmp_path: Path) -> None:
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
+    dead_pid = int(gone.stdout)
+    assert not psutil.pid_exists(dead_pid)
+    stale = f"rfx{dead_pid}x0-a"
+    if os.geteuid() != 0:
+        pytest.fail("needs root") if required() else pytest.skip("needs root")
+    subprocess.run(["ip", "netns", "add", stale], check=True)
+    leftover = subprocess.Popen(["ip", "netns", "exec", stale, *sleeper_argv("--stale-marker")])
+    try:
+        with open_or_skip(Hosts(["a"], base_dir=tmp_path)):
+            assert not (NETNS_DIR / stale).exists()
+        assert leftover.wait(30) == -9
+    finally:
+        leftover.kill()
+        subprocess.run(["ip", "netns", "del", stale], capture_output=True)
+
+
+def test_postgres_in_the_server_host_is_reached_by_password_from_both_nodes(hosts: Hosts) -> None:
+    try:
+        pg = HostPostgres.start_new(hosts["server"], allow=hosts.subnet)
+    except ServerUnavailable as exc:
+        pytest.fail(str(exc)) if required() else pytest.skip(str(exc))
+    probe = [
+        sys.executable, "-c",
+        "import psycopg, sys; c = psycopg.connect(sys.argv[1]);"
+        "print(c.execute('select inet_client_addr()').fetchone()[0])",
+        pg.url,
+    ]  # fmt: skip
+    try:
+        assert PASSWORD not in pg.url
+        outputs = []
+        for name in ("a", "b"):
+            got = hosts[name].run(probe, env=pg.client_env)
+            outputs.append(got.stdout + got.stderr)
+            assert got.stdout.strip() == hosts[name].addr, got.stderr
+        refused = hosts["a"].run(probe, env={"PGPASSWORD": "wrong"})
+        assert refused.returncode != 0 and "password authentication failed" in refused.stderr
+        outputs.append(refused.stderr)
+
+        pg.restart()
+        assert hosts["b"].run(probe, env=pg.client_env).stdout.strip() == hosts["b"].addr
+        pg.stop("immediate")
+        down = hosts["a"].run(probe, env=pg.client_env)
+        assert down.returncode != 0 and "refused" in down.stderr
+        pg.start()
+        assert hosts["a"].run(probe, env=pg.client_env).stdout.strip() == hosts["a"].addr
+        assert not any(PASSWORD in text for text in outputs)
+    finally:
+        pg.destroy()
