@@ -17,14 +17,18 @@ from pathlib import Path
 
 import psutil
 import pytest
-
-from tests.helpers.host_postgres import PASSWORD, HostPostgres, ServerUnavailable
-from tests.helpers.hosts import NETNS_DIR, Host, HostProcess, Hosts, open_or_skip, required
+from helpers.host_postgres import PASSWORD, HostPostgres, ServerUnavailable
+from helpers.hosts import NETNS_DIR, Host, HostProcess, Hosts, open_or_skip, required
 
 TCP_PEER = """
 import socket, sys
 srv = socket.socket(); srv.bind((sys.argv[1], 7000)); srv.listen(); print("listening", flush=True)
 conn, peer = srv.accept(); conn.sendall(peer[0].encode())
+"""
+PROBE = """
+import psycopg, sys
+with psycopg.connect(sys.argv[1]) as conn:
+    print(conn.execute("select inet_client_addr()").fetchone()[0])
 """
 TCP_CLIENT = """
 import socket, sys
@@ -148,6 +152,8 @@ def test_namespaces_left_by_a_crashed_run_are_removed(tmp_path: Path) -> None:
     subprocess.run(["ip", "netns", "add", stale], check=True)
     leftover = subprocess.Popen(["ip", "netns", "exec", stale, *sleeper_argv("--stale-marker")])
     try:
+        # `ip netns exec` enters the namespace, then execs: the marker shows once it is inside.
+        wait_for(lambda: bool(marked("--stale-marker")), "the leftover process")
         with open_or_skip(Hosts(["a"], base_dir=tmp_path)):
             assert not (NETNS_DIR / stale).exists()
         assert leftover.wait(30) == -9
@@ -158,17 +164,13 @@ def test_namespaces_left_by_a_crashed_run_are_removed(tmp_path: Path) -> None:
 
 def test_postgres_in_the_server_host_is_reached_by_password_from_both_nodes(hosts: Hosts) -> None:
     try:
-        pg = HostPostgres.start_new(hosts["server"], allow=hosts.subnet)
+        pg = HostPostgres.start_in(hosts["server"], allow=hosts.subnet)
     except ServerUnavailable as exc:
         pytest.fail(str(exc)) if required() else pytest.skip(str(exc))
-    probe = [
-        sys.executable, "-c",
-        "import psycopg, sys; c = psycopg.connect(sys.argv[1]);"
-        "print(c.execute('select inet_client_addr()').fetchone()[0])",
-        pg.url,
-    ]  # fmt: skip
     try:
-        assert PASSWORD not in pg.url
+        url = pg.client_url(pg.create_database())  # made from the test process, in-namespace
+        assert PASSWORD not in url and hosts["server"].addr in url
+        probe = [sys.executable, "-c", PROBE, url]
         outputs = []
         for name in ("a", "b"):
             got = hosts[name].run(probe, env=pg.client_env)
@@ -178,12 +180,12 @@ def test_postgres_in_the_server_host_is_reached_by_password_from_both_nodes(host
         assert refused.returncode != 0 and "password authentication failed" in refused.stderr
         outputs.append(refused.stderr)
 
-        pg.restart()
+        pg.restart()  # pg_ctl restart
         assert hosts["b"].run(probe, env=pg.client_env).stdout.strip() == hosts["b"].addr
         pg.stop("immediate")
         down = hosts["a"].run(probe, env=pg.client_env)
         assert down.returncode != 0 and "refused" in down.stderr
-        pg.start()
+        pg.start_on_same_port()
         assert hosts["a"].run(probe, env=pg.client_env).stdout.strip() == hosts["a"].addr
         assert not any(PASSWORD in text for text in outputs)
     finally:

@@ -53,6 +53,8 @@ def free_port() -> int:
 class PostgresServer:
     """A server the tests own (``owned``) or an existing one named by a URL."""
 
+    listen = "127.0.0.1"  # where an owned server listens (a test host's address: host_postgres)
+
     def __init__(self, base_url: str, *, root: Path | None = None, bin_dir: Path | None = None):
         self.base_url = base_url
         self.root = root
@@ -107,26 +109,34 @@ class PostgresServer:
         bin_dir = pg_bin()
         if bin_dir is None:
             raise ServerUnavailable("PostgreSQL is not installed (no /usr/lib/postgresql/*/bin)")
-        root = Path(tempfile.mkdtemp(prefix="refine-pg-"))
+        server = cls("", root=Path(tempfile.mkdtemp(prefix="refine-pg-")), bin_dir=bin_dir)
+        server.create_cluster(fsync=fsync)
+        return server
+
+    def create_cluster(self, *, fsync: bool = False, allow: str | None = None) -> None:
+        """initdb in ``self.root``, start, prepare; ``allow``: a CIDR also let in by password."""
+        root = self.root
+        assert root is not None
         (root / "sock").mkdir()
         (root / "pwfile").write_text(PASSWORD + "\n")
         if os.geteuid() == 0:
             shutil.chown(root, "postgres", "postgres")
             for child in root.iterdir():
                 shutil.chown(child, "postgres", "postgres")
-        server = cls("", root=root, bin_dir=bin_dir)
-        server._run(
+        self._run(
             "initdb", "-D", str(root / "data"), "-U", "postgres", "--pwfile", str(root / "pwfile"),
             "--auth-local=trust", "--auth-host=scram-sha-256", "-E", "UTF8", "--no-sync",
         )  # fmt: skip
+        if allow:
+            with open(root / "data" / "pg_hba.conf", "a") as hba:
+                hba.write(f"host all all {allow} scram-sha-256\n")
         settings = [
-            "-k", str(root / "sock"), "-c", "listen_addresses=127.0.0.1",
+            "-k", str(root / "sock"), "-c", f"listen_addresses={self.listen}",
             "-c", "max_connections=200", "-c", "fsync=" + ("on" if fsync else "off"),
         ]  # fmt: skip
         (root / "options").write_text("\n".join(settings))
-        server.start()
-        server.prepare()
-        return server
+        self.start()
+        self.prepare()
 
     def start(self) -> None:
         """Start (again) on a free port; the URL follows the port."""
@@ -143,7 +153,7 @@ class PostgresServer:
                 continue
             self.port = port
             pw = urllib.parse.quote(PASSWORD, safe="")
-            self.base_url = f"postgresql://postgres:{pw}@127.0.0.1:{port}/postgres"
+            self.base_url = f"postgresql://postgres:{pw}@{self.listen}:{port}/postgres"
             return
         raise ServerUnavailable(f"pg_ctl start failed: {self.log_tail()}")
 
@@ -162,8 +172,13 @@ class PostgresServer:
         self._run("pg_ctl", "-D", str(self.root / "data"), "-w", "-m", mode, "stop")
 
     def restart(self, mode: str = "fast") -> None:
-        self.stop(mode)
-        self.start_on_same_port()
+        """``pg_ctl restart -m MODE``: down and up again on the same port."""
+        assert self.root is not None
+        settings = (self.root / "options").read_text().split("\n")
+        self._run(
+            "pg_ctl", "-D", str(self.root / "data"), "-l", str(self.root / "log"), "-w", "-t", "60",
+            "-m", mode, "-o", " ".join([*settings, "-p", str(self.port)]), "restart",
+        )  # fmt: skip
 
     def destroy(self) -> None:
         if self.root is None:
@@ -178,11 +193,13 @@ class PostgresServer:
             return ""
         return " | ".join((self.root / "log").read_text(errors="replace").splitlines()[-lines:])
 
+    def command(self, argv: list[str]) -> list[str]:
+        """How a server tool runs: as ``postgres`` when we are root (PostgreSQL refuses root)."""
+        return ["runuser", "-u", "postgres", "--", *argv] if os.geteuid() == 0 else argv
+
     def _run(self, tool: str, *args: str) -> None:
         assert self.bin_dir is not None
-        argv = [str(self.bin_dir / tool), *args]
-        if os.geteuid() == 0:
-            argv = ["runuser", "-u", "postgres", "--", *argv]
+        argv = self.command([str(self.bin_dir / tool), *args])
         done = subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd="/")
         if done.returncode != 0:
             raise ServerUnavailable(f"{tool} failed: {(done.stderr or done.stdout).strip()}")
