@@ -9,9 +9,11 @@ and is laid out by display width; ``--json`` is exact.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import sys
+import unicodedata
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
@@ -128,7 +130,7 @@ def cmd_goal_add(args: argparse.Namespace) -> int:
         raise UsageError(
             "goal add needs the recipe after --, e.g. refine goal add --title T -- make"
         )
-    goal_id = args.id or default_goal_id(args.title)
+    goal_id = args.id if args.id is not None else default_goal_id(args.title)
     with open_journal(args, write=True) as journal:
         result = Goals(journal).create(
             goal_id=goal_id,
@@ -142,14 +144,32 @@ def cmd_goal_add(args: argparse.Namespace) -> int:
         )
     goal = result.goal
     note = " (already added: replayed)" if result.replayed else ""
+    if args.id is None:
+        note += " (id derived from the title; --id chooses another)"
     emit(args, goal.to_json(), f"added goal {goal.goal_id} on node {goal.node_id}{note}")
     return EXIT_OK
 
 
+# Letters NFKD does not take apart into ASCII ones.
+_LATIN = str.maketrans({"ß": "ss", "æ": "ae", "œ": "oe", "ø": "o", "ł": "l", "đ": "d", "þ": "th"})
+
+
 def default_goal_id(title: str) -> str:
-    slug = "".join(c if c.isalnum() else "-" for c in title.lower()).strip("-")
-    slug = "-".join(filter(None, slug.split("-")))[:40] or "goal"
-    return slug if slug[0].isalnum() else "g-" + slug
+    """A goal id from the title: ASCII by transliteration (``Déploiement`` → ``deploiement``);
+    when a letter has no ASCII form (``日本語``), a short digest of the title keeps ids apart."""
+    ascii_of = {c: _ascii(c) for c in set(title.lower())}
+    slug = "".join(ascii_of[c] or "-" for c in title.lower())
+    slug = "".join(c if c.isalnum() else "-" for c in slug)
+    slug = "-".join(filter(None, slug.split("-")))[:40].strip("-")
+    if any(c.isalnum() and not ascii_of[c] for c in ascii_of) or not slug:
+        digest = hashlib.sha256(title.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+        slug = f"{slug[:31].rstrip('-')}-{digest}" if slug else f"goal-{digest}"
+    return slug
+
+
+def _ascii(char: str) -> str:
+    decomposed = unicodedata.normalize("NFKD", char.translate(_LATIN))
+    return decomposed.encode("ascii", "ignore").decode()
 
 
 def cmd_goals(args: argparse.Namespace) -> int:

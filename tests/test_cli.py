@@ -192,3 +192,34 @@ def test_console_script_never_prints_a_traceback(tmp_path: Path) -> None:
         )
         assert proc.returncode in (2, 3), proc.stderr
         assert "Traceback" not in proc.stderr and proc.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    ("title", "expected"),
+    [
+        ("Déploiement du site", "deploiement-du-site"),
+        ("Straße", "strasse"),
+        ("x²", "x2"),
+        ("日本語", None),  # no ASCII form: a short digest of the title
+    ],
+)
+def test_goal_add_derives_an_id_from_any_title_and_says_so(
+    journal: Path, capsys, title: str, expected: str | None
+) -> None:
+    code, out, err = refine(capsys, journal, "goal", "add", "--title", title, "--", "true")
+    assert code == 0, err
+    goal_id = out.split()[2]
+    assert out.startswith(f"added goal {goal_id} on node n1") and "derived from the title" in out
+    if expected is not None:
+        assert goal_id == expected
+    else:
+        assert goal_id.startswith("goal-") and len(goal_id) == len("goal-") + 8
+    code, out, _ = refine(capsys, journal, "show", goal_id, "--json")
+    assert code == 0 and json.loads(out)["goal"]["title"] == title
+
+
+def test_goal_add_refuses_an_empty_id(journal: Path, capsys) -> None:
+    before = dump(journal)
+    code, _, err = refine(capsys, journal, "goal", "add", "--title", "T", "--id", "", "--", "true")
+    assert code == 2 and "goal_id must be" in err and err.count("\n") == 1
+    assert dump(journal) == before
