@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import sys
+import time
 import unicodedata
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -32,6 +33,7 @@ from store.errors import (
 from store.execution import Execution
 from store.goals import Goals
 from store.journal import Journal
+from store.journal_url import is_postgres_url, redact
 from store.operator import (
     ActionReport,
     cancel_goal,
@@ -104,6 +106,9 @@ def report_text(report: ActionReport) -> str:
 
 def open_journal(args: argparse.Namespace, *, write: bool) -> Journal:
     """Every command but init needs an existing journal; reads never create or modify it."""
+    location = args.journal or os.environ.get("REFINE_JOURNAL") or str(DEFAULT_JOURNAL)
+    if is_postgres_url(location):
+        return open_location(location, read_only=not write, create=False)
     path = journal_path(args)
     if not path.exists():
         raise StorageError(f"journal missing: {path} (create it with `refine init`)")
@@ -348,6 +353,54 @@ def cmd_check(args: argparse.Namespace) -> int:
     return EXIT_OK if report.clean else EXIT_REFUSED
 
 
+def open_location(location: str, *, read_only: bool, create: bool) -> Any:
+    """The journal a path or a ``postgresql://`` URL names (psycopg is imported only for URLs)."""
+    if is_postgres_url(location):
+        from store.journal_postgres import PostgresJournal
+
+        return PostgresJournal.connect(location, read_only, create=create)
+    return Journal.open(location, read_only=read_only, create=create)
+
+
+def cmd_copy(args: argparse.Namespace) -> int:
+    from store.journal_copy import copy_journal
+
+    with (
+        open_location(args.source, read_only=True, create=False) as source,
+        open_location(args.target, read_only=False, create=True) as target,
+    ):
+        report = copy_journal(source, target, None if args.json else ProgressLine())
+    data = {
+        "source": redact(args.source),
+        "target": redact(args.target),
+        "events": report.events,
+        "rows": report.rows,
+        "check": report.check.to_json(),
+    }
+    text = (
+        f"copied {report.events} events ({report.rows} rows) from {redact(args.source)}"
+        f" to {redact(args.target)}\n{report.check.text()}"
+    )
+    emit(args, data, text)
+    return EXIT_OK if report.check.clean else EXIT_REFUSED
+
+
+class ProgressLine:
+    """``copied N of M events`` on stderr, at most about once a second, for large journals."""
+
+    def __init__(self, interval_s: float = 1.0) -> None:
+        self.interval_s = interval_s
+        self.last = time.monotonic()
+        self.shown = False
+
+    def __call__(self, done: int, total: int) -> None:
+        now = time.monotonic()
+        # A small journal copies within the first interval and shows no progress at all.
+        if now - self.last >= self.interval_s or (done == total and self.shown):
+            self.last, self.shown = now, True
+            print(f"copied {done} of {total} events", file=sys.stderr, flush=True)
+
+
 def cmd_node(args: argparse.Namespace) -> int:
     from store.scheduler import run_node
 
@@ -444,6 +497,9 @@ def build_parser() -> argparse.ArgumentParser:
     cleanup.add_argument("--method", default="operator-confirmed")
     command("release", cmd_release, "make a held goal actionable again").add_argument("goal")
     command("check", cmd_check, "check every invariant; exit 0 only when clean")
+    copy = command("copy", cmd_copy, "copy a journal (file or postgresql:// URL), then check it")
+    copy.add_argument("source", help="journal to copy from (read only)")
+    copy.add_argument("target", help="an empty or new journal to copy into")
     command("tui", cmd_tui, "the dashboard").add_argument("--read-only", action="store_true")
     command("demo", cmd_demo, "a demo journal with live work and the dashboard").add_argument(
         "--dir"

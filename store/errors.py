@@ -153,3 +153,9 @@ class ProcessAliveError(RefineError):
     """Cleanup refused: the recorded process is alive (same pid and create time): use Stop."""
 
     code = "PROCESS_ALIVE"
+
+
+class TargetNotEmptyError(RefineError):
+    """`refine copy` writes only into an empty journal: nothing was copied."""
+
+    code = "TARGET_NOT_EMPTY"

@@ -12,7 +12,7 @@ import sqlite3
 import threading
 import urllib.parse
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal
@@ -22,8 +22,11 @@ from store.errors import (
     JournalClosedError,
     JournalReadOnlyError,
     StorageError,
+    TargetNotEmptyError,
 )
 from store.journal_core import (
+    COPY_BATCH,
+    COPY_TABLES,
     MAX_PAGE,
     MAX_SAFE_INTEGER,
     AggregateRow,
@@ -35,6 +38,7 @@ from store.journal_core import (
     aggregate_kind,
     check_page,
     command_key,
+    copy_table,
     event_row,
     first_ids,
     run_command,
@@ -379,6 +383,46 @@ class Journal:
             finally:
                 if conn.in_transaction:
                     conn.execute("COMMIT")
+
+    def export_rows(self, table: str) -> Iterator[list[tuple[Any, ...]]]:
+        """Every row of one stored table (``COPY_TABLES``' columns), in batches, in key order.
+        Call inside :meth:`snapshot` so the tables agree with one another."""
+        columns, key = copy_table(table)
+        with self._lock, _storage_errors():
+            cur = self._connection().execute(
+                f"SELECT {', '.join(columns)} FROM {table} ORDER BY {key}"
+            )
+            while batch := cur.fetchmany(COPY_BATCH):
+                yield batch
+
+    def import_rows(self, batches: Iterable[tuple[str, list[tuple[Any, ...]]]]) -> int:
+        """Write a whole journal's rows into this empty one, in one transaction; returns the
+        number of rows. TargetNotEmptyError (nothing written) when it holds anything."""
+        if self.read_only:
+            raise JournalReadOnlyError("journal is open read-only")
+        count = 0
+        with self._lock, _storage_errors():
+            conn = self._connection()
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                if any(
+                    conn.execute(f"SELECT 1 FROM {table} LIMIT 1").fetchone()
+                    for table, _, _ in COPY_TABLES
+                ):
+                    raise TargetNotEmptyError(f"journal {self.path} is not empty")
+                for table, rows in batches:
+                    columns, _ = copy_table(table)
+                    marks = ", ".join("?" * len(columns))
+                    conn.executemany(
+                        f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({marks})", rows
+                    )
+                    count += len(rows)
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+        return count
 
     def file_replaced(self) -> bool:
         """True when the path now names another file (or none) than the one we opened."""

@@ -253,3 +253,26 @@ def parse_result(text: str) -> dict[str, Stored]:
 
 class Unreadable(str):
     """Stored text that is not JSON: validators treat it as a corrupt record."""
+
+
+# --- copying a journal between backends (``refine copy``) ------------------------------------
+
+# Every stored table with its columns in one order for every backend, and its key order; events
+# come before the outbox rows that refer to them.
+COPY_TABLES: tuple[tuple[str, tuple[str, ...], str], ...] = (
+    ("events", ("sequence", "aggregate_id", "version", "type", "data", "committed_at",
+                "command_id"), "sequence"),
+    ("outbox", ("sequence", "aggregate_id", "topic", "published"), "sequence"),
+    ("aggregates", ("aggregate_id", "kind", "version", "status", "node_id", "last_sequence",
+                    "state"), "aggregate_id"),
+    ("receipts", ("command_id", "payload", "result", "committed_at"), "command_id"),
+)  # fmt: skip
+COPY_BATCH = 1000
+
+
+def copy_table(table: str) -> tuple[tuple[str, ...], str]:
+    """A stored table's columns and key, by name (any other name is refused)."""
+    for name, columns, key in COPY_TABLES:
+        if name == table:
+            return columns, key
+    raise InvalidInputError(f"no such journal table: {table}")

@@ -18,7 +18,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -35,8 +35,11 @@ from store.errors import (
     NotAJournalError,
     StorageError,
     StorageUnreachableError,
+    TargetNotEmptyError,
 )
 from store.journal_core import (
+    COPY_BATCH,
+    COPY_TABLES,
     MAX_PAGE,
     AggregateRow,
     Decide,
@@ -45,6 +48,7 @@ from store.journal_core import (
     Stored,
     check_page,
     command_key,
+    copy_table,
     event_row,
     first_ids,
     run_command,
@@ -379,6 +383,50 @@ class PostgresJournal:
         ``$XDG_STATE_HOME/refine/<journal id>`` (else ``~/.local/state/refine/<journal id>``)."""
         base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
         return Path(base) / "refine" / self.journal_id
+
+    def export_rows(self, table: str) -> Iterator[list[tuple[Any, ...]]]:
+        """Every row of one stored table (``COPY_TABLES``' columns), in batches, in key order.
+        Call inside :meth:`snapshot` (a server-side cursor needs its transaction)."""
+        columns, key = copy_table(table)
+        with self._lock, self._storage_errors():
+            conn = self._connection()
+            with conn.cursor(name=f"refine_export_{table}") as cur:
+                cur.execute(
+                    f"SELECT {', '.join(columns)} FROM {self.schema}.{table} ORDER BY {key}"
+                )
+                while batch := cur.fetchmany(COPY_BATCH):
+                    yield batch
+
+    def import_rows(self, batches: Iterable[tuple[str, list[tuple[Any, ...]]]]) -> int:
+        """Write a whole journal's rows into this empty one, in one transaction (``COPY``);
+        returns the number of rows. TargetNotEmptyError (nothing written) when it holds any."""
+        if self.read_only:
+            raise JournalReadOnlyError("journal is open read-only")
+        count = 0
+        with self._lock, self._storage_errors():
+            conn = self._connection()
+            with conn.transaction():
+                head = conn.execute(
+                    f"SELECT sequence FROM {self.schema}.head FOR UPDATE"
+                ).fetchone()
+                if head != (0,) or any(
+                    conn.execute(f"SELECT 1 FROM {self.schema}.{table} LIMIT 1").fetchone()
+                    for table, _, _ in COPY_TABLES
+                ):
+                    raise TargetNotEmptyError(f"journal {self.location} is not empty")
+                last = 0
+                for table, rows in batches:
+                    columns, _ = copy_table(table)
+                    with conn.cursor().copy(
+                        f"COPY {self.schema}.{table} ({', '.join(columns)}) FROM STDIN"
+                    ) as copy:
+                        for row in rows:
+                            copy.write_row(row)
+                    if table == "events" and rows:
+                        last = max(last, int(rows[-1][0]))
+                    count += len(rows)
+                conn.execute(f"UPDATE {self.schema}.head SET sequence = %s", (last,))
+        return count
 
     @contextlib.contextmanager
     def snapshot(self) -> Iterator[PostgresJournal]:

@@ -1,0 +1,115 @@
+"""`refine copy` at the store level: SQLite → PostgreSQL → SQLite keeps every row as stored."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers.postgres_server import PASSWORD
+from helpers.soak_recipes import ROOT
+
+from store.errors import TargetNotEmptyError
+from store.goals import Goals
+from store.journal import Change, Journal
+from store.journal_copy import copy_journal
+from store.journal_core import COPY_TABLES
+from store.journal_postgres import PostgresJournal
+from store.journal_url import redact
+
+
+def rows_of(journal: Any) -> dict[str, list[tuple[Any, ...]]]:
+    with journal.snapshot():
+        return {
+            table: [tuple(r) for batch in journal.export_rows(table) for r in batch]
+            for table, _, _ in COPY_TABLES
+        }
+
+
+def busy_journal(path: Path) -> Journal:
+    journal = Journal.open(path)
+    goals = Goals(journal)
+    for n in range(30):
+        goals.create(goal_id=f"g{n}", title=f"Goal «{n}»", node_id="n1", argv=["true", str(n)])
+    for n in range(0, 30, 3):
+        started = goals.start(goal_id=f"g{n}", node_id="n1", worker="w", token=f"t{n}")
+        if n % 2:
+            goals.settle(goal_id=f"g{n}", run_id=started.run.run_id, epoch=1, outcome="completed")
+    goals.cancel(goal_id="g1", reason="not needed", command_id="op:cancel:1")
+    return journal
+
+
+def test_sqlite_to_postgres_to_sqlite_keeps_every_row(tmp_path: Path, postgres_url: str) -> None:
+    seen: list[tuple[int, int]] = []
+    with busy_journal(tmp_path / "a.db") as first, PostgresJournal.connect(postgres_url) as pg:
+        report = copy_journal(first, pg, progress=lambda done, total: seen.append((done, total)))
+        assert report.check.clean and report.events == first.last_sequence()
+        assert seen[-1] == (report.events, report.events)
+        assert rows_of(pg) == rows_of(first)
+        assert pg.last_commit() == first.last_commit()
+        with Journal.open(tmp_path / "b.db") as back:
+            assert copy_journal(pg, back).check.clean
+            assert rows_of(back) == rows_of(first)
+        # The copy carries on where the source stopped: the next sequence follows on.
+        pg.execute(
+            command_id="after",
+            payload={},
+            expected={"run:after": None},
+            decide=lambda loaded: [Change("run:after", {}, [("e", {}), ("f", {})])],
+        )
+        assert pg.last_sequence() == first.last_sequence() + 2
+
+
+def test_a_non_empty_target_is_refused_and_left_as_it_was(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    with busy_journal(tmp_path / "a.db") as source, Journal.open(tmp_path / "b.db") as target:
+        Goals(target).create(goal_id="mine", title="Mine", node_id="n1", argv=["true"])
+        before = rows_of(target)
+        with pytest.raises(TargetNotEmptyError):
+            copy_journal(source, target)
+        assert rows_of(target) == before
+        with PostgresJournal.connect(postgres_url) as pg:
+            copy_journal(source, pg)
+            with pytest.raises(TargetNotEmptyError):
+                copy_journal(target, pg)
+            assert rows_of(pg) == rows_of(source)
+
+
+def refine(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "refine_tui.cli", *argv],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_refine_copy_round_trips_and_checks_on_postgres(tmp_path: Path, postgres_url: str) -> None:
+    first, back = str(tmp_path / "a.db"), str(tmp_path / "b.db")
+    busy_journal(tmp_path / "a.db").close()
+    outputs = []
+    there = refine("copy", first, postgres_url)
+    outputs.append(there)
+    assert there.returncode == 0, there.stderr
+    assert "clean" in there.stdout and redact(postgres_url) in there.stdout
+    checked = refine("--journal", postgres_url, "check", "--json")
+    outputs.append(checked)
+    assert checked.returncode == 0 and json.loads(checked.stdout)["clean"]
+    home = refine("copy", postgres_url, back, "--json")
+    outputs.append(home)
+    assert home.returncode == 0 and json.loads(home.stdout)["check"]["clean"]
+    listed = [refine("--journal", j, "goals", "--json") for j in (first, back)]
+    assert listed[0].stdout == listed[1].stdout and len(json.loads(listed[0].stdout)) == 30
+    again = refine("copy", first, postgres_url)
+    outputs.append(again)
+    assert again.returncode == 1 and again.stderr.count("\n") == 1
+    assert "TARGET_NOT_EMPTY" in again.stderr
+    missing = refine("copy", str(tmp_path / "nothing.db"), str(tmp_path / "c.db"))
+    assert missing.returncode == 3 and not (tmp_path / "c.db").exists()
+    for done in outputs:
+        assert PASSWORD not in done.stdout + done.stderr
