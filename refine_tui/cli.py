@@ -417,6 +417,27 @@ def cmd_tui(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    from refine_tui.serve import TokenFileError, serve
+
+    open_journal(args, write=False).close()  # refuse now, not in every tab
+    try:
+        return serve(
+            journal=args.journal,
+            node=node_name(args),
+            host=args.host,
+            port=args.port,
+            read_only=args.read_only,
+            token_file=Path(args.token_file) if args.token_file else None,
+        )
+    except TokenFileError as exc:
+        raise UsageError(str(exc)) from None
+    except OSError as exc:  # the address is taken or cannot be bound
+        raise UsageError(
+            f"cannot serve on {args.host}:{args.port}: {exc.strerror or exc}"
+        ) from None
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from refine_tui.demo import run_demo
 
@@ -434,6 +455,12 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1: {text!r}")
     return value
+
+
+def port_number(text: str) -> int:
+    if not text.isdigit() or int(text) > 65535:
+        raise argparse.ArgumentTypeError(f"not a port number (0-65535): {text!r}")
+    return int(text)
 
 
 def non_negative_float(text: str) -> float:
@@ -501,6 +528,11 @@ def build_parser() -> argparse.ArgumentParser:
     copy.add_argument("source", help="journal to copy from (read only)")
     copy.add_argument("target", help="an empty or new journal to copy into")
     command("tui", cmd_tui, "the dashboard").add_argument("--read-only", action="store_true")
+    serve = command("serve", cmd_serve, "the dashboard in a browser (prints a URL with a token)")
+    serve.add_argument("--host", default="127.0.0.1", help="address to bind (default loopback)")
+    serve.add_argument("--port", type=port_number, default=8000, help="0 picks a free port")
+    serve.add_argument("--read-only", action="store_true")
+    serve.add_argument("--token-file", help="a file holding the token (shared by a team)")
     command("demo", cmd_demo, "a demo journal with live work and the dashboard").add_argument(
         "--dir"
     )

@@ -1,0 +1,269 @@
+"""`refine serve`: the real dashboard in a browser, through textual-serve (DESIGN §13).
+
+Each websocket (one per browser tab) runs its own `refine tui` process. Every request must carry
+the access token, as `?token=` (the index then sets it as an HttpOnly cookie and redirects to a
+URL without it) or as that cookie; anything else gets 403 before any process starts. The token
+is compared in constant time and never logged (aiohttp's access log is off: it prints queries).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import hmac
+import ipaddress
+import secrets
+import signal
+import sys
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import aiohttp_jinja2
+from aiohttp import web
+from textual_serve.app_service import AppService
+from textual_serve.server import Server, to_int
+
+COOKIE = "refine_token"
+MIN_TOKEN_CHARS = 16
+QUIT_GRACE_S = 5.0  # a tab's app gets this long to quit before SIGTERM, then as long to SIGKILL
+FORBIDDEN = "403: Forbidden: open the URL with the token that `refine serve` printed\n"
+PR_SET_PDEATHSIG = 1
+
+
+class TokenFileError(Exception):
+    """The --token-file is missing, unreadable or too short to be a secret."""
+
+
+def read_token_file(path: Path) -> str:
+    try:
+        token = path.read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise TokenFileError(f"cannot read token file {path}: {exc.strerror or exc}") from None
+    except UnicodeError:
+        raise TokenFileError(f"token file {path} is not UTF-8 text") from None
+    if len(token) < MIN_TOKEN_CHARS or not token.isprintable() or " " in token:
+        raise TokenFileError(
+            f"token file {path} must hold one token of at least {MIN_TOKEN_CHARS} printable"
+            " characters without spaces"
+        )
+    return token
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name: it may resolve to anything
+        return False
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGTERM when `refine serve` dies, even by SIGKILL (Linux)."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+class TuiService(AppService):
+    """One tab's `refine tui`: started without a shell, stopped for sure (no orphans)."""
+
+    def __init__(self, argv: Sequence[str], **kwargs: Any) -> None:
+        super().__init__(" ".join(argv), **kwargs)
+        self.argv = list(argv)
+        self._stopping = asyncio.Lock()
+
+    async def _open_app_process(self, width: int = 80, height: int = 24) -> Any:
+        env = self._build_environment(width=width, height=height)
+        process = await asyncio.create_subprocess_exec(
+            *self.argv,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env=env,
+            preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+        )
+        self._process = process
+        self._stdin = process.stdin
+        return process
+
+    async def stop(self) -> None:
+        """Ask the app to quit; SIGTERM then SIGKILL if it does not, and reap it."""
+        async with self._stopping:
+            process, task = self._process, self._task
+            if process is None or task is None:
+                return
+            self._task = None
+            await self._download_manager.cancel_app_downloads(app_service_id=self.app_service_id)
+            if process.returncode is None:
+                await self.send_meta({"type": "quit"})
+            for last_resort in (process.terminate, process.kill):
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(process.wait(), QUIT_GRACE_S)
+                    break
+                with contextlib.suppress(ProcessLookupError):
+                    last_resort()
+            await process.wait()
+            with contextlib.suppress(Exception):
+                await task
+
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+class RefineServer(Server):
+    """textual-serve's server with an access token, our own `refine tui` processes and shutdown."""
+
+    def __init__(self, tui_argv: Sequence[str], *, host: str, port: int, token: str) -> None:
+        super().__init__(" ".join(tui_argv), host=host, port=port, title="refine")
+        self.tui_argv = list(tui_argv)
+        self._token = token.encode()
+        self.services: set[TuiService] = set()
+        self.sockets: set[web.WebSocketResponse] = set()
+
+    # --- access ------------------------------------------------------------------------------
+
+    def token_ok(self, candidate: str | None) -> bool:
+        return candidate is not None and hmac.compare_digest(candidate.encode(), self._token)
+
+    @web.middleware
+    async def require_token(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        from_query = request.query.get("token")
+        if not (self.token_ok(from_query) or self.token_ok(request.cookies.get(COOKIE))):
+            return web.Response(status=403, text=FORBIDDEN)
+        origin = request.headers.get("Origin")
+        if origin and origin.split("://", 1)[-1] != request.host:  # cross-site page or socket
+            return web.Response(status=403, text=FORBIDDEN)
+        if from_query is not None and request.path == "/" and request.method == "GET":
+            # Keep the token out of the address bar, history and Referer: cookie, then redirect.
+            query = request.rel_url.query.copy()
+            query.popall("token")
+            location = str(request.rel_url.with_query(query))
+            redirect = web.Response(status=302, headers={"Location": location})
+            redirect.set_cookie(COOKIE, from_query, httponly=True, samesite="Strict", path="/")
+            return redirect
+        response = await handler(request)
+        if not response.prepared:
+            response.headers["Referrer-Policy"] = "no-referrer"
+        return response
+
+    async def on_startup(self, app: web.Application) -> None:
+        """Quiet: `serve` prints the one URL to open (textual-serve's banner names the bind)."""
+
+    async def _make_app(self) -> web.Application:
+        app = await super()._make_app()
+        app.middlewares.append(self.require_token)
+        return app
+
+    # --- pages and sockets ---------------------------------------------------------------------
+
+    async def handle_index(self, request: web.Request) -> web.StreamResponse:  # type: ignore[override]
+        """textual-serve's page, with URLs of the host the browser asked for (not the bind)."""
+        forwarded_https = request.headers.get("X-Forwarded-Proto") == "https"
+        secure = request.secure or forwarded_https
+        base = f"{'https' if secure else 'http'}://{request.host}"
+        context = {
+            "font_size": to_int(request.query.get("fontsize", "16"), 16),
+            "app_websocket_url": f"{'wss' if secure else 'ws'}://{request.host}/ws",
+            "config": {"static": {"url": f"{base}/static/"}},
+            "application": {"name": self.title},
+        }
+        return aiohttp_jinja2.render_template("app_index.html", request, context)
+
+    async def handle_websocket(self, request: web.Request) -> web.WebSocketResponse:
+        websocket = web.WebSocketResponse(heartbeat=15)
+        width = to_int(request.query.get("width", "80"), 80)
+        height = to_int(request.query.get("height", "24"), 24)
+        await websocket.prepare(request)
+        service = TuiService(
+            self.tui_argv,
+            write_bytes=websocket.send_bytes,
+            write_str=websocket.send_str,
+            close=websocket.close,
+            download_manager=self.download_manager,
+        )
+        self.sockets.add(websocket)
+        self.services.add(service)
+        try:
+            await service.start(width, height)
+            await self._process_messages(websocket, service)
+        except (ConnectionError, asyncio.CancelledError):
+            pass
+        finally:  # the tab closed (or we are stopping): its app goes with it
+            await service.stop()
+            self.services.discard(service)
+            self.sockets.discard(websocket)
+            await websocket.close()
+        return websocket
+
+    async def stop_all(self) -> None:
+        await asyncio.gather(*(s.stop() for s in list(self.services)), return_exceptions=True)
+        await asyncio.gather(*(w.close() for w in list(self.sockets)), return_exceptions=True)
+
+    # --- running -----------------------------------------------------------------------------
+
+    async def run(self, announce: Callable[[int], None]) -> None:
+        """Serve until SIGINT/SIGTERM, then end every tab's app before returning."""
+        runner = web.AppRunner(
+            await self._make_app(), access_log=None, handle_signals=False, shutdown_timeout=5
+        )
+        await runner.setup()
+        try:
+            site = web.TCPSite(runner, self.host, self.port)
+            await site.start()
+            server = site._server
+            sockets = getattr(server, "sockets", None) or ()
+            announce(sockets[0].getsockname()[1] if sockets else self.port)
+            stop = asyncio.Event()
+            loop = asyncio.get_running_loop()
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                loop.add_signal_handler(signum, stop.set)
+            await stop.wait()
+            await self.stop_all()
+        finally:
+            await runner.cleanup()
+
+
+def tui_argv(journal: str | None, node: str, read_only: bool) -> list[str]:
+    """The `refine tui` each tab runs: this Python, so the same install and PYTHONPATH."""
+    argv = [sys.executable, "-m", "refine_tui.cli"]
+    if journal is not None:
+        argv += ["--journal", journal]
+    argv += ["--node", node, "tui"]
+    return [*argv, "--read-only"] if read_only else argv
+
+
+def url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+def serve(
+    *,
+    journal: str | None,
+    node: str,
+    host: str,
+    port: int,
+    read_only: bool,
+    token_file: Path | None,
+) -> int:
+    token = read_token_file(token_file) if token_file else secrets.token_urlsafe(32)
+    server = RefineServer(tui_argv(journal, node, read_only), host=host, port=port, token=token)
+
+    def announce(bound_port: int) -> None:
+        base = f"http://{url_host(host)}:{bound_port}/"
+        shown = f"<the token in {token_file}>" if token_file else token
+        mode = " (read-only)" if read_only else ""
+        print(f"refine serve: the dashboard{mode} for node {node} at", flush=True)
+        print(f"    {base}?token={shown}", flush=True)
+        if not is_loopback(host):
+            print(
+                f"refine serve: WARNING: serving on {host} in clear text: anyone on the path can"
+                " read the token and the dashboard; put TLS (a reverse proxy) in front",
+                file=sys.stderr,
+                flush=True,
+            )
+        print("refine serve: Ctrl+C stops it and every tab's dashboard", flush=True)
+
+    asyncio.run(server.run(announce))
+    return 0

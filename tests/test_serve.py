@@ -1,0 +1,409 @@
+"""`refine serve` (DESIGN §13): the real dashboard in real Chromium, behind a token, no orphans.
+
+Debian's Chromium (/usr/bin/chromium) is driven by Playwright with no browser download. The page
+draws on a canvas (xterm.js), so the tests read the terminal's own buffer: an init script keeps
+textual-serve's terminal object when its constructor assigns ``fitAddon``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import psutil  # type: ignore[import-untyped]
+import pytest
+
+from store.goals import Goals
+from store.journal import Journal
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+KEEP_TERMINAL = """
+Object.defineProperty(Object.prototype, "fitAddon", {
+  configurable: true,
+  set(value) {
+    Object.defineProperty(this, "fitAddon", {value, writable: true, configurable: true});
+    window.__refineTerminal = this;
+  },
+});
+"""
+READ_SCREEN = """() => {
+  const t = window.__refineTerminal && window.__refineTerminal.terminal;
+  if (!t) return "";
+  const b = t.buffer.active, rows = [];
+  for (let i = 0; i < t.rows; i++) {
+    const line = b.getLine(b.viewportY + i);
+    rows.push(line ? line.translateToString(true) : "");
+  }
+  return rows.join("\\n");
+}"""
+WAIT_S = 90.0
+
+
+def browser_required() -> bool:
+    return any(
+        os.environ.get(name) == "1"
+        for name in ("REFINE_REQUIRE_BROWSER", "REFINE_REQUIRE_POSTGRES", "CI")
+    )
+
+
+def wait_for(condition: Callable[[], Any], what: str, timeout: float = WAIT_S) -> Any:
+    """Poll until ``condition()`` is truthy; generous, and ends as soon as it holds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if value := condition():
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def refine(journal: Path, *args: str, **kwargs: Any) -> subprocess.CompletedProcess[str]:
+    argv = [sys.executable, "-m", "refine_tui.cli", "--journal", str(journal), "--node", "n1"]
+    return subprocess.run([*argv, *args], capture_output=True, text=True, timeout=60, **kwargs)
+
+
+def goal(journal: Path, goal_id: str) -> Any:
+    with Journal.open(journal, read_only=True, create=False) as j:
+        return Goals(j).read(goal_id)
+
+
+def tui_processes(journal: Path) -> list[psutil.Process]:
+    """Every live `refine tui` on this journal, whoever its parent is now."""
+    found = []
+    for proc in psutil.process_iter(["cmdline", "status"]):
+        cmdline = proc.info["cmdline"] or []
+        if proc.info["status"] == psutil.STATUS_ZOMBIE:
+            continue
+        if "tui" in cmdline and str(journal) in cmdline:
+            found.append(proc)
+    return found
+
+
+@pytest.fixture
+def journal(tmp_path: Path) -> Path:
+    path = tmp_path / "journal.db"
+    assert refine(path, "init").returncode == 0
+    add = refine(path, "goal", "add", "--id", "build-docs", "--title", "build docs", "--", "true")
+    assert add.returncode == 0, add.stderr
+    return path
+
+
+@dataclass
+class Served:
+    proc: subprocess.Popen[str]
+    url: str  # with the token
+    journal: Path
+    lines: list[str] = field(default_factory=list)
+
+    @property
+    def base(self) -> str:
+        return self.url.split("?", 1)[0]
+
+    @property
+    def token(self) -> str:
+        return self.url.split("token=", 1)[1]
+
+    def children(self) -> list[psutil.Process]:
+        return psutil.Process(self.proc.pid).children(recursive=True)
+
+
+def read_url(proc: subprocess.Popen[str], lines: list[str]) -> str:
+    """Collect stdout in a thread (it also keeps the pipe drained); return the printed URL."""
+    assert proc.stdout is not None
+    stdout = proc.stdout
+    threading.Thread(target=lambda: lines.extend(iter(stdout.readline, "")), daemon=True).start()
+    try:
+        found = wait_for(
+            lambda: (
+                next((ln.strip() for ln in lines if "?token=" in ln), None)
+                or proc.poll() is not None
+            ),
+            "refine serve to print its URL",
+        )
+    except AssertionError:
+        proc.kill()
+        raise
+    assert isinstance(found, str), f"refine serve exited: {lines}"
+    return found.split()[0]
+
+
+def stop_served(served: Served) -> None:
+    """SIGTERM `refine serve`; it must exit 0 and leave no `refine tui` behind."""
+    if served.proc.poll() is None:
+        served.proc.send_signal(signal.SIGTERM)
+    try:
+        code = served.proc.wait(timeout=WAIT_S)
+    except subprocess.TimeoutExpired:
+        served.proc.kill()
+        raise
+    assert code in (0, -signal.SIGKILL)
+    wait_for(lambda: not tui_processes(served.journal), "no refine tui left after serve exits")
+
+
+@pytest.fixture
+def serve(journal: Path) -> Iterator[Callable[..., Served]]:
+    started: list[Served] = []
+
+    def start(*extra: str) -> Served:
+        argv = [sys.executable, "-m", "refine_tui.cli", "--journal", str(journal)]
+        proc = subprocess.Popen(
+            [*argv, "--node", "n1", "serve", "--port", "0", *extra],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        lines: list[str] = []
+        served = Served(proc, read_url(proc, lines), journal, lines)
+        started.append(served)
+        return served
+
+    yield start
+    for served in started:
+        stop_served(served)
+
+
+@pytest.fixture
+def browser(tmp_path: Path) -> Iterator[Any]:
+    """A fresh headless Chromium context; FAILS (never skips) where a browser is required."""
+    try:
+        from playwright.sync_api import sync_playwright
+
+        manager = sync_playwright()
+        playwright = manager.start()
+    except Exception as exc:
+        if browser_required():
+            pytest.fail(f"Playwright cannot start: {exc}")
+        pytest.skip(f"Playwright cannot start: {exc}")
+    try:
+        context = playwright.chromium.launch_persistent_context(
+            str(tmp_path / "chromium-profile"),
+            executable_path=CHROMIUM,
+            headless=True,
+            args=CHROMIUM_ARGS,
+            viewport={"width": 1200, "height": 700},
+        )
+    except Exception as exc:
+        manager.__exit__(None, None, None)
+        if browser_required():
+            pytest.fail(f"Chromium cannot start: {exc}")
+        pytest.skip(f"Chromium cannot start: {exc}")
+    context.add_init_script(KEEP_TERMINAL)
+    # The page asks Google for a font: keep the tests off the internet.
+    context.route(
+        "**/*",
+        lambda route: (
+            route.continue_()
+            if route.request.url.startswith(("http://127.0.0.1", "ws://127.0.0.1"))
+            else route.abort()
+        ),
+    )
+    try:
+        yield context
+    finally:
+        context.close()
+        manager.__exit__(None, None, None)
+
+
+def open_dashboard(browser: Any, served: Served) -> Any:
+    page = browser.new_page()
+    page.goto(served.url)
+    assert "token" not in page.url  # the token moved to a cookie; out of history and Referer
+    wait_for(lambda: "Goals" in screen(page), "the Goals table in the page")
+    page.focus(".xterm-helper-textarea")
+    return page
+
+
+def screen(page: Any) -> str:
+    return str(page.evaluate(READ_SCREEN))
+
+
+def test_page_shows_goals_and_follows_a_commit_from_another_process(browser, serve) -> None:
+    served = serve()
+    page = open_dashboard(browser, served)
+    wait_for(lambda: "build-docs" in screen(page), "the goal row")
+    assert "live" in screen(page)
+    assert len(served.children()) == 1  # this tab's refine tui
+    added = refine(
+        served.journal, "goal", "add", "--id", "lint", "--title", "lint it", "--", "true"
+    )
+    assert added.returncode == 0, added.stderr
+    wait_for(lambda: "lint it" in screen(page), "a goal committed by another process")
+
+
+def test_cancel_from_the_browser_commits_to_the_journal(browser, serve) -> None:
+    served = serve()
+    page = open_dashboard(browser, served)
+    wait_for(lambda: "build-docs" in screen(page), "the goal row")
+    page.keyboard.press("c")
+    wait_for(lambda: "reason" in screen(page).lower(), "the Cancel modal")
+    page.keyboard.type("wrong branch")
+    page.keyboard.press("Enter")
+    cancelled = wait_for(
+        lambda: (g := goal(served.journal, "build-docs")).status == "cancelled" and g,
+        "the cancel in the journal",
+    )
+    assert cancelled.cancel_reason == "wrong branch"
+    wait_for(lambda: "cancelled" in screen(page), "the cancelled status in the page")
+
+
+def test_read_only_refuses_actions_in_words(browser, serve) -> None:
+    served = serve("--read-only")
+    assert "(read-only)" in served.lines[0]
+    page = open_dashboard(browser, served)
+    wait_for(lambda: "read-only" in screen(page), "the read-only hint")
+    page.keyboard.press("c")
+    wait_for(lambda: "open read-only" in screen(page), "the refusal in words")
+    assert goal(served.journal, "build-docs").status == "queued"
+
+
+def test_closing_the_tab_ends_its_process_and_stopping_serve_ends_the_rest(browser, serve) -> None:
+    served = serve()
+    first, second = open_dashboard(browser, served), open_dashboard(browser, served)
+    wait_for(lambda: len(served.children()) == 2, "one refine tui per tab")
+    pids = {p.pid for p in served.children()}
+    first.close()
+    wait_for(lambda: len(served.children()) == 1, "the closed tab's refine tui to end")
+    assert "build-docs" in screen(second)
+    stop_served(served)  # with a tab still open
+    assert not [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"]
+
+
+def test_the_browser_without_the_token_gets_403(browser, serve) -> None:
+    served = serve()
+    page = browser.new_page()
+    for url in (served.base, served.base + "?token=wrong" + served.token[5:]):
+        response = page.goto(url)
+        assert response is not None and response.status == 403
+        assert "token" in page.inner_text("body")
+    assert served.children() == []
+
+
+# --- plain HTTP: the 403s, without a browser -----------------------------------------------------
+
+
+def http_status(url: str, headers: dict[str, str] | None = None) -> int:
+    request = urllib.request.Request(url, headers=headers or {})
+    opener = urllib.request.build_opener(NoRedirect)
+    try:
+        with opener.open(request, timeout=30) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+class NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+async def ws_status(url: str, headers: dict[str, str] | None = None) -> int:
+    async with aiohttp.ClientSession() as session:
+        try:
+            async with session.ws_connect(url, headers=headers or {}) as ws:
+                await ws.close()
+                return 101
+        except aiohttp.WSServerHandshakeError as exc:
+            return exc.status
+
+
+async def test_requests_without_the_right_token_get_403_and_start_nothing(serve) -> None:
+    served = serve()
+    base, token = served.base, served.token
+    wrong = token[:-1] + ("A" if token[-1] != "A" else "B")
+    for path in ("", "static/js/textual.js", "download/x", "nope"):
+        assert http_status(base + path) == 403
+        assert http_status(f"{base}{path}?token={wrong}") == 403
+        assert http_status(base + path, {"Cookie": f"refine_token={wrong}"}) == 403
+    ws = base.replace("http://", "ws://") + "ws"
+    assert await ws_status(ws) == 403
+    assert await ws_status(f"{ws}?token={wrong}") == 403
+    assert await ws_status(ws, {"Cookie": f"refine_token={wrong}"}) == 403
+    # The right token from a foreign page (cross-site websocket hijacking): refused too.
+    foreign = {"Cookie": f"refine_token={token}", "Origin": "http://evil.example"}
+    assert await ws_status(ws, foreign) == 403
+    assert served.children() == []
+    # The right token: the index sets the cookie and drops the token from the URL.
+    assert http_status(served.url) == 302
+    assert http_status(base + "static/js/textual.js", {"Cookie": f"refine_token={token}"}) == 200
+    stop_served(served)
+    assert "".join(served.lines).count(token) == 1  # printed once in the URL, never logged
+    assert token not in served.proc.stderr.read()  # type: ignore[union-attr]
+
+
+async def test_the_right_token_starts_one_app_per_websocket(serve) -> None:
+    served = serve()
+    ws = served.base.replace("http://", "ws://") + "ws"
+    async with (
+        aiohttp.ClientSession() as session,
+        session.ws_connect(ws, headers={"Cookie": f"refine_token={served.token}"}) as socket,
+    ):
+        assert (await socket.receive(timeout=WAIT_S)).type == aiohttp.WSMsgType.BINARY
+        assert len(served.children()) == 1
+    wait_for(lambda: served.children() == [], "the app to end with its websocket")
+
+
+def test_token_file_is_not_printed_and_is_required(tmp_path: Path, serve) -> None:
+    secret = "team-secret-0123456789abcdef"
+    token_file = tmp_path / "token"
+    token_file.write_text(secret + "\n")
+    served = serve("--token-file", str(token_file))
+    assert secret not in "".join(served.lines)
+    assert http_status(f"{served.base}?token={secret}") == 302
+    assert http_status(f"{served.base}?token={secret[:-1]}") == 403
+
+
+def test_serve_refusals_are_one_line(tmp_path: Path, journal: Path) -> None:
+    short = tmp_path / "short"
+    short.write_text("abc")
+    for extra, code, words in (
+        (["--token-file", str(short)], 2, "at least 16"),
+        (["--token-file", str(tmp_path / "missing")], 2, "cannot read token file"),
+        (["--port", "70000"], 2, "not a port number"),
+    ):
+        result = refine(journal, "serve", *extra)
+        assert result.returncode == code and words in result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1
+    missing = refine(tmp_path / "nope.db", "serve")
+    assert missing.returncode == 3 and "journal missing" in missing.stderr
+
+
+def test_a_non_loopback_host_warns_to_put_tls_in_front(serve) -> None:
+    served = serve("--host", "0.0.0.0")
+    served.proc.send_signal(signal.SIGTERM)
+    served.proc.wait(timeout=WAIT_S)
+    err = served.proc.stderr.read()  # type: ignore[union-attr]
+    assert "WARNING" in err and "TLS" in err and "reverse proxy" in err
+
+
+async def test_a_killed_serve_takes_its_apps_with_it(serve) -> None:
+    """Even SIGKILL (no shutdown code runs): each app dies with its parent (PR_SET_PDEATHSIG)."""
+    served = serve()
+    ws = served.base.replace("http://", "ws://") + "ws"
+    async with (
+        aiohttp.ClientSession() as session,
+        session.ws_connect(ws, headers={"Cookie": f"refine_token={served.token}"}) as socket,
+    ):
+        assert (await socket.receive(timeout=WAIT_S)).type == aiohttp.WSMsgType.BINARY
+        assert len(tui_processes(served.journal)) == 1
+        served.proc.kill()
+        served.proc.wait(timeout=WAIT_S)
+        wait_for(lambda: not tui_processes(served.journal), "the app to die with refine serve")
