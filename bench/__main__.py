@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from bench import claims, commands, idle, latency, lifecycle, scale
+from bench import claims, cli, commands, idle, latency, lifecycle, scale
 from bench.common import cores
 
 Row = tuple[str, str, str]
@@ -68,6 +68,10 @@ def run_lifecycle(s: Settings) -> list[Row]:
     return out
 
 
+def run_cli(s: Settings) -> list[Row]:
+    return cli.rows(cli.measure(30 if s.samples >= 100 else 15))
+
+
 def run_latency(s: Settings) -> list[Row]:
     return latency.rows(latency.measure(list(s.sizes), s.samples, s.tmux_samples, log=_log))
 
@@ -90,6 +94,7 @@ def run_scale(s: Settings) -> list[Row]:
 BENCHMARKS: dict[str, Callable[[Settings], list[Row]]] = {
     "commands": run_commands,
     "lifecycle": run_lifecycle,
+    "cli": run_cli,
     "latency": run_latency,
     "idle": run_idle,
     "claims": run_claims,

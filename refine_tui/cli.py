@@ -9,7 +9,6 @@ and is laid out by display width; ``--json`` is exact.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import sys
@@ -17,12 +16,11 @@ import time
 import unicodedata
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from rich.cells import cell_len
 
 from refine_tui.format import clip, visible
-from store.check import check_journal
 from store.errors import (
     GoalNotFoundError,
     InvalidInputError,
@@ -30,19 +28,13 @@ from store.errors import (
     RefineError,
     StorageError,
 )
-from store.execution import Execution
-from store.goals import Goals
-from store.journal import Journal
 from store.journal_url import is_postgres_url, redact
-from store.operator import (
-    ActionReport,
-    cancel_goal,
-    confirm_cleanup,
-    default_node,
-    default_operator,
-    release_goal,
-    stop_goal,
-)
+
+# Each command imports the store modules it uses: a quick `refine goals` must not pay for the
+# operator's process tools (psutil), the checker or the dashboard (DESIGN §9, CLI start-up).
+if TYPE_CHECKING:
+    from store.journal import Journal
+    from store.operator import ActionReport
 
 EXIT_OK, EXIT_REFUSED, EXIT_USAGE, EXIT_UNAVAILABLE = 0, 1, 2, 3
 DEFAULT_JOURNAL = Path(".refine") / "journal.db"
@@ -62,6 +54,8 @@ def journal_path(args: argparse.Namespace) -> Path:
 
 
 def node_name(args: argparse.Namespace) -> str:
+    from store.operator import default_node
+
     return args.node or default_node()
 
 
@@ -106,6 +100,8 @@ def report_text(report: ActionReport) -> str:
 
 def open_journal(args: argparse.Namespace, *, write: bool) -> Journal:
     """Every command but init needs an existing journal; reads never create or modify it."""
+    from store.journal import Journal
+
     location = args.journal or os.environ.get("REFINE_JOURNAL") or str(DEFAULT_JOURNAL)
     if is_postgres_url(location):
         return open_location(location, read_only=not write, create=False)
@@ -116,6 +112,8 @@ def open_journal(args: argparse.Namespace, *, write: bool) -> Journal:
 
 
 def cmd_init(args: argparse.Namespace) -> int:
+    from store.journal import Journal
+
     path = journal_path(args)
     existed = path.exists()
     Journal.open(path).close()
@@ -128,6 +126,8 @@ def cmd_init(args: argparse.Namespace) -> int:
 
 
 def cmd_goal_add(args: argparse.Namespace) -> int:
+    from store.goals import Goals
+
     argv = list(args.argv)
     if argv and argv[0] == "--":
         argv = argv[1:]
@@ -167,6 +167,8 @@ def default_goal_id(title: str) -> str:
     slug = "".join(c if c.isalnum() else "-" for c in slug)
     slug = "-".join(filter(None, slug.split("-")))[:40].strip("-")
     if any(c.isalnum() and not ascii_of[c] for c in ascii_of) or not slug:
+        import hashlib
+
         digest = hashlib.sha256(title.encode("utf-8", "surrogatepass")).hexdigest()[:8]
         slug = f"{slug[:31].rstrip('-')}-{digest}" if slug else f"goal-{digest}"
     return slug
@@ -178,6 +180,8 @@ def _ascii(char: str) -> str:
 
 
 def cmd_goals(args: argparse.Namespace) -> int:
+    from store.goals import Goals
+
     with open_journal(args, write=False) as journal:
         goals = Goals(journal).list(status=args.status, node_id=args.only_node)
     rows = [
@@ -201,6 +205,8 @@ def cmd_goals(args: argparse.Namespace) -> int:
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
+    from store.goals import Goals
+
     with open_journal(args, write=False) as journal:
         goals = Goals(journal)
         if args.goal:
@@ -236,6 +242,9 @@ def require_goal(goals: Any, goal_id: str) -> Any:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
+    from store.execution import Execution
+    from store.goals import Goals
+
     with open_journal(args, write=False) as journal:
         goals = Goals(journal)
         goal = goals.read(args.target)
@@ -315,6 +324,8 @@ def act(args: argparse.Namespace, action: Callable[[Journal], ActionReport]) -> 
 
 
 def cmd_stop(args: argparse.Namespace) -> int:
+    from store.operator import default_operator, stop_goal
+
     node, operator = node_name(args), default_operator()
     return act(
         args, lambda j: stop_goal(j, args.goal, node=node, operator=operator, grace_s=args.grace)
@@ -322,6 +333,8 @@ def cmd_stop(args: argparse.Namespace) -> int:
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
+    from store.operator import cancel_goal, default_operator
+
     node, operator = node_name(args), default_operator()
     return act(
         args,
@@ -332,6 +345,8 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 
 def cmd_cleanup(args: argparse.Namespace) -> int:
+    from store.operator import confirm_cleanup, default_operator
+
     node, operator = node_name(args), default_operator()
     return act(
         args,
@@ -342,11 +357,15 @@ def cmd_cleanup(args: argparse.Namespace) -> int:
 
 
 def cmd_release(args: argparse.Namespace) -> int:
+    from store.operator import default_operator, release_goal
+
     operator = default_operator()
     return act(args, lambda j: release_goal(j, args.goal, operator=operator))
 
 
 def cmd_check(args: argparse.Namespace) -> int:
+    from store.check import check_journal
+
     with open_journal(args, write=False) as journal:
         report = check_journal(journal)
     emit(args, report.to_json(), report.text())
@@ -355,6 +374,8 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 def open_location(location: str, *, read_only: bool, create: bool) -> Any:
     """The journal a path or a ``postgresql://`` URL names (psycopg is imported only for URLs)."""
+    from store.journal import Journal
+
     if is_postgres_url(location):
         from store.journal_postgres import PostgresJournal
 

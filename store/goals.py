@@ -16,7 +16,6 @@ Run is submitted for the new node, so a worker launched for an older Round can n
 
 from __future__ import annotations
 
-import hashlib
 import re
 import unicodedata
 from collections.abc import Callable, Mapping, Sequence
@@ -103,6 +102,8 @@ def goal_id_of_run(run_id: str) -> str | None:
 
 
 def pins_for(recipe: Mapping[str, Any], node_id: str) -> dict[str, str]:
+    import hashlib  # here, not at the top: reading Goals (a quick `refine goals`) never hashes
+
     digest = hashlib.sha256(canonical_json(dict(recipe)).encode()).hexdigest()
     return {
         "candidate_digest": "sha256:" + digest,

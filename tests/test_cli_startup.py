@@ -1,0 +1,45 @@
+"""A quick CLI: the read commands never import the dashboard stack (DESIGN §9, CLI start-up)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from store.goals import Goals
+from store.journal import Journal
+
+# Run the CLI in a fresh interpreter, then list which heavy packages it imported.
+PROBE = """
+import contextlib, io, sys
+from refine_tui.cli import main
+with contextlib.redirect_stdout(io.StringIO()):
+    code = main(["--journal", sys.argv[1], *sys.argv[2:]])
+heavy = ("textual", "psutil")
+print(code, sorted({m.split(".")[0] for m in sys.modules if m.split(".")[0] in heavy}))
+"""
+
+
+@pytest.fixture
+def journal(tmp_path: Path) -> Path:
+    path = tmp_path / "journal.db"
+    with Journal.open(path) as j:
+        Goals(j).create(goal_id="g1", title="one", node_id="n1", argv=["true"])
+    return path
+
+
+@pytest.mark.parametrize(
+    "command", [["goals"], ["goals", "--json"], ["runs"], ["show", "g1"], ["show", "g1.r1"]]
+)
+def test_read_commands_import_neither_textual_nor_process_tools(
+    journal: Path, command: list[str]
+) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, str(journal), *command],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert done.stdout.split() == ["0", "[]"], done.stdout + done.stderr
