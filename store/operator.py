@@ -15,6 +15,8 @@ import re
 import socket
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -60,6 +62,9 @@ LOG_TAIL_LINES = 20
 # A worker records its process right after its claim commits; a claim younger than this with
 # no record yet is taken to be starting (the advice differs, nothing else does).
 LAUNCH_WINDOW_S = 10.0
+# How long after its grace a stopper may still take to SIGKILL, wait and record: the node
+# leaves a stopping attempt alone until then (and reconciles it after, should the stopper die).
+STOP_MARGIN_S = 15.0
 
 
 @dataclass(frozen=True)
@@ -77,6 +82,9 @@ class ActionReport:
     held: bool
     outcome: str  # requeued | held | exhausted | cancelled | cancel-requested | released | ...
     why: str
+    # Who recorded the attempt's end (this operator, the node's scheduler, the worker itself);
+    # None when no attempt ended (yet).
+    recorded_by: str | None = None
 
     def to_json(self) -> dict[str, object]:
         data = asdict(self)
@@ -155,8 +163,27 @@ def _running(goals: Goals, goal: Goal) -> tuple[Run, Attempt]:
     return run, attempt
 
 
+def _registry(journal: Journal, node: str) -> ProcessRegistry:
+    return ProcessRegistry(journal.path, node, journal.journal_id)
+
+
 def _record(journal: Journal, node: str, run_id: str, epoch: int) -> ProcessRecord | None:
-    return ProcessRegistry(journal.path, node, journal.journal_id).get(run_id, epoch)
+    return _registry(journal, node).get(run_id, epoch)
+
+
+@contextmanager
+def _owning_the_end(
+    journal: Journal, node: str, rec: ProcessRecord, by: str, grace_s: float
+) -> Iterator[None]:
+    """Mark the attempt as being stopped by ``by`` while it signals and records its end, so
+    the node's reconciliation does not record ``process-exited`` in between."""
+    registry = _registry(journal, node)
+    until = time.time() + grace_s + STOP_MARGIN_S
+    registry.mark_stopping(rec.run_id, rec.epoch, by=by, until=until)
+    try:
+        yield
+    finally:
+        registry.clear_stopping(rec.run_id, rec.epoch)
 
 
 def _writable(journal: Journal) -> None:
@@ -210,9 +237,11 @@ def _report(
     why: str,
     stopped: StopOutcome | None = None,
     goal: Goal | None = None,
+    recorded_by: str | None = None,
 ) -> ActionReport:
     goal = goal or target.goal
     return ActionReport(
+        recorded_by=recorded_by,
         action=action,
         goal_id=goal.goal_id,
         run_id=target.run.run_id,
@@ -322,14 +351,20 @@ def stop_goal(
     _writable(journal)
     target = _stop_target(journal, goal_id, node)
     assert target.record is not None
-    stopped = stop_process(target.record, grace_s)
-    if same_process(target.record):
-        why = "the process still runs after SIGKILL: nothing recorded"
-        return _report(
-            "stop", target, process=stopped.outcome, outcome="not-stopped", why=why, stopped=stopped
-        )
-    command_id = f"op:stop:{uuid.uuid4()}"
-    return _record_ending("stop", journal, target, operator, node, command_id, stopped=stopped)
+    with _owning_the_end(journal, node, target.record, f"{operator}@{node}", grace_s):
+        stopped = stop_process(target.record, grace_s)
+        if same_process(target.record):
+            why = "the process still runs after SIGKILL: nothing recorded"
+            return _report(
+                "stop",
+                target,
+                process=stopped.outcome,
+                outcome="not-stopped",
+                why=why,
+                stopped=stopped,
+            )
+        command_id = f"op:stop:{uuid.uuid4()}"
+        return _record_ending("stop", journal, target, operator, node, command_id, stopped=stopped)
 
 
 def _method(stopped: StopOutcome) -> str:
@@ -372,9 +407,18 @@ def _record_ending(
             command_id=command_id + suffix,
         )
 
-    def done(outcome: str, why: str, goal: Goal | None = None) -> ActionReport:
+    def done(
+        outcome: str, why: str, goal: Goal | None = None, recorded_by: str | None = by
+    ) -> ActionReport:
         return _report(
-            action, target, process=process, outcome=outcome, why=why, stopped=stopped, goal=goal
+            action,
+            target,
+            process=process,
+            outcome=outcome,
+            why=why,
+            stopped=stopped,
+            goal=goal,
+            recorded_by=recorded_by,
         )
 
     try:
@@ -390,13 +434,32 @@ def _record_ending(
         else:
             why = "the goal was cancelled meanwhile: the cancellation is recorded"
             return done("cancelled", f"{why} ({method} by {by})", result.goal)
-    if fresh.run.run_id == target.run.run_id and fresh.run.status == "cancelled":
-        why = "the cancellation was recorded meanwhile by another party: nothing was requeued"
-        return done("cancelled", why, fresh.goal)
-    now = f"it is now {fresh.goal.status}"
+    now = f"the goal is now {fresh.goal.status}"
     if fresh.epoch is not None:
         now += f" with attempt {fresh.epoch} running"
-    return done("conflict", f"the goal changed meanwhile ({now}): nothing was requeued", fresh.goal)
+    ended = _ended_by(fresh.run, target.epoch) if fresh.run.run_id == target.run.run_id else None
+    if ended is not None:  # say who recorded the end, and record nothing more
+        who, how = ended
+        if fresh.run.status == "cancelled":
+            why = f"the cancellation is recorded: attempt {target.epoch}'s end by {who} ({how})"
+            return done("cancelled", why, fresh.goal, who)
+        why = (
+            f"the goal changed meanwhile: attempt {target.epoch} was ended by {who} ({how}),"
+            f" {now}; nothing was requeued or recorded by this {action}"
+        )
+        return done("conflict", why, fresh.goal, who)
+    why = f"the goal changed meanwhile ({now}): nothing was requeued"
+    return done("conflict", why, fresh.goal, None)
+
+
+def _ended_by(run: Run, epoch: int) -> tuple[str, str] | None:
+    """Who recorded the end of attempt ``epoch``, and how (None while it runs)."""
+    attempt = next((a for a in run.attempts if a.epoch == epoch), None)
+    if attempt is None or attempt.state == "running":
+        return None
+    if attempt.cleanup:
+        return str(attempt.cleanup.get("confirmed_by")), str(attempt.cleanup.get("method"))
+    return attempt.worker, f"its own report: {attempt.state}"
 
 
 def _reread(goals: Goals, target: _Target) -> _Target:
@@ -438,9 +501,33 @@ def cancel_goal(
     goal = goals.read(check_name(goal_id, "goal_id"))
     if goal is not None:
         _refuse_cancel(goals, goal)  # the transaction decides; this only words the refusal
-    result = goals.cancel(
-        goal_id=goal_id, reason=reason, command_id=command_id, by=f"{operator}@{node}"
-    )
+    by = f"{operator}@{node}"
+    with ExitStack() as owning:
+        # Its process runs here: this canceller cleans up, and says so before the intent
+        # commits, so the node (which sees the pending cancel) stands down instead of racing.
+        local = _local_record(journal, goals, goal, node) if goal is not None else None
+        if local is not None:
+            owning.enter_context(_owning_the_end(journal, node, local, by, grace_s))
+        result = goals.cancel(goal_id=goal_id, reason=reason, command_id=command_id, by=by)
+        return _clean_up_cancelled(journal, result, operator, node, command_id, grace_s)
+
+
+def _local_record(journal: Journal, goals: Goals, goal: Goal, node: str) -> ProcessRecord | None:
+    """This node's record of the Goal's running attempt (None: not running here)."""
+    run = goals.current_run(goal) if goal.node_id == node else None
+    attempt = run.running_attempt if run is not None else None
+    return _record(journal, node, run.run_id, attempt.epoch) if run and attempt else None
+
+
+def _clean_up_cancelled(
+    journal: Journal,
+    result: GoalResult,
+    operator: str,
+    node: str,
+    command_id: str,
+    grace_s: float,
+) -> ActionReport:
+    """After the intent: stop this node's process of the attempt and record the cancel."""
     goal, run = result.goal, result.run
     assert run is not None
     attempt = run.running_attempt

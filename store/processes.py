@@ -131,18 +131,32 @@ class ProcessRegistry:
         self.processes_dir.mkdir(parents=True, exist_ok=True)
         self.logs_dir.mkdir(parents=True, exist_ok=True)
         target = self._record_path(rec.run_id, rec.epoch)
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".part", dir=self.processes_dir)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump(rec.to_json(), f, sort_keys=True)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, target)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+        _write_atomically(target, rec.to_json())
         return target
+
+    # A Stop in progress owns its attempt's ending: from its first signal until it has recorded
+    # (or its deadline passed, should the stopper die) this node does not reconcile the attempt.
+
+    def _stop_marker(self, run_id: str, epoch: int) -> Path:
+        return self.processes_dir / f"{_safe_name(run_id)}.{int(epoch)}.stopping"
+
+    def mark_stopping(self, run_id: str, epoch: int, *, by: str, until: float) -> None:
+        """Say that ``by`` is stopping this attempt and records its end before ``until``."""
+        self.processes_dir.mkdir(parents=True, exist_ok=True)
+        _write_atomically(self._stop_marker(run_id, epoch), {"by": by, "until": until})
+
+    def stopping(self, run_id: str, epoch: int) -> str | None:
+        """Who is stopping this attempt now (None: nobody, or the stopper's deadline passed)."""
+        try:
+            data = json.loads(self._stop_marker(run_id, epoch).read_text(encoding="utf-8"))
+            by, until = str(data["by"]), float(data["until"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        return by if time.time() < until else None
+
+    def clear_stopping(self, run_id: str, epoch: int) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self._stop_marker(run_id, epoch).unlink()
 
     def remove(self, run_id: str, epoch: int) -> bool:
         """Forget the record; False when there was none."""
@@ -171,6 +185,20 @@ class ProcessRegistry:
 def _safe_name(value: str) -> str:
     # Identifiers may hold "/" (and ":"); keep one flat, reversible file name per value.
     return quote(value, safe="._-")
+
+
+def _write_atomically(target: Path, data: Mapping[str, Any]) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".part", dir=target.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(data, f, sort_keys=True)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def _optional_text(value: object) -> str | None:

@@ -159,6 +159,8 @@ class Node:
             if same_process(rec):
                 self._gone_since.pop(key, None)
                 continue
+            if self.registry.stopping(rec.run_id, rec.epoch):
+                continue  # an operator's Stop owns this ending (until its deadline)
             if now - self._gone_since.setdefault(key, now) < settle_s:
                 continue
             result = self._end_gone(rec)
@@ -191,14 +193,17 @@ class Node:
                 continue
             if not _runs(run, rec.epoch) or goal.node_id != self.node_id:
                 continue
+            if self.registry.stopping(rec.run_id, rec.epoch):
+                continue  # whoever is stopping it records the cancellation
             stopped = stop_process(rec, self.grace_s)
             if same_process(rec):
                 continue  # still alive after SIGKILL: the cancellation stays pending
             method = f"cancel cleanup by node {self.node_id}: {stopped.detail}"
             try:
                 ended.append(self._interrupt(goal, run, rec.epoch, method[:500], "node-cancel"))
-            except RefineError as exc:  # e.g. its worker reported the cancellation first
-                self._say(f"{rec.run_id}/{rec.epoch}: cancel cleanup not recorded: {exc}")
+            except RefineError as exc:
+                if not self._ended_meanwhile(rec):  # e.g. its worker recorded it first: fine
+                    self._say(f"{rec.run_id}/{rec.epoch}: cancel cleanup not recorded: {exc}")
                 continue
             self._forget(rec)
         return ended
@@ -261,6 +266,14 @@ class Node:
             return None, None
         with self.journal.snapshot():
             return self.goals.read(goal_id), self.runs.read(run_id)
+
+    def _ended_meanwhile(self, rec: ProcessRecord) -> bool:
+        """Someone else (its worker, an operator) recorded this attempt's end meanwhile."""
+        try:
+            _, run = self._read(rec.run_id)
+        except RefineError:
+            return False
+        return run is not None and not _runs(run, rec.epoch)
 
     def _interrupt(self, goal: Goal, run: Run, epoch: int, method: str, kind: str) -> GoalResult:
         """End the attempt at the versions read (cancel instead when a cancel is pending)."""
