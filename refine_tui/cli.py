@@ -114,6 +114,13 @@ def open_journal(args: argparse.Namespace, *, write: bool) -> Journal:
 def cmd_init(args: argparse.Namespace) -> int:
     from store.journal import Journal
 
+    location = args.journal or os.environ.get("REFINE_JOURNAL") or ""
+    if is_postgres_url(location):  # a URL is never a file name: create the schema there
+        with open_location(location, read_only=False, create=True) as journal:
+            created = journal.last_sequence() == 0
+        shown = redact(location)
+        emit(args, {"journal": shown, "created": created}, f"journal ready: {shown}")
+        return EXIT_OK
     path = journal_path(args)
     existed = path.exists()
     Journal.open(path).close()

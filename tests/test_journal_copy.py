@@ -113,3 +113,18 @@ def test_refine_copy_round_trips_and_checks_on_postgres(tmp_path: Path, postgres
     assert missing.returncode == 3 and not (tmp_path / "c.db").exists()
     for done in outputs:
         assert PASSWORD not in done.stdout + done.stderr
+
+
+def test_refine_init_on_a_url_creates_the_schema_and_no_local_file(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "refine_tui.cli", "--journal", postgres_url, "init", "--json"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert PASSWORD not in done.stdout + done.stderr
+    assert json.loads(done.stdout)["journal"] == redact(postgres_url)
+    assert list(tmp_path.iterdir()) == []  # no SQLite file named after the URL
+    with PostgresJournal.connect(postgres_url, create=False) as journal:
+        assert journal.last_sequence() == 0
