@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from bench import claims, cli, commands, idle, latency, lifecycle, scale
+from bench import attempts, claims, cli, commands, idle, latency, lifecycle, scale
 from bench.common import cores
 
 Row = tuple[str, str, str]
@@ -72,6 +72,11 @@ def run_cli(s: Settings) -> list[Row]:
     return cli.rows(cli.measure(30 if s.samples >= 100 else 15))
 
 
+def run_attempts(s: Settings) -> list[Row]:
+    counts = [1, 100] if s.samples >= 100 else [1, 20]
+    return attempts.rows([attempts.measure_one(n, min(s.idle_s, 10.0)) for n in counts])
+
+
 def run_latency(s: Settings) -> list[Row]:
     return latency.rows(latency.measure(list(s.sizes), s.samples, s.tmux_samples, log=_log))
 
@@ -95,6 +100,7 @@ BENCHMARKS: dict[str, Callable[[Settings], list[Row]]] = {
     "commands": run_commands,
     "lifecycle": run_lifecycle,
     "cli": run_cli,
+    "attempts": run_attempts,
     "latency": run_latency,
     "idle": run_idle,
     "claims": run_claims,

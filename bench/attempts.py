@@ -1,0 +1,150 @@
+"""Running attempts on one node (DESIGN §9), measured as the design is today (no tuning).
+
+    python -m bench.attempts [--counts 1 100] [--idle 5]
+
+For each count N: a fresh journal, a real ``refine node --capacity N``, then N ``refine goal
+add`` commits (through the Goals API, in this process) of a recipe that sleeps. Once every
+recipe runs:
+- USS per attempt: the unique memory (psutil ``memory_full_info().uss``) of each attempt's
+  worker process (the recipe itself, a ``sleep``, is the user's work and not counted), median;
+- node RSS: the ``refine node`` process;
+- launch: from the Goal's ``goal.created`` commit (its ``committed_at``) to the recipe
+  process's create time (psutil, put on the wall clock by a probe process; ±10 ms), p50, p95;
+- idle CPU of the node over ``--idle`` seconds while the N attempts sleep (% of one core).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from bench.common import percentile
+from store.goals import Goals
+from store.journal import Journal
+
+NODE = "bench-node"
+SLEEP_S = 600
+
+
+def _node(path: Path, capacity: int) -> subprocess.Popen[bytes]:
+    command = [sys.executable, "-m", "refine_tui.cli", "--journal", str(path), "--node", NODE]
+    return subprocess.Popen(
+        [*command, "node", "--capacity", str(capacity)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+
+
+def _recipes(node: psutil.Process) -> dict[int, psutil.Process]:
+    """The running recipes (``sleep``) under the node, keyed by their worker's pid."""
+    found = {}
+    for proc in node.children(recursive=True):
+        try:
+            if proc.name() == "sleep":
+                found[proc.ppid()] = proc
+        except psutil.NoSuchProcess:
+            continue
+    return found
+
+
+def _clock_offset() -> float:
+    """psutil's create time minus the wall clock for a process started now (psutil derives
+    create times from the boot time, which /proc gives in whole seconds)."""
+    began = time.time()
+    probe = subprocess.Popen(["sleep", "1"])
+    try:
+        return psutil.Process(probe.pid).create_time() - began
+    finally:
+        probe.kill()
+        probe.wait()
+
+
+def measure_one(count: int, idle_s: float, timeout_s: float = 300.0) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="refine-attempts-") as scratch:
+        path = Path(scratch) / "journal.db"
+        Journal.open(path).close()
+        proc = _node(path, count)
+        node = psutil.Process(proc.pid)
+        try:
+            time.sleep(1.0)  # the node is up and watching before the first commit
+            with Journal.open(path) as journal:
+                goals = Goals(journal)
+                for n in range(count):
+                    goals.create(
+                        goal_id=f"a{n}", title=f"sleep {n}", node_id=NODE,
+                        argv=["sleep", str(SLEEP_S)],
+                    )  # fmt: skip
+                deadline = time.monotonic() + timeout_s
+                while len(recipes := _recipes(node)) < count:
+                    if time.monotonic() > deadline or proc.poll() is not None:
+                        raise RuntimeError(f"only {len(recipes)} of {count} recipes started")
+                    time.sleep(0.2)
+                created = {
+                    e.aggregate_id: e.committed_at
+                    for e in journal.events_after(0, limit=1000)
+                    if e.type == "goal.created"
+                }
+            launches, uss, offset = [], [], _clock_offset()
+            for worker_pid, recipe in recipes.items():
+                worker = psutil.Process(worker_pid)
+                goal = next(a for a in worker.cmdline() if a in {f"a{n}" for n in range(count)})
+                launches.append((recipe.create_time() - offset - created[f"goal:{goal}"]) * 1000)
+                uss.append(worker.memory_full_info().uss / 2**20)
+            before = node.cpu_times()
+            time.sleep(idle_s)
+            after = node.cpu_times()
+            busy = (after.user - before.user) + (after.system - before.system)
+            return {
+                "count": count,
+                "uss_mb": sorted(uss)[len(uss) // 2],
+                "node_rss_mb": node.memory_info().rss / 2**20,
+                "launch_p50_ms": percentile(launches, 50),
+                "launch_p95_ms": percentile(launches, 95),
+                "idle_cpu_pct": busy / idle_s * 100,
+            }
+        finally:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+            for child in psutil.Process().children(recursive=True):
+                child.kill()  # any recipe the node's ending left behind (our own children)
+
+
+def rows(results: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
+    return [
+        (
+            f"{r['count']:,} sleeping attempt(s) on one node",
+            f"USS {r['uss_mb']:.1f} MB per attempt (worker); node RSS {r['node_rss_mb']:.0f} MB;"
+            f" launch p50 {r['launch_p50_ms']:.0f} ms p95 {r['launch_p95_ms']:.0f} ms;"
+            f" node idle CPU {r['idle_cpu_pct']:.2f} %",
+            "≤ 4 MB USS, launch p95 ≤ 50 ms",
+        )
+        for r in results
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--counts", type=int, nargs="+", default=[1, 100])
+    parser.add_argument("--idle", type=float, default=5.0)
+    args = parser.parse_args(argv)
+    for row in rows([measure_one(n, args.idle) for n in args.counts]):
+        print(" | ".join(row))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
