@@ -138,6 +138,9 @@ class Journal:
         self.path = path
         self.read_only = read_only
         self.journal_id = journal_id  # None only for a schema-1 journal opened read-only
+        # Read as a frozen snapshot (``immutable=1``): a read-only open of a journal in a folder
+        # where SQLite cannot create its ``-shm`` file. Nobody can write it there either.
+        self.immutable = False
         self.inode = os.stat(path).st_ino
 
     # --- lifecycle -----------------------------------------------------------------------------
@@ -167,27 +170,30 @@ class Journal:
         if not read_only:
             file.parent.mkdir(parents=True, exist_ok=True)
         uri = "file:" + urllib.parse.quote(str(file)) + ("?mode=ro" if read_only else "")
-        with _storage_errors():
-            conn = sqlite3.connect(
-                uri,
-                uri=True,
-                isolation_level=None,
-                timeout=busy_timeout_ms / 1000,
-                check_same_thread=False,
-            )
+        conn = _connect(uri, busy_timeout_ms)
+        immutable = False
         try:
             with _storage_errors():
-                conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
                 # Identify the file with reads alone: switching to WAL rewrites the header of
                 # whatever file this is, so another application's database is refused first.
-                version = _identify(conn, file, initialize=create and not read_only)
+                try:
+                    version = _identify(conn, file, initialize=create and not read_only)
+                except sqlite3.OperationalError as exc:
+                    if not (read_only and _frozen_snapshot(file, exc)):
+                        raise
+                    conn.close()
+                    conn = _connect(uri + "&immutable=1", busy_timeout_ms)
+                    immutable = True
+                    version = _identify(conn, file, initialize=False)
                 if not read_only:
                     conn.execute("PRAGMA journal_mode = WAL")
                     conn.execute(f"PRAGMA synchronous = {synchronous}")
                     if version < SCHEMA_VERSION:
                         _migrate(conn)
                 journal_id = _journal_id(conn)
-            return cls(conn, file, read_only, journal_id=journal_id)
+            journal = cls(conn, file, read_only, journal_id=journal_id)
+            journal.immutable = immutable
+            return journal
         except BaseException:
             conn.close()
             raise
@@ -438,6 +444,28 @@ class Journal:
             (aggregate_id,),
         ).fetchone()
         return stored_row(row) if row else None
+
+
+def _connect(uri: str, busy_timeout_ms: int) -> sqlite3.Connection:
+    with _storage_errors():
+        conn = sqlite3.connect(
+            uri,
+            uri=True,
+            isolation_level=None,
+            timeout=busy_timeout_ms / 1000,
+            check_same_thread=False,
+        )
+        conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+    return conn
+
+
+def _frozen_snapshot(file: Path, exc: sqlite3.OperationalError) -> bool:
+    """A read-only open failed because SQLite could not create its side files (a read-only
+    folder). Without a ``-wal`` file every commit is in the database file and no writer can
+    start there (it would need that ``-wal``): reading it as immutable is exact."""
+    text = str(exc)
+    cannot = "unable to open" in text or "readonly" in text or "read-only" in text
+    return cannot and not os.path.exists(f"{file}-wal")
 
 
 def _identify(conn: sqlite3.Connection, file: Path, *, initialize: bool) -> int:

@@ -241,3 +241,38 @@ def test_a_record_of_another_journal_in_the_same_folder_is_never_acted_on(env: E
     done = refine(other, "stop", "g")
     assert done.returncode == 1 and "NO_PROCESS_RECORD" in done.stderr, done.stderr
     assert same_process(rec), "a record of another journal led to a signal"
+
+
+# --- a journal in a read-only folder -------------------------------------------------------
+
+
+@pytest.fixture
+def frozen_folder(tmp_path: Path) -> Iterator[Path]:
+    """A journal with one goal in a folder nobody may write (``chattr +i``: root too)."""
+    folder = tmp_path / "snapshot"
+    path = folder / "journal.db"
+    with Journal.open(path) as journal:
+        Goals(journal).create(goal_id="g", title="g", node_id="n1", argv=["true"])
+    assert not Path(f"{path}-wal").exists()  # the last connection checkpointed it
+    if subprocess.run(["chattr", "+i", str(folder)], capture_output=True).returncode != 0:
+        pytest.skip("chattr +i is not available here (needs root on ext4/xfs)")
+    try:
+        yield path
+    finally:
+        subprocess.run(["chattr", "-i", str(folder)], check=True)
+
+
+def test_a_journal_in_a_read_only_folder_is_read_as_an_immutable_snapshot(
+    frozen_folder: Path,
+) -> None:
+    before = fingerprint(frozen_folder)
+    done = refine(frozen_folder, "goals", "--json")
+    assert done.returncode == 0, done.stderr
+    assert [g["goal_id"] for g in json.loads(done.stdout)] == ["g"]
+    with Journal.open(frozen_folder, read_only=True) as journal:
+        assert journal.immutable and journal.last_sequence() > 0
+    with Journal.open(frozen_folder.parent / "journal.db", read_only=True) as journal:
+        assert journal.journal_id
+    done = refine(frozen_folder, "cancel", "g", "--reason", "r")
+    assert done.returncode == 3, done.stderr  # writing stays impossible, in one line
+    assert fingerprint(frozen_folder) == before
