@@ -9,6 +9,8 @@ and is laid out by display width; ``--json`` is exact.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import os
 import sys
@@ -37,6 +39,8 @@ if TYPE_CHECKING:
     from store.operator import ActionReport
 
 EXIT_OK, EXIT_REFUSED, EXIT_USAGE, EXIT_UNAVAILABLE = 0, 1, 2, 3
+MAX_CAPACITY = 1024  # attempts a node runs at once
+EXIT_PIPE = 128 + 13  # as a tool ended by SIGPIPE: the shell's `| head` convention
 DEFAULT_JOURNAL = Path(".refine") / "journal.db"
 
 
@@ -69,7 +73,12 @@ def emit(args: argparse.Namespace, data: Any, text: str) -> None:
     if args.json:
         print(json.dumps(data, indent=2, sort_keys=True))
     else:  # every line made visible (idempotent): nothing reaches the terminal as control
-        print("\n".join(visible(line) for line in text.split("\n")))
+        print("\n".join(printable(line) for line in text.split("\n")))
+
+
+def printable(text: str) -> str:
+    """Control characters and undecodable bytes of a path (surrogates) shown as escapes."""
+    return visible(text).encode("utf-8", "backslashreplace").decode()
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
@@ -491,6 +500,13 @@ def port_number(text: str) -> int:
     return int(text)
 
 
+def capacity(text: str) -> int:
+    value = positive_int(text)
+    if value > MAX_CAPACITY:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_CAPACITY}: {text!r}")
+    return value
+
+
 def non_negative_float(text: str) -> float:
     try:
         value = float(text)
@@ -537,7 +553,7 @@ def build_parser() -> argparse.ArgumentParser:
     command("runs", cmd_runs, "list runs (of one goal)").add_argument("goal", nargs="?")
     command("show", cmd_show, "one goal or run with its events").add_argument("target")
     command("node", cmd_node, "run this node's scheduler until SIGINT/SIGTERM").add_argument(
-        "--capacity", type=positive_int, default=4
+        "--capacity", type=capacity, default=4
     )
     stop = command("stop", cmd_stop, "stop a goal's local process and requeue it")
     stop.add_argument("goal")
@@ -585,14 +601,21 @@ def exit_code(error: RefineError) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if isinstance(sys.stdout, io.TextIOWrapper):  # a terminal or pipe that is not UTF-8
+        sys.stdout.reconfigure(errors="backslashreplace")
     try:
         args = parse(argv)
-        return int(args.func(args))
+        code = int(args.func(args))
+        sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit
+        return code
+    except BrokenPipeError:  # the reader went away (`refine goals | head`): end quietly
+        discard_stdout()
+        return EXIT_PIPE
     except UsageError as exc:
-        print(f"refine: USAGE: {visible(str(exc))}", file=sys.stderr)
+        print(f"refine: USAGE: {printable(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
     except RefineError as exc:
-        print(f"refine: {exc.code}: {visible(exc.message)}", file=sys.stderr)
+        print(f"refine: {exc.code}: {printable(exc.message)}", file=sys.stderr)
         return exit_code(exc)
     except KeyboardInterrupt:
         return 130
@@ -604,6 +627,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return EXIT_REFUSED
+
+
+def discard_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's last flush meets no closed pipe."""
+    with contextlib.suppress(OSError, ValueError):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 def tui_main(argv: Sequence[str] | None = None) -> int:

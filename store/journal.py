@@ -122,6 +122,28 @@ def _storage_errors() -> Iterator[None]:
         raise StorageError(f"not a usable journal: {exc}") from exc
 
 
+def _check_utf8(file: Path) -> None:
+    """SQLite names files in UTF-8: a path with no UTF-8 form is refused before anything."""
+    try:
+        str(file).encode("utf-8")
+    except UnicodeEncodeError:
+        shown = str(file).encode("utf-8", "backslashreplace").decode()
+        raise StorageError(f"journal path is not UTF-8, SQLite cannot open it: {shown}") from None
+
+
+def _make_folder(folder: Path) -> None:
+    """Create the journal's folder, or refuse in one line (a file in the way, no permission)."""
+    existing = folder
+    while not os.path.lexists(existing) and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise StorageError(f"cannot create the journal under {existing}: it is not a folder")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StorageError(f"cannot create the journal's folder {folder}: {exc.strerror}") from exc
+
+
 class Journal:
     """A SQLite command journal. Open with :meth:`open`; use as a context manager."""
 
@@ -163,12 +185,13 @@ class Journal:
         if synchronous not in ("FULL", "NORMAL"):
             raise InvalidInputError("synchronous must be FULL or NORMAL")
         file = resolve_journal_path(path)
+        _check_utf8(file)
         if not file.exists() and (read_only or not create):
             raise StorageError(f"journal missing: {file}")
         if file.exists() and not file.is_file():
             raise StorageError(f"not a journal file: {file}")
         if not read_only:
-            file.parent.mkdir(parents=True, exist_ok=True)
+            _make_folder(file.parent)
         uri = "file:" + urllib.parse.quote(str(file)) + ("?mode=ro" if read_only else "")
         conn = _connect(uri, busy_timeout_ms)
         immutable = False

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import subprocess
 import sys
@@ -11,6 +12,8 @@ from pathlib import Path
 import pytest
 
 from refine_tui.cli import main
+from store.goals import Goals
+from store.journal import Journal
 
 
 def refine(capsys: pytest.CaptureFixture[str], journal: Path, *args: str) -> tuple[int, str, str]:
@@ -133,6 +136,7 @@ def test_cancel_queued_goal_is_terminal_and_release_refuses(journal: Path, capsy
         ("cancel", "build", "--reason", ""),
         ("stop",),
         ("frobnicate",),
+        ("node", "--capacity", "100000000000000000000"),
     ],
 )
 def test_bad_input_exits_2_and_changes_nothing(journal: Path, capsys, args) -> None:
@@ -223,3 +227,39 @@ def test_goal_add_refuses_an_empty_id(journal: Path, capsys) -> None:
     code, _, err = refine(capsys, journal, "goal", "add", "--title", "T", "--id", "", "--", "true")
     assert code == 2 and "goal_id must be" in err and err.count("\n") == 1
     assert dump(journal) == before
+
+
+def test_path_errors_exit_3_in_one_line_and_create_nothing(tmp_path: Path, capsys) -> None:
+    (tmp_path / "afile").write_text("")
+    bad_name = Path(os.fsdecode(b"not-utf8-\xff"))
+    for journal in (
+        tmp_path / "afile" / "j.db",
+        tmp_path / "afile" / "sub" / "j.db",
+        tmp_path / bad_name / "j.db",
+    ):
+        for args in (("init",), ("goals",), ("goal", "add", "--title", "T", "--", "true")):
+            code, out, err = refine(capsys, journal, *args)
+            assert code == 3, (journal, args, err)
+            assert err.startswith("refine: STORAGE: ") and err.count("\n") == 1
+            assert "INTERNAL" not in err and out == ""
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
+
+
+def test_a_closed_pipe_ends_the_output_quietly(tmp_path: Path) -> None:
+    """`refine goals | head`: the reader goes away; no message, the SIGPIPE-like status."""
+    path = tmp_path / "journal.db"
+    with Journal.open(path) as j:
+        goals = Goals(j)
+        for n in range(250):  # more than a pipe's buffer of JSON: the write must meet the close
+            goals.create(goal_id=f"g{n}", title=f"goal {n}", node_id="n1", argv=["true"])
+    for args in (["goals", "--json"], ["goals"]):
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "refine_tui.cli", "--journal", str(path), *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        proc.stdout.read(10)  # like `head -c 10`
+        proc.stdout.close()
+        assert proc.wait(timeout=60) == 141
+        assert proc.stderr.read() == b""
+        proc.stderr.close()
