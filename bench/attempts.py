@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-import psutil
+import psutil  # type: ignore[import-untyped]
 
 from bench.common import percentile
 from store.goals import Goals
