@@ -11,8 +11,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -23,39 +21,11 @@ from typing import Any
 import aiohttp
 import psutil  # type: ignore[import-untyped]
 import pytest
+from helpers.browser import READ_SCREEN, launch, read_url, wait_for
 
 from store.goals import Goals
 from store.journal import Journal
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-KEEP_TERMINAL = """
-Object.defineProperty(Object.prototype, "fitAddon", {
-  configurable: true,
-  set(value) {
-    Object.defineProperty(this, "fitAddon", {value, writable: true, configurable: true});
-    window.__refineTerminal = this;
-  },
-});
-"""
-READ_SCREEN = """() => {
-  const t = window.__refineTerminal && window.__refineTerminal.terminal;
-  if (!t) return "";
-  const b = t.buffer.active, rows = [];
-  for (let i = 0; i < t.rows; i++) {
-    const line = b.getLine(b.viewportY + i);
-    rows.push(line ? line.translateToString(true) : "");
-  }
-  return rows.join("\\n");
-}"""
 WAIT_S = 90.0
 
 
@@ -64,16 +34,6 @@ def browser_required() -> bool:
         os.environ.get(name) == "1"
         for name in ("REFINE_REQUIRE_BROWSER", "REFINE_REQUIRE_POSTGRES", "CI")
     )
-
-
-def wait_for(condition: Callable[[], Any], what: str, timeout: float = WAIT_S) -> Any:
-    """Poll until ``condition()`` is truthy; generous, and ends as soon as it holds."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if value := condition():
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def refine(journal: Path, *args: str, **kwargs: Any) -> subprocess.CompletedProcess[str]:
@@ -126,26 +86,6 @@ class Served:
         return psutil.Process(self.proc.pid).children(recursive=True)
 
 
-def read_url(proc: subprocess.Popen[str], lines: list[str]) -> str:
-    """Collect stdout in a thread (it also keeps the pipe drained); return the printed URL."""
-    assert proc.stdout is not None
-    stdout = proc.stdout
-    threading.Thread(target=lambda: lines.extend(iter(stdout.readline, "")), daemon=True).start()
-    try:
-        found = wait_for(
-            lambda: (
-                next((ln.strip() for ln in lines if "?token=" in ln), None)
-                or proc.poll() is not None
-            ),
-            "refine serve to print its URL",
-        )
-    except AssertionError:
-        proc.kill()
-        raise
-    assert isinstance(found, str), f"refine serve exited: {lines}"
-    return found.split()[0]
-
-
 def stop_served(served: Served) -> None:
     """SIGTERM `refine serve`; it must exit 0 and leave no `refine tui` behind."""
     if served.proc.poll() is None:
@@ -194,28 +134,12 @@ def browser(tmp_path: Path) -> Iterator[Any]:
             pytest.fail(f"Playwright cannot start: {exc}")
         pytest.skip(f"Playwright cannot start: {exc}")
     try:
-        context = playwright.chromium.launch_persistent_context(
-            str(tmp_path / "chromium-profile"),
-            executable_path=CHROMIUM,
-            headless=True,
-            args=CHROMIUM_ARGS,
-            viewport={"width": 1200, "height": 700},
-        )
+        context = launch(playwright, tmp_path / "chromium-profile")
     except Exception as exc:
         manager.__exit__(None, None, None)
         if browser_required():
             pytest.fail(f"Chromium cannot start: {exc}")
         pytest.skip(f"Chromium cannot start: {exc}")
-    context.add_init_script(KEEP_TERMINAL)
-    # The page asks Google for a font: keep the tests off the internet.
-    context.route(
-        "**/*",
-        lambda route: (
-            route.continue_()
-            if route.request.url.startswith(("http://127.0.0.1", "ws://127.0.0.1"))
-            else route.abort()
-        ),
-    )
     try:
         yield context
     finally:
