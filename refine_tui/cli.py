@@ -16,7 +16,7 @@ import os
 import sys
 import time
 import unicodedata
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -31,6 +31,7 @@ from store.errors import (
     StorageError,
 )
 from store.journal_url import is_postgres_url, redact
+from store.locations import STATE_DIR_ENV
 
 # Each command imports the store modules it uses: a quick `refine goals` must not pay for the
 # operator's process tools (psutil), the checker or the dashboard (DESIGN §9, CLI start-up).
@@ -517,10 +518,22 @@ def non_negative_float(text: str) -> float:
     return value
 
 
+def non_empty(text: str) -> str:
+    if not text:
+        raise argparse.ArgumentTypeError("must not be empty")
+    return text
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = _Parser(add_help=False)
     common.add_argument("--journal", default=argparse.SUPPRESS, help="journal file")
     common.add_argument("--node", default=argparse.SUPPRESS, help="this node's name")
+    common.add_argument(
+        "--state-dir",
+        type=non_empty,
+        default=argparse.SUPPRESS,
+        help=f"this node's local files (process records, logs); else ${STATE_DIR_ENV}",
+    )
     common.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print JSON")
     parser = _Parser(
         prog="refine",
@@ -585,7 +598,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def parse(argv: Sequence[str]) -> argparse.Namespace:
     args = build_parser().parse_args(list(argv))
-    for name, default in (("journal", None), ("node", None), ("json", False)):
+    for name, default in (("journal", None), ("node", None), ("state_dir", None), ("json", False)):
         if not hasattr(args, name):
             setattr(args, name, default)
     return args
@@ -605,7 +618,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.reconfigure(errors="backslashreplace")
     try:
         args = parse(argv)
-        code = int(args.func(args))
+        with state_dir_setting(args.state_dir):
+            code = int(args.func(args))
         sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit
         return code
     except BrokenPipeError:  # the reader went away (`refine goals | head`): end quietly
@@ -633,6 +647,24 @@ def discard_stdout() -> None:
     """Point stdout at /dev/null so the interpreter's last flush meets no closed pipe."""
     with contextlib.suppress(OSError, ValueError):
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
+@contextlib.contextmanager
+def state_dir_setting(state_dir: str | None) -> Iterator[None]:
+    """``--state-dir`` as ``$REFINE_STATE_DIR`` (absolute) while the command runs: the node, its
+    workers, the operator commands and the dashboard all find this node's files through it."""
+    if state_dir is None:
+        yield
+        return
+    before = os.environ.get(STATE_DIR_ENV)
+    os.environ[STATE_DIR_ENV] = str(Path(state_dir).absolute())
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(STATE_DIR_ENV, None)
+        else:
+            os.environ[STATE_DIR_ENV] = before
 
 
 def tui_main(argv: Sequence[str] | None = None) -> int:

@@ -14,7 +14,6 @@ is being created (``init``); a schema holding anything else is never touched.
 from __future__ import annotations
 
 import contextlib
-import os
 import threading
 import time
 import uuid
@@ -55,6 +54,7 @@ from store.journal_core import (
     stored_row,
 )
 from store.journal_url import DEFAULT_SCHEMA, redact, split_schema, valid_schema
+from store.locations import server_journal_dir
 
 Synchronous = Literal["FULL", "NORMAL"]
 SCHEMA_VERSION = 1
@@ -381,8 +381,7 @@ class PostgresJournal:
     def local_dir(self) -> Path:
         """This machine's folder for the journal's node records and logs:
         ``$XDG_STATE_HOME/refine/<journal id>`` (else ``~/.local/state/refine/<journal id>``)."""
-        base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-        return Path(base) / "refine" / self.journal_id
+        return server_journal_dir(self.journal_id)
 
     def export_rows(self, table: str) -> Iterator[list[tuple[Any, ...]]]:
         """Every row of one stored table (``COPY_TABLES``' columns), in batches, in key order.

@@ -1,17 +1,63 @@
-"""Where a journal is: its path resolved once, before anything derives a folder from it.
+"""Where a journal is, and where a node keeps its local files for it (DESIGN §11).
 
 The watch folder, the node folders and the process records all derive from the journal's
-path. Reached through a symlink, the journal must still be the same journal: the watcher must
-watch the folder where its ``-wal`` changes, and a node's records must be found whichever name
-an operator used. So every derivation starts from the real path.
+location. Reached through a symlink, a SQLite journal must still be the same journal: the
+watcher must watch the folder where its ``-wal`` changes, and a node's records must be found
+whichever name an operator used. So every derivation starts from the real path.
+
+A node's state dir (process records, logs) is, in this order: the explicit override, else
+``$REFINE_STATE_DIR`` (the CLI's ``--state-dir`` sets it for its command and its workers), else
+``nodes/<node>/`` beside a SQLite journal, else ``$XDG_STATE_HOME/refine/<journal id>/<node>/``
+(``~/.local/state/...`` without it) for a PostgreSQL journal, whose machines share nothing.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+from urllib.parse import quote
+
+from store.journal_url import is_postgres_url
+
+STATE_DIR_ENV = "REFINE_STATE_DIR"
+
+Location = str | os.PathLike[str]
 
 
-def resolve_journal_path(path: str | os.PathLike[str]) -> Path:
+def resolve_journal_path(path: Location) -> Path:
     """The journal's real path: absolute, symlinks resolved (also for a file not yet there)."""
     return Path(os.path.realpath(os.fspath(path)))
+
+
+def file_name(value: str) -> str:
+    """One flat, reversible file name for an identifier (ids may hold "/" and ":")."""
+    return quote(value, safe="._-")
+
+
+def state_home() -> Path:
+    """``$XDG_STATE_HOME`` when set to an absolute path (the spec ignores others), else
+    ``~/.local/state``."""
+    xdg = os.environ.get("XDG_STATE_HOME", "")
+    return Path(xdg) if os.path.isabs(xdg) else Path.home() / ".local" / "state"
+
+
+def server_journal_dir(journal_id: str) -> Path:
+    """This machine's folder for a server (PostgreSQL) journal: one per journal id."""
+    if not journal_id:
+        raise ValueError("a server journal's local folder needs its journal id")
+    return state_home() / "refine" / file_name(journal_id)
+
+
+def node_state_dir(
+    location: Location,
+    node_id: str,
+    journal_id: str | None = None,
+    override: Location | None = None,
+) -> Path:
+    """The folder where ``node_id`` keeps its process records and logs for this journal."""
+    chosen = override or os.environ.get(STATE_DIR_ENV)
+    if chosen:
+        return Path(chosen).absolute()
+    if is_postgres_url(location):
+        return server_journal_dir(journal_id or "") / file_name(node_id)
+    return resolve_journal_path(location).parent / "nodes" / file_name(node_id)

@@ -1,8 +1,9 @@
 """The node-local process registry: what a node runs, how to observe it, how to stop it safely.
 
-Records live beside the journal under ``nodes/<node>/processes/`` (one JSON file per attempt,
-written atomically) with logs under ``nodes/<node>/logs/``. They are never authority: the
-journal decides who owns work; a record only says which local process to look at or stop.
+Records live in the node's state dir (``nodes/<node>/`` beside a SQLite journal by default; see
+``store.locations``) under ``processes/`` (one JSON file per attempt, written atomically) with
+logs under ``logs/``. They are never authority: the journal decides who owns work; a record
+only says which local process to look at or stop.
 
 A pid alone does not identify a process (pids are reused), and psutil's create time has 1/100 s
 resolution, so a process is "the recorded one" only when both the pid exists and its create
@@ -22,11 +23,10 @@ from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 import psutil
 
-from store.locations import resolve_journal_path
+from store.locations import Location, file_name, node_state_dir
 
 POLL_S = 0.02  # how often stop_process looks whether the group has exited
 
@@ -104,19 +104,27 @@ class ProcessRecord:
 
 
 class ProcessRegistry:
-    """``<journal dir>/nodes/<node_id>/{processes,logs}/``: this node's records and logs.
+    """``<state dir>/{processes,logs}/``: this node's records and logs.
 
-    The folder derives from the journal's real path (a symlinked journal is the same journal).
+    The state dir is ``store.locations.node_state_dir``'s: ``state_dir`` or ``$REFINE_STATE_DIR``,
+    else ``nodes/<node>/`` beside the journal's real path (a symlinked journal is the same
+    journal), else, for a ``postgresql://`` journal, a folder of this machine per journal id.
     With a ``journal_id``, a record that names another journal is never returned: two journals
     in one folder share ``nodes/``, and a record of the other one must never be acted on.
     """
 
     def __init__(
-        self, journal_path: str | os.PathLike[str], node_id: str, journal_id: str | None = None
+        self,
+        journal_path: Location,
+        node_id: str,
+        journal_id: str | None = None,
+        *,
+        state_dir: Location | None = None,
     ) -> None:
         self.node_id = node_id
         self.journal_id = journal_id
-        self.root = resolve_journal_path(journal_path).parent / "nodes" / _safe_name(node_id)
+        # The journal's location (a path or a postgresql:// URL) or the override decides.
+        self.root = node_state_dir(journal_path, node_id, journal_id, state_dir)
         self.processes_dir = self.root / "processes"
         self.logs_dir = self.root / "logs"
 
@@ -183,8 +191,7 @@ class ProcessRegistry:
 
 
 def _safe_name(value: str) -> str:
-    # Identifiers may hold "/" (and ":"); keep one flat, reversible file name per value.
-    return quote(value, safe="._-")
+    return file_name(value)
 
 
 def _write_atomically(target: Path, data: Mapping[str, Any]) -> None:

@@ -1,0 +1,112 @@
+"""A node's state dir (DESIGN §11): ``--state-dir`` / ``$REFINE_STATE_DIR``, else ``nodes/<node>/``
+beside a SQLite journal, else ``$XDG_STATE_HOME/refine/<journal id>/<node>/`` for PostgreSQL.
+One function decides it for the node, its workers, the operator commands and the dashboard.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from store.locations import STATE_DIR_ENV, node_state_dir
+from store.processes import ProcessRegistry
+
+URL = "postgresql://refine@db.example:5432/refine"
+
+
+@pytest.fixture(autouse=True)
+def no_state_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(STATE_DIR_ENV, raising=False)
+
+
+def test_a_sqlite_journal_keeps_node_files_beside_its_real_path(tmp_path: Path) -> None:
+    real = tmp_path / "real" / "journal.db"
+    real.parent.mkdir()
+    (tmp_path / "link.db").symlink_to(real)
+
+    assert node_state_dir(tmp_path / "link.db", "team/a") == real.parent / "nodes" / "team%2Fa"
+    assert ProcessRegistry(real, "n1").root == real.parent / "nodes" / "n1"
+
+
+def test_a_server_journal_keeps_node_files_per_journal_id_in_the_state_home(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg"))
+    assert node_state_dir(URL, "a", "j-1") == tmp_path / "xdg" / "refine" / "j-1" / "a"
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    for unset in ("", "relative/state"):  # the XDG spec ignores a relative value
+        monkeypatch.setenv("XDG_STATE_HOME", unset)
+        expected = tmp_path / "home" / ".local" / "state" / "refine" / "j-1" / "a"
+        assert node_state_dir(URL, "a", "j-1") == expected
+
+    with pytest.raises(ValueError, match="journal id"):
+        node_state_dir(URL, "a", None)
+
+
+def test_the_override_then_the_environment_beat_the_default(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    journal = tmp_path / "journal.db"
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv(STATE_DIR_ENV, "from-env")
+
+    assert node_state_dir(journal, "n1") == tmp_path / "from-env"  # made absolute
+    assert node_state_dir(URL, "n1", None) == tmp_path / "from-env"  # no journal id needed
+    assert node_state_dir(journal, "n1", override="given") == tmp_path / "given"
+    assert ProcessRegistry(journal, "n1", state_dir=tmp_path / "s").logs_dir == tmp_path / "s/logs"
+
+
+def refine(journal: Path, *args: str, env: dict[str, str] | None = None) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "refine_tui.cli", "--journal", str(journal), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "REFINE_NODE": "n1", **(env or {})},
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def wait_until_done(journal: Path, goal: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        goals = json.loads(refine(journal, "goals", "--json"))
+        if [g["status"] for g in goals if g["goal_id"] == goal] == ["completed"]:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"{goal} did not complete")
+
+
+@pytest.mark.parametrize("how", ["option", "environment"])
+def test_the_node_and_its_workers_keep_records_and_logs_in_the_state_dir(
+    tmp_path: Path, how: str
+) -> None:
+    journal, state = tmp_path / "journal.db", tmp_path / "state"
+    refine(journal, "init")
+    refine(journal, "goal", "add", "--title", "hi", "--id", "hi", "--", "sh", "-c", "echo hello")
+    args, env = (
+        (["--state-dir", str(state)], {}) if how == "option" else ([], {STATE_DIR_ENV: str(state)})
+    )
+    node = subprocess.Popen(
+        [sys.executable, "-m", "refine_tui.cli", "--journal", str(journal), *args, "node"],
+        env={**os.environ, "REFINE_NODE": "n1", **env},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_until_done(journal, "hi")
+    finally:
+        node.send_signal(signal.SIGTERM)
+        node.wait(60)
+
+    assert (state / "logs" / "hi.r1.1.log").read_text().strip() == "hello"
+    assert not (tmp_path / "nodes").exists()  # nothing beside the journal
