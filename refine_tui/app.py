@@ -15,7 +15,7 @@ import contextlib
 import os
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 from rich.text import Text
@@ -41,16 +41,17 @@ from store.locations import resolve_journal_path
 from store.operator import default_node, default_operator
 from store.watch import ChangeFeed, JournalWatcher
 
-# Order chosen for 80 columns: what an operator scans first (status, markers) is visible
-# without scrolling; round and worker come last.
+# Widths chosen for 80 columns first: the first seven Goal columns (what an operator scans:
+# status, elapsed, markers) and all nine Attempt columns fit; round and worker follow off
+# screen. Text cut with … is whole in the line under the table (the selected row, in words).
 GOAL_COLUMNS = (
     Column("goal", "Goal", 14),
-    Column("title", "Title", 14),
+    Column("title", "Title", 12),
     Column("status", "Status", 9),
     Column("elapsed", "Elapsed", 7),
     Column("attempts", "Att", 4),
-    Column("node", "Node", 5),
-    Column("note", "Note", 22),
+    Column("node", "Node", 4),
+    Column("note", "Note", 16),
     Column("round", "Rnd", 3),
     Column("worker", "Worker", 12),
 )
@@ -63,14 +64,14 @@ RUN_COLUMNS = (
 )
 ATTEMPT_COLUMNS = (
     Column("epoch", "#", 2),
-    Column("state", "State", 25),
+    Column("worker", "Worker", 7),
+    Column("state", "State", 17),
     Column("started", "Started", 8),
-    Column("duration", "Duration", 8),
+    Column("duration", "Dur", 6),
     Column("pid", "PID", 7),
     Column("alive", "Alive", 5),
     Column("cpu", "CPU", 4),
     Column("memory", "Mem", 5),
-    Column("worker", "Worker", None),
 )
 WORKER_COLUMNS = (
     Column("run", "Run", 16),
@@ -85,8 +86,9 @@ WORKER_COLUMNS = (
 )
 # All Goal columns at their base widths, with cell padding and a scrollbar.
 TABLE_WIDTH = sum(c.width or 0 for c in GOAL_COLUMNS) + 2 * len(GOAL_COLUMNS) + 2
-ATTEMPT_TABLE_WIDTH = sum(c.width or 0 for c in ATTEMPT_COLUMNS) + 2 * (len(ATTEMPT_COLUMNS) - 1)
+ATTEMPT_TABLE_WIDTH = sum(c.width or 0 for c in ATTEMPT_COLUMNS) + 2 * len(ATTEMPT_COLUMNS)
 LONG_TEXT = 200  # a last column sized to content shows at most this many cells (argv can be 64k)
+BASE_WIDTHS = {"title": 12, "note": 16, "worker": 7, "state": 17}
 RETRY_S = 2.0  # how often an unreadable journal is tried again (file events also wake it)
 OBSERVE_INTERVAL_S = 5.0  # CPU/memory/liveness of this node's processes (they change silently)
 
@@ -168,11 +170,13 @@ class RefineApp(OperatorActions, DetailPane, App[None]):
         self._wake = asyncio.Event()
         self._read_lock = asyncio.Lock()
         # Grown on wide terminals (on_resize); the attempt State fits "interrupted (… by dana@n1)".
-        self.widths = {"title": 14, "note": 22, "state": 25}
+        self.widths = dict(BASE_WIDTHS)
+        self._observed: dict[tuple[str, int], AttemptRow] = {}  # last row that had a pid
         self._full_pending = True
         self._watcher: JournalWatcher | None = None
         self._goal_total: int | None = None  # (read thread) the last count of Goals
         self._why_text: str | None = None  # what the hint line last showed
+        self._row_text: str | None = None  # what the selected row's line last showed
         self._enabled: tuple[bool, ...] = ()  # which actions the footer last showed enabled
         self._reload_asked = False  # `r` pressed: confirm when the full reload is shown
 
@@ -188,6 +192,7 @@ class RefineApp(OperatorActions, DetailPane, App[None]):
                 yield KeyedTable(RUN_COLUMNS, id="runs")
                 yield KeyedTable(ATTEMPT_COLUMNS, id="attempts")
                 yield KeyedTable(WORKER_COLUMNS, id="workers")
+            yield Static("", id="rowline")
             yield FollowLog(id="detail", max_lines=5000)
         yield Input(placeholder="filter goals: id, title, status or node (enter)", id="filter")
         yield Label("", id="why")
@@ -204,11 +209,13 @@ class RefineApp(OperatorActions, DetailPane, App[None]):
     def on_resize(self, event: events.Resize) -> None:
         """Give Title, Note and an attempt's State the room a wide terminal has."""
         self.call_after_refresh(self.show_header)  # cut to the new width (updates: on change)
-        spare = max(0, event.size.width - TABLE_WIDTH)
+        spare = max(0, event.size.width - TABLE_WIDTH)  # round and worker are on screen first
+        more = max(0, event.size.width - ATTEMPT_TABLE_WIDTH)
         widths = {
-            "title": 14 + min(spare // 2, 26),
-            "note": 22 + min(spare - spare // 2, 38),
-            "state": 25 + min(max(0, event.size.width - ATTEMPT_TABLE_WIDTH), 11),
+            "title": BASE_WIDTHS["title"] + min(spare // 2, 28),
+            "note": BASE_WIDTHS["note"] + min(spare - spare // 2, 46),
+            "state": BASE_WIDTHS["state"] + min(more, 18),
+            "worker": BASE_WIDTHS["worker"] + min(max(0, more - 18), 30),
         }
         if widths == self.widths:
             return
@@ -217,7 +224,8 @@ class RefineApp(OperatorActions, DetailPane, App[None]):
         attempts = self.query_one("#attempts", KeyedTable)
         for key in ("title", "note"):
             goals.set_width(key, widths[key])
-        attempts.set_width("state", widths["state"])
+        for key in ("state", "worker"):
+            attempts.set_width(key, widths[key])
         with self.batch_update():
             for key, row in self.goal_rows.items():
                 goals.upsert(key, self.goal_cells(row))
@@ -451,7 +459,7 @@ class RefineApp(OperatorActions, DetailPane, App[None]):
             fmt.status_text(r.status),
             elapsed,
             r.attempts,
-            fmt.clip(r.node_id, 5),
+            fmt.clip(r.node_id, 4),
             fmt.note_text(fmt.clip(r.note, self.widths["note"])),
             str(r.round) if r.round else "",
             fmt.clip(r.worker, 12),
@@ -459,7 +467,9 @@ class RefineApp(OperatorActions, DetailPane, App[None]):
 
     def show_runs(self, runs: list[RunRow]) -> None:
         self.run_rows = {r.run_id: r for r in runs}
-        self.query_one("#runs", KeyedTable).sync(
+        table = self.query_one("#runs", KeyedTable)
+        opening = not table.keys()
+        table.sync(
             {
                 r.run_id: (
                     r.run_id,
@@ -471,18 +481,38 @@ class RefineApp(OperatorActions, DetailPane, App[None]):
                 for r in runs
             }
         )
+        if opening and runs:  # open on the current (latest) round
+            table.select(runs[-1].run_id)
 
     def show_attempts(self, attempts: list[AttemptRow]) -> None:
+        attempts = [self.last_observed(a) for a in attempts]
         self.attempt_rows = {str(a.epoch): a for a in attempts}
-        self.query_one("#attempts", KeyedTable).sync(
-            {str(a.epoch): self.attempt_cells(a) for a in attempts}
-        )
+        table = self.query_one("#attempts", KeyedTable)
+        opening = not table.keys()
+        table.sync({str(a.epoch): self.attempt_cells(a) for a in attempts})
+        if opening and attempts:  # open on the running (else the latest) attempt
+            latest = next((a for a in attempts if a.running), attempts[-1])
+            table.select(str(latest.epoch))
+
+    def last_observed(self, a: AttemptRow) -> AttemptRow:
+        """Keep the last pid/alive observation once the process record is gone (after a Stop)."""
+        key = (a.run_id, a.epoch)
+        if a.pid is not None:
+            self._observed[key] = a
+            return a
+        seen = self._observed.get(key)
+        if seen is None:
+            return a
+        return replace(a, pid=seen.pid, alive=seen.alive, observed_at=seen.observed_at)
 
     def attempt_cells(self, a: AttemptRow) -> tuple[Any, ...]:
         end = a.ended_at if a.ended_at is not None else (self.clock() if a.running else None)
-        alive = {True: Text("yes", "green"), False: Text("no", "red"), None: ""}[a.alive]
+        alive = {True: Text("yes", "green"), False: Text("no", "red"), None: Text("")}[a.alive]
+        if a.pid is not None and not a.running:  # an ended attempt: its last observation
+            alive.stylize("dim")
         return (
             str(a.epoch),
+            fmt.clip(a.worker, self.widths["worker"]),
             fmt.status_text(fmt.clip(a.state, self.widths["state"])),
             fmt.clock(a.started_at),
             fmt.duration(end - a.started_at) if a.started_at and end else "",
@@ -490,7 +520,6 @@ class RefineApp(OperatorActions, DetailPane, App[None]):
             alive,
             fmt.percent(a.cpu_percent),
             fmt.size(a.rss_bytes),
-            a.worker,
         )
 
     def show_workers(self, workers: list[WorkerRow]) -> None:
@@ -610,6 +639,34 @@ class RefineApp(OperatorActions, DetailPane, App[None]):
         if text != self._why_text:  # a Label update relayouts the screen: only on change
             self._why_text = text
             self.query_one("#why", Label).update(fmt.literal(text))
+        row = self.row_line()
+        if row != self._row_text:
+            self._row_text = row
+            self.query_one("#rowline", Static).update(fmt.literal(row))  # journal text is literal
+
+    def row_line(self) -> str:
+        """The selected row in words, whole: what the columns had to cut at 80 columns."""
+        key = self.current_table().selected_key
+        if key is None:
+            return ""
+        if self.view == "goals" and (g := self.goal_rows.get(key)):
+            extra = [f"node {g.node_id}", f"round {g.round}", f"attempts {g.attempts}"]
+            if g.worker:
+                extra.append(f"worker {g.worker}")
+            note = f" ({g.note})" if g.note else ""
+            return f"{g.goal_id}: {g.title} — {g.status}{note} · " + " · ".join(extra)
+        if self.view == "runs" and (r := self.run_rows.get(key)):
+            cancel = f" · {r.cancel}" if r.cancel else ""
+            return f"{r.run_id} — {r.status} · attempts {r.attempts}{cancel}"
+        if self.view == "attempts" and (a := self.attempt_rows.get(key)):
+            text = f"attempt {a.epoch} — {a.state} · worker {a.worker}"
+            if a.pid is not None:
+                seen = {True: "alive", False: "not alive", None: "not observed"}[a.alive]
+                text += f" · pid {a.pid} {seen}"
+                if a.observed_at is not None and not a.running:
+                    text += f" at {fmt.clock(a.observed_at)} (last observation)"
+            return text
+        return ""
 
     @on(DataTable.RowSelected)
     def on_row_selected(self, event: DataTable.RowSelected) -> None:

@@ -8,6 +8,7 @@ run_from_stored); a broken one becomes a row saying so, never an exception in th
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -90,6 +91,7 @@ class AttemptRow:
     rss_bytes: int | None
     log_path: str | None
     running: bool
+    observed_at: float | None = None  # when pid/alive were looked at (kept after the record goes)
 
 
 @dataclass(frozen=True)
@@ -273,6 +275,7 @@ class Reader:
                     rss_bytes=obs.rss_bytes if obs else None,
                     log_path=self.log_path(run_id, a.epoch, node_id),
                     running=a.state == "running",
+                    observed_at=time.time() if record is not None else None,
                 )
             )
         return rows

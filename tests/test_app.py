@@ -27,6 +27,7 @@ from store.processes import ProcessRecord, ProcessRegistry
 
 NODE = "n1"
 SIZE = (100, 30)
+OBSERVE_S = 5.5  # a little more than one of the dashboard's liveness rounds
 
 
 @pytest.fixture
@@ -130,19 +131,39 @@ async def test_drill_down_to_runs_attempts_history_and_log(journal_path: Path) -
         assert app.selected_goal().goal_id == "unit-tests"
 
 
-async def test_an_attempts_state_is_clipped_at_80_columns_and_whole_when_wider(
-    journal_path: Path,
-) -> None:
+def fits(table: KeyedTable, upto: str) -> bool:
+    """The columns up to ``upto`` are on screen without scrolling."""
+    width = 0
+    for key, column in table.columns.items():
+        width += column.get_render_width(table)
+        if key.value == upto:
+            return width <= table.scrollable_content_region.width
+    raise AssertionError(upto)
+
+
+def row_line(app: RefineApp) -> str:
+    return str(app.query_one("#rowline").render())
+
+
+async def test_80_columns_show_the_walkthroughs_facts(journal_path: Path) -> None:
+    """Issue 13.4: at 80×24 the Note, an attempt's State and its Worker were cut or off screen."""
     app = RefineApp(journal=journal_path, node=NODE)
     async with app.run_test(size=(80, 24)) as pilot:
         await loaded(pilot)
+        goals = goals_table(app)
+        assert fits(goals, "note")
+        await select(pilot, "old-backfill")
+        await until(pilot, lambda: "superseded by backfill-v2" in row_line(app))
         await select(pilot, "migrate-db")
         await pilot.press("enter", "enter")
         attempts = app.query_one("#attempts", KeyedTable)
         await until(pilot, lambda: attempts.keys() == ["1"])
-        assert str(attempts.get_cell("1", "state")) == "interrupted (sigterm by …"
-        await pilot.resize_terminal(120, 30)
+        assert fits(attempts, "memory")  # all nine columns, Worker included
+        assert str(attempts.get_cell("1", "worker")) == "w-e5"
+        assert str(attempts.get_cell("1", "state")).endswith("…")
         whole = "interrupted (sigterm by dana@n1)"
+        await until(pilot, lambda: whole in row_line(app) and "w-e5" in row_line(app))
+        await pilot.resize_terminal(120, 30)
         await until(pilot, lambda: str(attempts.get_cell("1", "state")) == whole)
 
 
@@ -427,6 +448,48 @@ async def test_stop_a_real_process(journal_path: Path) -> None:
             await until(pilot, lambda: app.goal_rows["loop"].status == "queued", timeout=20)
             proc.wait(timeout=5)  # gone (the stopper may have reaped it already)
             assert any("loop" in m and "SIGTERM" in m.upper() for m in notes(app))
+    finally:
+        end(proc)
+
+
+async def test_after_a_stop_attempts_open_on_the_latest_and_keep_the_last_pid(
+    journal_path: Path,
+) -> None:
+    """Issue 13.5: Attempts opened on attempt 1, its PID went blank, its log said "following"."""
+    proc = start_loop_goal(journal_path)
+    app = RefineApp(journal=journal_path, node=NODE, operator="dana", grace_s=2)
+    try:
+        async with app.run_test(size=(80, 24)) as pilot:
+            await loaded(pilot)
+            await select(pilot, "loop")
+            await pilot.press("enter", "enter")
+            attempts = app.query_one("#attempts", KeyedTable)
+            await until(pilot, lambda: str(attempts.get_cell("1", "pid")) == str(proc.pid))
+            await pilot.press("s")
+            await until(pilot, lambda: isinstance(app.screen, ConfirmModal))
+            await pilot.press("y")
+            await until(pilot, lambda: app.goal_rows["loop"].status == "queued", timeout=20)
+            proc.wait(timeout=5)
+            await until(pilot, lambda: str(attempts.get_cell("1", "alive")) == "no")
+            ProcessRegistry(journal_path, NODE).remove("loop.r1", 1)  # as the node tidies up
+            with Journal.open(journal_path) as j:  # the node starts attempt 2
+                Goals(j).start(goal_id="loop", node_id=NODE, worker="w-two", token="t2")
+            await until(pilot, lambda: attempts.keys() == ["1", "2"])
+            await pilot.press("escape", "enter")  # back to Runs, and into Attempts again
+            await until(pilot, lambda: attempts.keys() == ["1", "2"])
+            await until(pilot, lambda: attempts.selected_key == "2")
+            await pilot.pause(OBSERVE_S)  # a liveness round: the last observation stays
+            assert str(attempts.get_cell("1", "pid")) == str(proc.pid)
+            assert str(attempts.get_cell("1", "alive")) == "no"
+            attempts.select("1")
+            await until(pilot, lambda: "last observation" in row_line(app))
+            await pilot.press("l")
+            detail = app.query_one("#detail")
+            await until(pilot, lambda: "attempt ended" in str(detail.border_subtitle))
+            assert "following" not in str(detail.border_subtitle)
+            await pilot.press("tab")
+            attempts.select("2")
+            await until(pilot, lambda: str(detail.border_subtitle).startswith("following"))
     finally:
         end(proc)
 
