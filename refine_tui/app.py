@@ -342,7 +342,11 @@ class RefineApp(OperatorActions, DetailPane, App[None]):
 
     def trouble_for(self, exc: StorageError) -> JournalTrouble:
         if not self.journal_path.exists():
-            return JournalTrouble("missing", f"{self.journal_path} is missing — waiting for it")
+            return JournalTrouble(
+                "missing",
+                f"{self.journal_label} is missing — waiting for it "
+                f"(create it with `refine --journal {self.journal_label} init`)",
+            )
         if "locked" in exc.message:
             return JournalTrouble("stale", exc.message + " — retrying")
         return JournalTrouble("broken", exc.message + " — waiting for a usable journal")
@@ -642,13 +646,15 @@ class RefineApp(OperatorActions, DetailPane, App[None]):
         row = self.row_line()
         if row != self._row_text:
             self._row_text = row
-            self.query_one("#rowline", Static).update(fmt.literal(row))  # journal text is literal
+            line = self.query_one("#rowline", Static)
+            line.update(fmt.literal(row))  # journal text is literal
+            line.display = bool(row)
 
     def row_line(self) -> str:
         """The selected row in words, whole: what the columns had to cut at 80 columns."""
         key = self.current_table().selected_key
         if key is None:
-            return ""
+            return self.empty_line()
         if self.view == "goals" and (g := self.goal_rows.get(key)):
             extra = [f"node {g.node_id}", f"round {g.round}", f"attempts {g.attempts}"]
             if g.worker:
@@ -667,6 +673,17 @@ class RefineApp(OperatorActions, DetailPane, App[None]):
                     text += f" at {fmt.clock(a.observed_at)} (last observation)"
             return text
         return ""
+
+    def empty_line(self) -> str:
+        """An empty Goals table says why, and what to do."""
+        if self.view != "goals" or self.header_state.state not in ("live", "paused"):
+            return ""
+        if self.filter_text:
+            return f"No goal matches “{self.filter_text}” — / then escape clears the filter"
+        return (
+            f"No goals in this journal yet — add one: refine --journal {self.journal_label} "
+            "goal add --title TITLE -- COMMAND ARGS…"
+        )
 
     @on(DataTable.RowSelected)
     def on_row_selected(self, event: DataTable.RowSelected) -> None:

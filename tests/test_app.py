@@ -556,12 +556,26 @@ async def test_missing_journal_waits_and_recovers(tmp_path: Path) -> None:
     async with app.run_test(size=SIZE) as pilot:
         await until(pilot, lambda: app.header_state.state == "missing")
         assert app.query_one("#trouble").display
+        assert f"create it with `refine --journal {path} init`" in app.header_state.detail
         assert app.check_action("cancel_goal", ()) is None
         assert not path.exists()  # the dashboard never creates a journal
         await asyncio.to_thread(populate, path, node=NODE, live=False)
         await loaded(pilot)
         assert not app.query_one("#trouble").display
         assert len(goals_table(app).keys()) == 8
+
+
+async def test_a_journal_without_goals_says_how_to_add_one(tmp_path: Path) -> None:
+    path = tmp_path / "journal.db"
+    Journal.open(path).close()
+    app = RefineApp(journal=path, node=NODE)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await until(pilot, lambda: app.header_state.state == "live")
+        line = app.query_one("#rowline")
+        await until(pilot, lambda: "No goals in this journal yet" in str(line.render()))
+        assert "goal add --title" in str(line.render())
+        await pilot.press("slash", *"zzz", "enter")
+        await until(pilot, lambda: "No goal matches “zzz”" in str(line.render()))
 
 
 async def test_not_sqlite_is_a_clear_message(tmp_path: Path) -> None:
