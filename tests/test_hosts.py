@@ -18,7 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 from helpers.host_postgres import PASSWORD, HostPostgres, ServerUnavailable
-from helpers.hosts import NETNS_DIR, Host, HostProcess, Hosts, open_or_skip, required
+from helpers.hosts import NETNS_DIR, Hosts, open_or_skip, required
 
 TCP_PEER = """
 import socket, sys
@@ -74,7 +74,7 @@ def wait_for(predicate, what: str, timeout: float = 30) -> None:  # type: ignore
 def test_hosts_talk_over_their_own_link_not_through_the_root_namespace(hosts: Hosts) -> None:
     a, b = hosts["a"], hosts["b"]
     listener = b.start([sys.executable, "-c", TCP_PEER, b.addr], stdout=subprocess.PIPE)
-    assert listener.popen.stdout is not None
+    assert listener.popen is not None and listener.popen.stdout is not None
     assert listener.popen.stdout.readline().strip() == b"listening"
     before = int(a.run(["cat", "/sys/class/net/eth0/statistics/tx_packets"]).stdout)
 
@@ -94,21 +94,12 @@ def test_hosts_talk_over_their_own_link_not_through_the_root_namespace(hosts: Ho
 def test_each_host_has_its_own_pid_namespace(hosts: Hosts) -> None:
     a, b = hosts["a"], hosts["b"]
 
-    def sleeper(host: Host) -> HostProcess:
-        return host.start(sleeper_argv(f"--{host.name}-sleeper"))
-
-    # Pids count up per namespace: restart the one behind until both have the same pid number.
-    on_a, on_b = sleeper(a), sleeper(b)
-    for _ in range(200):
-        if on_a.ns_pid == on_b.ns_pid:
-            break
-        behind = on_a if on_a.ns_pid < on_b.ns_pid else on_b
-        behind.kill()
-        if behind is on_a:
-            on_a = sleeper(a)
-        else:
-            on_b = sleeper(b)
-    assert on_a.ns_pid == on_b.ns_pid and on_a.root_pid != on_b.root_pid
+    # Each host counts its pids from 1 (small numbers on both); a chosen pid makes them equal.
+    firsts = [host.start(sleeper_argv(f"--{host.name}-first")).ns_pid for host in (a, b)]
+    assert max(firsts) < 100
+    on_b = b.start_at_pid(sleeper_argv("--b-sleeper"), 4242)
+    on_a = a.start_at_pid(sleeper_argv("--a-sleeper"), 4242)
+    assert on_a.ns_pid == on_b.ns_pid == 4242 and on_a.root_pid != on_b.root_pid
 
     seen_from_a = a.run(["ps", "-eo", "pid=,args="]).stdout
     assert "--a-sleeper" in seen_from_a and "--b-sleeper" not in seen_from_a
@@ -116,8 +107,8 @@ def test_each_host_has_its_own_pid_namespace(hosts: Hosts) -> None:
 
     # Signalling that pid number on a reaches a's process only.
     assert a.run(["kill", "-TERM", str(on_a.ns_pid)]).returncode == 0
-    assert on_a.wait(30) == -15
-    assert on_b.returncode is None and b.ns_pid_running(on_b.ns_pid)
+    on_a.wait(30)
+    assert on_b.running() and b.ns_pid_running(4242)
     assert not a.ns_pid_running(on_a.ns_pid)
 
 

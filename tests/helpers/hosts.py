@@ -47,6 +47,29 @@ ENTER_NETNS = ("ip", "netns", "exec")
 NEW_HOST = ("unshare", "--pid", "--fork", "--mount-proc", "--ipc", "--uts", "--kill-child")
 
 
+# Run inside a host: fork until the child gets the wanted pid (ns_last_pid is per PID namespace),
+# then the child execs the command and this process exits (the host's init adopts the child).
+AT_PID = """
+import os, sys
+want, argv = int(sys.argv[1]), sys.argv[2:]
+for _ in range(100):
+    with open("/proc/sys/kernel/ns_last_pid", "w") as f:
+        f.write(str(want - 1))
+    pid = os.fork()
+    if pid == 0:
+        if os.getpid() != want:
+            os._exit(3)
+        fd = os.open(os.devnull, os.O_RDWR)
+        for std in (0, 1, 2):
+            os.dup2(fd, std)
+        os.execvp(argv[0], argv)
+    if pid == want:
+        sys.exit(0)
+    os.waitpid(pid, 0)
+sys.exit(f"pid {want} was not free")
+"""
+
+
 class HostsUnavailable(RuntimeError):
     """Namespaces cannot be made here (not root, no ip/unshare/nsenter, no kernel support)."""
 
@@ -79,18 +102,35 @@ class HostPid:
 
 
 class HostProcess:
-    """A long-lived process started in a host (the ``nsenter`` wrapper's child is the command)."""
+    """A long-lived process started in a host: the command itself, seen from the root namespace
+    (``proc``), and the ``nsenter`` wrapper that reports its exit status (``popen``; None for
+    a process started at a chosen pid, which the host's init reaps)."""
 
-    def __init__(self, host: Host, popen: subprocess.Popen[Any], argv: Sequence[str]) -> None:
-        self.host, self.popen, self.argv = host, popen, tuple(argv)
-        self.proc = _child_of(popen)  # the command itself, as psutil sees it from the root ns
-        self.root_pid = self.proc.pid
+    def __init__(
+        self,
+        host: Host,
+        proc: psutil.Process,
+        argv: Sequence[str],
+        popen: subprocess.Popen[Any] | None = None,
+    ) -> None:
+        self.host, self.proc, self.argv, self.popen = host, proc, tuple(argv), popen
+        self.root_pid = proc.pid
         self.ns_pid = _ns_pid(self.root_pid)
 
     @property
     def returncode(self) -> int | None:
-        """The command's exit status (negative: killed by that signal), None while it runs."""
-        return self.popen.poll()
+        """The command's exit status (negative: killed by that signal), None while it runs;
+        without a wrapper, -1 once it has ended (its status went to the host's init)."""
+        if self.popen is not None:
+            return self.popen.poll()
+        return None if self.running() else -1
+
+    def running(self) -> bool:
+        """Alive and not a zombie (checked by create time, so never a reused pid)."""
+        try:
+            return self.proc.status() != psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return False
 
     def signal(self, sig: int) -> bool:
         """Signal the command (checked by create time, so never a reused pid); False if gone."""
@@ -114,7 +154,14 @@ class HostProcess:
             return self.wait(30)
 
     def wait(self, timeout: float | None = None) -> int:
-        return self.popen.wait(timeout)
+        if self.popen is not None:
+            return self.popen.wait(timeout)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.running():
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(list(self.argv), timeout or 0)
+            time.sleep(0.01)
+        return -1
 
 
 class Host:
@@ -205,13 +252,36 @@ class Host:
             stderr=stderr,
         )
         try:
-            proc = HostProcess(self, popen, argv)
+            proc = HostProcess(self, _child_of(popen), argv, popen)
         except BaseException:
             popen.kill()
             popen.wait()
             raise
         self.started.append(proc)
         return proc
+
+    def start_at_pid(
+        self,
+        argv: Sequence[str],
+        ns_pid: int,
+        *,
+        env: Mapping[str, str] | None = None,
+        cwd: str | os.PathLike[str] | None = None,
+    ) -> HostProcess:
+        """Start ``argv`` in this host with exactly the pid ``ns_pid`` in the host's namespace
+        (say, the pid of another host's process, to prove it is never signalled from here).
+        Its output is discarded; the pid must be free in this host."""
+        done = self.run(
+            [sys.executable, "-c", AT_PID, str(ns_pid), *argv], env=env, cwd=cwd, timeout=30
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"host {self.name}: cannot start at pid {ns_pid}: {done.stderr}")
+        for p in self.processes():
+            if p.ns_pid == ns_pid:
+                proc = HostProcess(self, psutil.Process(p.root_pid), argv)
+                self.started.append(proc)
+                return proc
+        raise RuntimeError(f"host {self.name}: the process at pid {ns_pid} ended at once")
 
     # --- looking at the host -----------------------------------------------------------------
 
@@ -422,8 +492,9 @@ def _setns(libc: ctypes.CDLL, fd: int) -> None:
 
 def _reap(started: list[HostProcess]) -> None:
     for proc in started:
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.popen.wait(0.01 if proc.popen.poll() is None else 0)
+        if proc.popen is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.popen.wait(0.01 if proc.popen.poll() is None else 0)
 
 
 def _netns_pids(name: str) -> list[int]:
