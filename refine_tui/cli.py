@@ -197,12 +197,14 @@ def _ascii(char: str) -> str:
 
 
 def cmd_goals(args: argparse.Namespace) -> int:
-    from store.goals import Goals
+    from store.goals import CorruptGoal, Goals
 
     with open_journal(args, write=False) as journal:
-        goals = Goals(journal).list(status=args.status, node_id=args.only_node)
+        goals = Goals(journal).list_readable(status=args.status, node_id=args.only_node)
     rows = [
-        (
+        (g.goal_id, "-", "-", "corrupt", "-", "-", clip(g.error.message, REASON_WIDTH))
+        if isinstance(g, CorruptGoal)
+        else (
             g.goal_id,
             clip(g.title, TITLE_WIDTH),
             g.node_id,
@@ -218,36 +220,55 @@ def cmd_goals(args: argparse.Namespace) -> int:
         [g.to_json() for g in goals],
         table(["goal", "title", "node", "status", "round", "redelivery", "cancel reason"], rows),
     )
+    warn_corrupt([g.goal_id for g in goals if isinstance(g, CorruptGoal)])
     return EXIT_OK
 
 
-def cmd_runs(args: argparse.Namespace) -> int:
-    from store.goals import Goals
+def warn_corrupt(goal_ids: list[str]) -> None:
+    """Listings go on past a corrupt record; stderr says which and what to run."""
+    if goal_ids:
+        print(
+            f"refine: {len(goal_ids)} corrupt goal record(s): {', '.join(goal_ids)}"
+            " (listed as corrupt; `refine check` says more)",
+            file=sys.stderr,
+        )
 
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    from store.errors import RefineError
+    from store.goals import CorruptGoal, Goals
+
+    corrupt: list[tuple[str, str]] = []  # (goal id, what is wrong): one row each
     with open_journal(args, write=False) as journal:
         goals = Goals(journal)
         if args.goal:
             require_goal(goals, args.goal)
             runs = goals.runs(args.goal)
         else:
-            runs = [r for g in goals.list() for r in goals.runs(g.goal_id)]
+            runs = []
+            for goal in goals.list_readable():
+                if isinstance(goal, CorruptGoal):
+                    corrupt.append((goal.goal_id, goal.error.message))
+                    continue
+                try:
+                    runs += goals.runs(goal.goal_id)
+                except RefineError as exc:  # a corrupt run record: its goal's row says so
+                    corrupt.append((goal.goal_id, exc.message))
     rows = [
         (
             r.run_id,
             r.status,
             f"{len(r.attempts)}/{r.budget['max_attempts']}",
             r.attempts[-1].worker if r.attempts else None,
-            "cancelling"
-            if r.cancel_requested
-            else r.cancel_reason and clip(r.cancel_reason, REASON_WIDTH),
+            "cancelling" if r.cancel_requested else clip(r.cancel_reason or "-", REASON_WIDTH),
         )
         for r in runs
     ]
-    emit(
-        args,
-        [r.to_json() for r in runs],
-        table(["run", "status", "attempts", "worker", "cancel"], rows),
-    )
+    rows += [(f"{g} (runs)", "corrupt", "-", "-", clip(why, REASON_WIDTH)) for g, why in corrupt]
+    data = [r.to_json() for r in runs]
+    data += [{"run_id": None, "goal_id": g, "status": "corrupt", "corrupt": w} for g, w in corrupt]
+    emit(args, data, table(["run", "status", "attempts", "worker", "cancel"], rows))
+    warn_corrupt([g for g, _ in corrupt])
     return EXIT_OK
 
 

@@ -160,6 +160,26 @@ class GoalResult:
     attempt: Attempt | None = None
 
 
+@dataclass(frozen=True)
+class CorruptGoal:
+    """A stored Goal that breaks the rules, as a listing shows it (``Goals.list_readable``)."""
+
+    goal_id: str
+    version: int
+    error: CorruptGoalError
+
+    def to_json(self) -> dict[str, Any]:
+        """The Goal keys a listing promises, unknown ones null, and what is wrong."""
+        keys = ("title", "node_id", "round", "run_id", "redelivery", "cancel_reason")
+        return {
+            **dict.fromkeys(keys),
+            "goal_id": self.goal_id,
+            "status": "corrupt",
+            "version": self.version,
+            "corrupt": self.error.message,
+        }
+
+
 def goal_from_stored(stored: Stored) -> Goal:
     """Validate a stored Goal and freeze it; CorruptGoalError if it breaks any rule."""
     state = stored.state
@@ -831,14 +851,15 @@ class Goals:
         stored = self._journal.load(goal_aggregate_id(goal_id))
         return goal_from_stored(stored) if stored is not None else None
 
-    def list(
+    def list_readable(
         self,
         *,
         status: str | Sequence[str] | None = None,
         node_id: str | None = None,
         newest_first: bool = False,
         limit: int | None = None,
-    ) -> list[Goal]:
+    ) -> list[Goal | CorruptGoal]:
+        """Like ``list``, with a corrupt stored Goal in its place (one bad record, one row)."""
         statuses = [status] if isinstance(status, str) else status
         if statuses is not None and (
             type(statuses) not in (list, tuple) or any(s not in GOAL_STATUSES for s in statuses)
@@ -855,7 +876,29 @@ class Goals:
             newest_first=newest_first,
             limit=limit,
         )
-        return [goal_from_stored(row) for row in rows]
+        entries: list[Goal | CorruptGoal] = []
+        for row in rows:
+            try:
+                entries.append(goal_from_stored(row))
+            except CorruptGoalError as exc:
+                entries.append(CorruptGoal(row.aggregate_id.partition(":")[2], row.version, exc))
+        return entries
+
+    def list(
+        self,
+        *,
+        status: str | Sequence[str] | None = None,
+        node_id: str | None = None,
+        newest_first: bool = False,
+        limit: int | None = None,
+    ) -> list[Goal]:
+        entries = self.list_readable(
+            status=status, node_id=node_id, newest_first=newest_first, limit=limit
+        )
+        for entry in entries:
+            if isinstance(entry, CorruptGoal):
+                raise entry.error
+        return [entry for entry in entries if isinstance(entry, Goal)]
 
     def runs(self, goal_id: str) -> list[Run]:
         """The Runs of every round of a Goal, oldest first ([] for an unknown Goal)."""
