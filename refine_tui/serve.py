@@ -69,13 +69,13 @@ def _die_with_parent() -> None:
 class TuiService(AppService):
     """One tab's `refine tui`: started without a shell, stopped for sure (no orphans)."""
 
-    def __init__(self, argv: Sequence[str], **kwargs: Any) -> None:
+    def __init__(self, argv: Sequence[str], env: dict[str, str], **kwargs: Any) -> None:
         super().__init__(" ".join(argv), **kwargs)
-        self.argv = list(argv)
+        self.argv, self.env = list(argv), env
         self._stopping = asyncio.Lock()
 
     async def _open_app_process(self, width: int = 80, height: int = 24) -> Any:
-        env = self._build_environment(width=width, height=height)
+        env = {**self._build_environment(width=width, height=height), **self.env}
         process = await asyncio.create_subprocess_exec(
             *self.argv,
             stdin=asyncio.subprocess.PIPE,
@@ -115,9 +115,11 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 class RefineServer(Server):
     """textual-serve's server with an access token, our own `refine tui` processes and shutdown."""
 
-    def __init__(self, tui_argv: Sequence[str], *, host: str, port: int, token: str) -> None:
+    def __init__(
+        self, tui_argv: Sequence[str], tui_env: dict[str, str], *, host: str, port: int, token: str
+    ) -> None:
         super().__init__(" ".join(tui_argv), host=host, port=port, title="refine")
-        self.tui_argv = list(tui_argv)
+        self.tui_argv, self.tui_env = list(tui_argv), tui_env
         self._token = token.encode()
         self.services: set[TuiService] = set()
         self.sockets: set[web.WebSocketResponse] = set()
@@ -178,6 +180,7 @@ class RefineServer(Server):
         await websocket.prepare(request)
         service = TuiService(
             self.tui_argv,
+            self.tui_env,
             write_bytes=websocket.send_bytes,
             write_str=websocket.send_str,
             close=websocket.close,
@@ -225,13 +228,17 @@ class RefineServer(Server):
             await runner.cleanup()
 
 
-def tui_argv(journal: str | None, node: str, read_only: bool) -> list[str]:
-    """The `refine tui` each tab runs: this Python, so the same install and PYTHONPATH."""
-    argv = [sys.executable, "-m", "refine_tui.cli"]
-    if journal is not None:
-        argv += ["--journal", journal]
-    argv += ["--node", node, "tui"]
-    return [*argv, "--read-only"] if read_only else argv
+def tui_command(
+    journal: str | None, node: str, read_only: bool
+) -> tuple[list[str], dict[str, str]]:
+    """The `refine tui` each tab runs: this Python, so the same install and PYTHONPATH.
+
+    The journal goes by $REFINE_JOURNAL, not argv: a postgresql:// URL may hold a password, and
+    argv is visible to every user in the process list.
+    """
+    argv = [sys.executable, "-m", "refine_tui.cli", "--node", node, "tui"]
+    env = {"REFINE_JOURNAL": journal} if journal is not None else {}
+    return ([*argv, "--read-only"] if read_only else argv), env
 
 
 def url_host(host: str) -> str:
@@ -248,7 +255,8 @@ def serve(
     token_file: Path | None,
 ) -> int:
     token = read_token_file(token_file) if token_file else secrets.token_urlsafe(32)
-    server = RefineServer(tui_argv(journal, node, read_only), host=host, port=port, token=token)
+    argv, env = tui_command(journal, node, read_only)
+    server = RefineServer(argv, env, host=host, port=port, token=token)
 
     def announce(bound_port: int) -> None:
         base = f"http://{url_host(host)}:{bound_port}/"

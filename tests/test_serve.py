@@ -49,11 +49,11 @@ def goal(journal: Path, goal_id: str) -> Any:
 def tui_processes(journal: Path) -> list[psutil.Process]:
     """Every live `refine tui` on this journal, whoever its parent is now."""
     found = []
-    for proc in psutil.process_iter(["cmdline", "status"]):
-        cmdline = proc.info["cmdline"] or []
+    for proc in psutil.process_iter(["cmdline", "status", "environ"]):
+        cmdline, environ = proc.info["cmdline"] or [], proc.info["environ"] or {}
         if proc.info["status"] == psutil.STATUS_ZOMBIE:
             continue
-        if "tui" in cmdline and str(journal) in cmdline:
+        if "tui" in cmdline and environ.get("REFINE_JOURNAL") == str(journal):
             found.append(proc)
     return found
 
@@ -166,6 +166,8 @@ def test_page_shows_goals_and_follows_a_commit_from_another_process(browser, ser
     wait_for(lambda: "build-docs" in screen(page), "the goal row")
     assert "live" in screen(page)
     assert len(served.children()) == 1  # this tab's refine tui
+    assert len(tui_processes(served.journal)) == 1  # the journal by environment, not argv
+    assert str(served.journal) not in served.children()[0].cmdline()
     added = refine(
         served.journal, "goal", "add", "--id", "lint", "--title", "lint it", "--", "true"
     )
