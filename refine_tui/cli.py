@@ -281,7 +281,7 @@ def require_goal(goals: Any, goal_id: str) -> Any:
 
 def cmd_show(args: argparse.Namespace) -> int:
     from store.execution import Execution
-    from store.goals import Goals
+    from store.goals import Goals, goal_id_of_run
 
     with open_journal(args, write=False) as journal:
         goals = Goals(journal)
@@ -298,6 +298,15 @@ def cmd_show(args: argparse.Namespace) -> int:
                 "events": [event_json(e) for e in events],
             }
             emit(args, data, show_text(goal.to_json(), data["runs"], events))
+            owner = goal_id_of_run(
+                args.target
+            )  # ids like x.r1 are refused now, not in old journals
+            if owner is not None and Execution(journal).read(args.target) is not None:
+                print(
+                    f"refine: {args.target} names a goal and also a run of goal {owner}:"
+                    f" this is the goal; the run is listed by `refine runs {owner}`",
+                    file=sys.stderr,
+                )
             return EXIT_OK
         run = Execution(journal).read(args.target)
         if run is None:

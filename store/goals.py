@@ -636,6 +636,11 @@ class Goals:
     ) -> GoalResult:
         """A queued Goal at round 1 and its Run submitted. Repeating it exactly replays."""
         goal_id = check_name(goal_id, "goal_id")
+        if goal_id_of_run(goal_id) is not None:
+            raise InvalidInputError(
+                f"goal_id {goal_id} reads as a run id ({goal_id_of_run(goal_id)}.r<round>):"
+                " choose an id that does not end in .r<digits>"
+            )
         recipe = {"argv": check_argv(argv), "cwd": check_cwd(cwd)}
         budget = {"max_attempts": max_attempts, "attempt_timeout_ms": attempt_timeout_ms}
         state = {

@@ -289,3 +289,42 @@ def test_one_corrupt_goal_spoils_its_row_not_the_listing(journal: Path, capsys) 
     for args in (("show", "b"), ("runs", "b")):  # the corrupt one, asked for by id
         code, _, err = refine(capsys, journal, *args)
         assert code == 1 and "CORRUPT_GOAL" in err, args
+
+
+def test_goal_ids_that_read_as_run_ids_are_refused(journal: Path, capsys) -> None:
+    refine(capsys, journal, "goal", "add", "--title", "X", "--id", "x", "--", "true")
+    before = dump(journal)
+    for goal_id in ("x.r1", "y.r25"):
+        code, _, err = refine(
+            capsys, journal, "goal", "add", "--title", "T", "--id", goal_id, "--", "true"
+        )
+        assert code == 2 and "INVALID_INPUT" in err and "run id" in err
+    assert dump(journal) == before
+    for goal_id in ("x.r0", "x.rev1", "v1.2"):  # not a run id: fine
+        assert (
+            refine(capsys, journal, "goal", "add", "--title", "T", "--id", goal_id, "--", "true")[0]
+            == 0
+        )
+
+
+def test_show_says_which_it_shows_when_a_goal_and_a_run_share_a_name(journal: Path, capsys) -> None:
+    """A journal from before the rule may hold goal x.r1 beside run 1 of goal x."""
+    refine(capsys, journal, "goal", "add", "--title", "Legacy", "--id", "q", "--", "true")
+    refine(capsys, journal, "goal", "add", "--title", "X", "--id", "x", "--", "true")
+    with sqlite3.connect(journal) as db:  # fixture: rename goal q (and its run) to x.r1
+        for table, column in (("aggregates", "state"), ("events", "data")):
+            db.execute(
+                f"UPDATE {table} SET {column} = replace({column}, '\"q.r1\"', '\"x.r1.r1\"')"
+            )
+            db.execute(f"UPDATE {table} SET {column} = replace({column}, '\"q\"', '\"x.r1\"')")
+        for old, new in (("goal:q", "goal:x.r1"), ("run:q.r1", "run:x.r1.r1")):
+            for table in ("aggregates", "events"):
+                db.execute(
+                    f"UPDATE {table} SET aggregate_id = ? WHERE aggregate_id = ?", (new, old)
+                )
+    code, out, err = refine(capsys, journal, "show", "x.r1", "--json")
+    assert code == 0 and json.loads(out)["goal"]["title"] == "Legacy"
+    assert "x.r1 names a goal and also a run of goal x: this is the goal" in err
+    assert "refine runs x" in err
+    code, out, _ = refine(capsys, journal, "runs", "x", "--json")
+    assert code == 0 and [r["run_id"] for r in json.loads(out)] == ["x.r1"]
