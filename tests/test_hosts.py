@@ -9,8 +9,10 @@ namespace, link or process, also after a failing test or a crashed run.
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,6 +32,12 @@ PROBE = """
 import psycopg, sys
 with psycopg.connect(sys.argv[1]) as conn:
     print(conn.execute("select inet_client_addr()").fetchone()[0])
+"""
+LIST_PROCESSES = """
+import os
+for pid in filter(str.isdigit, os.listdir("/proc")):
+    with open(f"/proc/{pid}/cmdline", "rb") as f:
+        print(pid, f.read().replace(b"\\0", b" ").decode())
 """
 TCP_CLIENT = """
 import socket, sys
@@ -92,6 +100,30 @@ def test_hosts_talk_over_their_own_link_not_through_the_root_namespace(hosts: Ho
     assert hosts.subnet_prefix + "." not in root_addrs  # the root namespace is not on it
 
 
+def test_the_test_process_can_join_a_hosts_network_for_an_in_process_dashboard(
+    hosts: Hosts,
+) -> None:
+    a, b = hosts["a"], hosts["b"]
+    listener = b.start([sys.executable, "-c", TCP_PEER, b.addr], stdout=subprocess.PIPE)
+    assert listener.popen is not None and listener.popen.stdout is not None
+    assert listener.popen.stdout.readline().strip() == b"listening"
+    own = os.readlink("/proc/thread-self/ns/net")
+    seen: list[str] = []
+
+    def connect() -> None:  # a thread started inside inherits the host's network
+        with socket.create_connection((b.addr, 7000), timeout=10) as conn:
+            seen.append(conn.recv(64).decode())
+
+    with a.net_entered():
+        assert os.readlink("/proc/thread-self/ns/net") != own
+        thread = threading.Thread(target=connect)
+        thread.start()
+    thread.join(30)
+
+    assert seen == [a.addr]
+    assert os.readlink("/proc/thread-self/ns/net") == own  # the test thread is back home
+
+
 def test_each_host_has_its_own_pid_namespace(hosts: Hosts) -> None:
     a, b = hosts["a"], hosts["b"]
 
@@ -102,12 +134,12 @@ def test_each_host_has_its_own_pid_namespace(hosts: Hosts) -> None:
     on_a = a.start_at_pid(sleeper_argv("--a-sleeper"), 4242)
     assert on_a.ns_pid == on_b.ns_pid == 4242 and on_a.root_pid != on_b.root_pid
 
-    seen_from_a = a.run(["ps", "-eo", "pid=,args="]).stdout
+    seen_from_a = a.run([sys.executable, "-c", LIST_PROCESSES]).stdout
     assert "--a-sleeper" in seen_from_a and "--b-sleeper" not in seen_from_a
-    assert str(on_b.root_pid) not in a.run(["ls", "/proc"]).stdout.split()
+    assert f"{on_b.root_pid} " not in seen_from_a
 
     # Signalling that pid number on a reaches a's process only.
-    assert a.run(["kill", "-TERM", str(on_a.ns_pid)]).returncode == 0
+    assert a.run(["sh", "-c", f"kill -TERM {on_a.ns_pid}"]).returncode == 0
     on_a.wait(30)
     assert on_b.running() and b.ns_pid_running(4242)
     assert not a.ns_pid_running(on_a.ns_pid)

@@ -349,7 +349,7 @@ class Host:
         self.init_pid = _child_of(self.init).pid
         self.pidns = os.readlink(f"/proc/{self.init_pid}/ns/pid")
         for argv in (
-            ["hostname", self.name],
+            [sys.executable, "-c", f"import socket; socket.sethostname({self.name!r})"],
             ["mount", "-t", "tmpfs", "-o", "mode=1777", "tmpfs", "/dev/shm"],
         ):
             self.run(argv, check=True, timeout=30)
