@@ -608,7 +608,11 @@ def build_parser() -> argparse.ArgumentParser:
     cleanup = command("cleanup", cmd_cleanup, "confirm that a silent attempt's work ended")
     cleanup.add_argument("run")
     cleanup.add_argument("--epoch", type=positive_int, required=True)
-    cleanup.add_argument("--method", default="operator-confirmed")
+    cleanup.add_argument(
+        "--method",
+        default="operator-confirmed",
+        help="how you know the work ended (recorded; default operator-confirmed)",
+    )
     command("release", cmd_release, "make a held goal actionable again").add_argument("goal")
     command("check", cmd_check, "check every invariant; exit 0 only when clean")
     copy = command("copy", cmd_copy, "copy a journal (file or postgresql:// URL), then check it")
@@ -621,7 +625,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--read-only", action="store_true")
     serve.add_argument("--token-file", help="a file holding the token (shared by a team)")
     command("demo", cmd_demo, "a demo journal with live work and the dashboard").add_argument(
-        "--dir"
+        "--dir",
+        metavar="DIR",
+        help="where the demo journal is made (or reused, if DIR/journal.db exists);"
+        " default: a new temporary folder, kept after the demo",
     )
     return parser
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from store.errors import RefineError
 from store.execution import run_from_stored
-from store.goals import Goal, goal_from_stored
+from store.goals import Goal, ended_by_words, goal_from_stored
 from store.journal import Event, Journal, Stored
 from store.operator import claimed_at, needs_cleanup
 from store.processes import ProcessRecord, ProcessRegistry, observe, same_process
@@ -358,9 +358,7 @@ def attempt_state(state: str, reason: str | None, cleanup: Mapping[str, Any] | N
     if state == "interrupted" and cleanup:
         method = str(cleanup.get("method", ""))
         who = str(cleanup.get("confirmed_by", ""))
-        if method == "operator-confirmed":
-            return f"interrupted (confirmed by {who})"
-        return f"interrupted ({method} by {who})"
+        return f"interrupted ({ended_by_words(method, who)})"
     if state == "failed" and reason:
         return f"failed ({reason})"
     return state

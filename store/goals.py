@@ -62,6 +62,7 @@ MAX_NAME = 64
 MAX_ARGV_ITEMS = 1000
 MAX_RECIPE_CHARS = 65536
 WORKER_CLEANUP_METHOD = "worker-stopped"
+OPERATOR_CONFIRMED = "operator-confirmed"  # Confirm cleanup's default method
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _IDENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]*")
@@ -81,6 +82,12 @@ _GOAL_KEYS = frozenset(
         "cancel_reason",
     }
 )
+
+
+def ended_by_words(method: str, by: str) -> str:
+    """How an attempt's end was recorded, in the one wording every report and screen uses:
+    ``sigterm by dana@n1``; an operator's confirmation reads ``confirmed by dana@n1``."""
+    return f"confirmed by {by}" if method == OPERATOR_CONFIRMED else f"{method} by {by}"
 
 
 def goal_aggregate_id(goal_id: str) -> str:
@@ -512,7 +519,7 @@ def _decide_interrupt(
     _same_round(goal, run_id)
     stored_run = loaded[run_aggregate_id(run_id)]
     current = _loaded_run(loaded, run_id)
-    how = f"{cleanup['method']} by {cleanup['confirmed_by']}"
+    how = ended_by_words(cleanup["method"], cleanup["confirmed_by"])
     if current.cancel_requested:
         reason = current.cancel_requested["reason"]
         inputs = validate_run_command(

@@ -39,11 +39,13 @@ from store.errors import (
 )
 from store.execution import Attempt, Run
 from store.goals import (
+    OPERATOR_CONFIRMED,
     Goal,
     GoalResult,
     Goals,
     check_epoch,
     check_name,
+    ended_by_words,
     goal_id_of_run,
 )
 from store.journal import Journal
@@ -422,7 +424,7 @@ def _record_ending(
         )
 
     try:
-        return done(*_ended(interrupt(target), f"{method} by {by}"))
+        return done(*_ended(interrupt(target), ended_by_words(method, by)))
     except VersionConflictError:
         pass
     fresh = _reread(goals, target)
@@ -433,7 +435,7 @@ def _record_ending(
             fresh = _reread(goals, target)
         else:
             why = "the goal was cancelled meanwhile: the cancellation is recorded"
-            return done("cancelled", f"{why} ({method} by {by})", result.goal)
+            return done("cancelled", f"{why} ({ended_by_words(method, by)})", result.goal)
     now = f"the goal is now {fresh.goal.status}"
     if fresh.epoch is not None:
         now += f" with attempt {fresh.epoch} running"
@@ -599,7 +601,7 @@ def confirm_cleanup(
     epoch: int,
     node: str,
     operator: str | None = None,
-    method: str = "operator-confirmed",
+    method: str = OPERATOR_CONFIRMED,
 ) -> ActionReport:
     """The operator states that attempt ``epoch``'s work has ended: record interrupt (or
     cancel, when a cancellation is pending) with the operator's cleanup confirmation.

@@ -381,6 +381,9 @@ async def test_confirm_cleanup_shows_evidence_and_backs_out_safely(journal_path:
         await until(pilot, lambda: isinstance(app.screen, ConfirmModal))
         await pilot.press("y")
         await until(pilot, lambda: app.goal_rows["nightly-report"].status == "queued")
+        # One wording in the modal, the notification and the attempt's state (issue 13).
+        await until(pilot, lambda: any("confirmed by dana@n1" in n for n in notes(app)))
+        assert not any("operator-confirmed by" in n for n in notes(app))
         await pilot.press("enter")
         await until(pilot, lambda: app.query_one("#runs", KeyedTable).keys() != [])
         await pilot.press("enter")
@@ -735,3 +738,14 @@ async def test_timers_firing_during_shutdown_touch_no_removed_widget(journal_pat
     assert not app.is_running
     app.tick()  # the widgets are gone: each periodic callback must see that and do nothing
     app.follow_log_file()
+
+
+async def test_header_counts_one_goal_in_the_singular(tmp_path: Path) -> None:
+    path = tmp_path / "journal.db"
+    with Journal.open(path) as j:
+        Goals(j).create(goal_id="only", title="The only one", node_id=NODE, argv=["true"])
+    app = RefineApp(journal=path, node=NODE)
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        header = str(app.query_one("#header").render())
+        assert "· 1 goal" in header and "1 goals" not in header

@@ -328,3 +328,11 @@ def test_show_says_which_it_shows_when_a_goal_and_a_run_share_a_name(journal: Pa
     assert "refine runs x" in err
     code, out, _ = refine(capsys, journal, "runs", "x", "--json")
     assert code == 0 and [r["run_id"] for r in json.loads(out)] == ["x.r1"]
+
+
+def test_demo_help_says_what_dir_is(capsys) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["demo", "--help"])
+    out = capsys.readouterr().out
+    assert exit_.value.code == 0
+    assert "--dir DIR" in out and "where the demo journal is made" in " ".join(out.split())

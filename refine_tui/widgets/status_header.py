@@ -56,7 +56,8 @@ class StatusHeader(Static):
             commit = f"seq {s.last_sequence}"
             if s.last_commit is not None:
                 commit += f" at {clock(s.last_commit)}"
-            goals = f"{s.shown} of {s.total} goals" if s.shown != s.total else f"{s.total} goals"
+            noun = "goal" if s.total == 1 else "goals"
+            goals = f"{s.shown} of {s.total} {noun}" if s.shown != s.total else f"{s.total} {noun}"
             bottom = Text.assemble(
                 ("last commit ", "dim"),
                 commit,
