@@ -1,7 +1,8 @@
 """Learning that the journal changed: a file watcher that wakes, and a feed that reads what changed.
 
-``JournalWatcher`` only says "look now": it watches the journal's directory with watchfiles
-(a commit shows up as a change of ``<db>-wal``), plus a slow ``stat`` poll that catches what the
+``JournalWatcher`` only says "look now": it watches the journal's directory with inotify on the
+event loop (``store.inotify``; watchfiles elsewhere; a commit shows up as a change of
+``<db>-wal``), plus a slow ``stat`` poll that catches what the
 watcher cannot (the directory deleted and recreated leaves an inotify watch deaf, silently) and
 rebuilds it. ``ChangeFeed`` then answers "what changed": one long-lived read-only connection,
 gated by ``PRAGMA data_version``, reading the events after the last sequence it has seen.
@@ -14,17 +15,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
 from pathlib import Path
 
-from watchfiles import Change, awatch
-
+from store import inotify
 from store.errors import StorageError
 from store.journal import MAX_PAGE, Event, Journal
 from store.locations import resolve_journal_path
 
-# Measured here (DESIGN §7): step=20 ms gives ≈ 30 ms from commit to wake-up; the debounce only
-# bounds how long a steady stream of commits may delay one batch.
+# Measured here (DESIGN §7): step=20 ms gives ≈ 30 ms from commit to wake-up (a burst of writes
+# within it is one batch); the debounce (watchfiles only) bounds how long a steady stream of
+# commits may delay one batch.
 DEFAULT_DEBOUNCE_MS = 200
 DEFAULT_STEP_MS = 20
 DEFAULT_POLL_INTERVAL_S = 2.0
@@ -138,6 +139,50 @@ class JournalWatcher:
         return self.rebuilds > 1
 
     async def _watch(self, stop: asyncio.Event) -> None:
+        if inotify.available():
+            with contextlib.suppress(OSError):
+                await self._watch_inotify(stop)
+            return  # ended (deaf or unwatchable): the poll restarts it when the folder is back
+        await self._watch_files(stop)
+
+    async def _watch_inotify(self, stop: asyncio.Event) -> None:
+        """Kernel events on the event loop: nothing runs while nothing changes.
+
+        A commit writes ``-wal`` several times: the first event arms one wake-up ``step_ms``
+        later, so a burst is one batch and a steady stream still wakes every ``step_ms``.
+        """
+        loop = asyncio.get_running_loop()
+        events = inotify.DirectoryEvents(self.directory)
+        deaf = asyncio.Event()
+        armed: list[asyncio.TimerHandle] = []
+
+        def fire() -> None:
+            armed.clear()
+            self.file_wakes += 1
+            self._wake.set()
+
+        def readable() -> None:
+            names, lost, gone = events.read()
+            if (lost or names & self._names) and not armed:
+                armed.append(loop.call_later(self.step_ms / 1000, fire))
+            if gone:
+                deaf.set()
+
+        loop.add_reader(events.fd, readable)
+        try:
+            await _first(stop.wait(), deaf.wait())
+        finally:
+            loop.remove_reader(events.fd)
+            events.close()
+            for handle in armed:
+                handle.cancel()
+        if deaf.is_set():
+            self._wake.set()  # the folder went away: let the poll look now
+
+    async def _watch_files(self, stop: asyncio.Event) -> None:
+        """Elsewhere: watchfiles (a thread that checks every ``step_ms``)."""
+        from watchfiles import Change, awatch
+
         names = self._names
 
         def relevant(_change: Change, path: str) -> bool:
@@ -165,6 +210,16 @@ class JournalWatcher:
         if task is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(task, 2.0)
+
+
+async def _first(*waits: Coroutine[object, object, object]) -> None:
+    """Wait until any of ``waits`` is done; cancel the others."""
+    tasks = [asyncio.ensure_future(w) for w in waits]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()
 
 
 class ChangeFeed:

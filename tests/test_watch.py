@@ -180,3 +180,22 @@ async def test_missing_directory_at_start_does_not_crash(tmp_path: Path) -> None
     assert [e.aggregate_id for e in feed.poll()] == ["goal:a"]
     watcher.stop()
     feed.close()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="inotify is Linux's")
+async def test_watcher_wakes_on_a_commit_without_a_thread(journal_path: Path) -> None:
+    """On Linux the watcher is a descriptor on the event loop: no polling thread while idle."""
+    import threading
+
+    before = threading.active_count()
+    watcher = JournalWatcher(journal_path, poll_interval_s=30)
+    it = aiter(watcher)
+    task = asyncio.ensure_future(next_batch(it))
+    await asyncio.sleep(0.2)
+    assert threading.active_count() == before  # watchfiles would run a thread polling every 20 ms
+    await commit_in_process(journal_path, "a")
+    await task  # the kernel's event, not the (30 s) poll
+    assert watcher.file_wakes >= 1
+    watcher.stop()
+    with contextlib.suppress(StopAsyncIteration):
+        await next_batch(it)
