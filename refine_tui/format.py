@@ -118,7 +118,9 @@ def percent(p: float | None) -> str:
 def clip(text: str, width: int) -> str:
     """``text`` made visible, in at most ``width`` cells (CJK and emoji count two), cut with …."""
     text = visible(text)
-    if len(text) <= width // 2 or cell_len(text) <= width:
+    if text.isascii():  # one cell per character (the common case, kept cheap)
+        return text if len(text) <= width else text[: width - 1] + "…"
+    if cell_len(text) <= width:
         return text
     cut, used = 0, 0
     for cut, char in enumerate(text):  # noqa: B007 (cut is the index where room runs out)
