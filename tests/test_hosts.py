@@ -41,7 +41,8 @@ for pid in filter(str.isdigit, os.listdir("/proc")):
 """
 TCP_CLIENT = """
 import socket, sys
-print(socket.create_connection((sys.argv[1], 7000), timeout=10).recv(64).decode())
+wait = float(sys.argv[2]) if len(sys.argv) > 2 else 10
+print(socket.create_connection((sys.argv[1], 7000), timeout=wait).recv(64).decode())
 """
 
 
@@ -122,6 +123,22 @@ def test_the_test_process_can_join_a_hosts_network_for_an_in_process_dashboard(
 
     assert seen == [a.addr]
     assert os.readlink("/proc/thread-self/ns/net") == own  # the test thread is back home
+
+
+def test_an_unplugged_host_is_cut_off_until_plugged_again(hosts: Hosts) -> None:
+    a, b = hosts["a"], hosts["b"]
+    reach = [sys.executable, "-c", TCP_CLIENT, b.addr]
+    listener = b.start([sys.executable, "-c", TCP_PEER, b.addr], stdout=subprocess.PIPE)
+    assert listener.popen is not None and listener.popen.stdout is not None
+    assert listener.popen.stdout.readline().strip() == b"listening"
+
+    b.unplug()
+    cut = a.run([*reach, "2"])
+    b.plug()
+    back = a.run(reach)
+
+    assert cut.returncode != 0 and "timed out" in cut.stderr
+    assert back.stdout.strip() == a.addr, back.stderr
 
 
 def test_each_host_has_its_own_pid_namespace(hosts: Hosts) -> None:

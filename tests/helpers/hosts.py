@@ -171,6 +171,7 @@ class Host:
         self.hosts, self.name = hosts, name
         self.netns = f"{hosts.token}-{name}"
         self.addr = f"{hosts.subnet_prefix}.{10 + index}"
+        self.port = f"p{index}"  # its veth peer, a port of the bridge in the switch namespace
         self.home = hosts.base_dir / name / "home"
         self.state_home = hosts.base_dir / name / "state"
         self.init: subprocess.Popen[str] | None = None
@@ -328,6 +329,13 @@ class Host:
             finally:
                 _setns(libc, own.fileno())
 
+    def unplug(self) -> None:
+        """Pull the host's cable (its bridge port goes down): a network partition, not a crash."""
+        _ip("-n", self.hosts.switch, "link", "set", self.port, "down")
+
+    def plug(self) -> None:
+        _ip("-n", self.hosts.switch, "link", "set", self.port, "up")
+
     # --- life --------------------------------------------------------------------------------
 
     def boot(self) -> None:
@@ -417,8 +425,8 @@ class Hosts:
         _ip("-n", self.switch, "link", "set", "lo", "up")
         _ip("-n", self.switch, "link", "add", "br0", "type", "bridge")
         _ip("-n", self.switch, "link", "set", "br0", "up")
-        for i, host in enumerate(self):
-            port = f"p{i}"
+        for host in self:
+            port = host.port
             _ip("netns", "add", host.netns)
             # Both ends are made directly in their namespaces: the root namespace never holds them.
             _ip(
