@@ -19,9 +19,10 @@ from pathlib import Path
 
 import psutil
 import pytest
-from helpers.fleet import Fleet
-from helpers.host_postgres import PASSWORD, HostPostgres, ServerUnavailable
-from helpers.hosts import NETNS_DIR, Hosts, open_or_skip, required
+
+from tests.helpers.fleet import Fleet
+from tests.helpers.host_postgres import PASSWORD, HostPostgres, ServerUnavailable
+from tests.helpers.hosts import NETNS_DIR, Hosts, open_or_skip, required
 
 TCP_PEER = """
 import socket, sys

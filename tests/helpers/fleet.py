@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from helpers.hosts import Host, HostProcess, Hosts
+from tests.helpers.hosts import Host, HostProcess, Hosts
 
 ROOT = Path(__file__).resolve().parents[2]
 REFINE = [sys.executable, "-m", "refine_tui.cli"]

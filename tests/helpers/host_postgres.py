@@ -18,8 +18,9 @@ import urllib.parse
 from pathlib import Path
 
 import psycopg
-from helpers.hosts import Host
-from helpers.postgres_server import PASSWORD, PostgresServer, ServerUnavailable, pg_bin
+
+from tests.helpers.hosts import Host
+from tests.helpers.postgres_server import PASSWORD, PostgresServer, ServerUnavailable, pg_bin
 
 __all__ = ["PASSWORD", "HostPostgres", "ServerUnavailable"]
 
