@@ -112,7 +112,10 @@ class RefineApp(OperatorActions, DetailPane, App[None]):
 
     CSS_PATH = "app.tcss"
     TITLE = "refine"
+    # Help and Quit first: a narrow terminal cuts the footer's end, and these two must stay.
     BINDINGS: ClassVar = [
+        Binding("question_mark", "help", "Help"),
+        Binding("q", "quit", "Quit"),
         Binding("s", "stop", "Stop"),
         Binding("c", "cancel_goal", "Cancel"),
         Binding("x", "cleanup", "Cleanup"),
@@ -123,8 +126,6 @@ class RefineApp(OperatorActions, DetailPane, App[None]):
         Binding("slash", "filter", "Filter"),
         Binding("p", "pause", "Pause", show=False),
         Binding("r", "refresh", "Refresh", show=False),
-        Binding("question_mark", "help", "Help"),
-        Binding("q", "quit", "Quit"),
         Binding("escape,backspace", "back", "Back", show=False),
     ]
 

@@ -690,6 +690,51 @@ async def test_an_empty_log_says_no_output_yet(journal_path: Path) -> None:
         await until(pilot, lambda: [str(x) for x in detail.lines] == ["first line"])
 
 
+def on_screen(app: RefineApp, widget) -> bool:
+    region = widget.region
+    width, height = app.size
+    return region.width > 0 and region.right <= width and region.bottom <= height
+
+
+def header_lines(app: RefineApp) -> list[str]:
+    return str(app.query_one("#header").render()).split("\n")
+
+
+async def test_a_60x16_terminal_keeps_buttons_keys_and_the_journal_state(tmp_path: Path) -> None:
+    """Issue 13.3: modals lost their buttons, the footer lost ? and q, the header wrapped."""
+    deep = tmp_path / "srv" / "refine" / "production" / "journals" / "team-a"
+    deep.mkdir(parents=True)
+    path = populate(deep / "journal.db", node=NODE, live=False)
+    app = RefineApp(journal=path, node=NODE)
+    async with app.run_test(size=(60, 16)) as pilot:
+        await loaded(pilot)
+
+        def footer_shows(*names: str) -> bool:
+            keys = {k.description: k for k in app.query("FooterKey")}
+            return all(n in keys and on_screen(app, keys[n]) for n in names)
+
+        await until(pilot, lambda: footer_shows("Help", "Quit"))
+        top, bottom = header_lines(app)
+        assert top.endswith("● live") and "…/journal.db" in top and len(top) <= 58
+        assert bottom.startswith("last commit")
+        for key, modal in (("c", CancelModal), ("x", ConfirmModal)):
+            await select(pilot, "nightly-report")
+            await pilot.press(key)
+            await until(pilot, lambda modal=modal: isinstance(app.screen, modal))
+            await pilot.pause()
+            for button in app.screen.query(Button):
+                assert on_screen(app, button), (key, button.id, button.region)
+            await pilot.press("escape")
+            await until(pilot, lambda: len(app.screen_stack) == 1)
+        await pilot.resize_terminal(len(str(path)) + 40, 24)  # grown back: the whole path again
+        await until(pilot, lambda: str(path) in header_lines(app)[0])
+    app = RefineApp(journal=path, node=NODE, read_only=True)
+    async with app.run_test(size=(60, 16)) as pilot:
+        await loaded(pilot)
+        top = header_lines(app)[0]
+        assert "read-only" in top and top.endswith("● live") and len(top) <= 58
+
+
 async def test_needs_cleanup_appears_when_the_process_dies_without_a_commit(
     journal_path: Path,
 ) -> None:

@@ -17,7 +17,20 @@ from textual.widgets import Button, Input, Label, Static
 from refine_tui.format import literal, literal_text
 
 
-class ConfirmModal(ModalScreen[bool]):
+class _Fitted:
+    """The body scrolls and the buttons stay on screen, however short the terminal."""
+
+    RESERVED = 7  # rows that are not the body: border, title and its gap, the buttons
+
+    def fit_body(self: ModalScreen) -> None:  # type: ignore[misc]
+        body = self.query_one("#dialog-body")
+        body.styles.max_height = max(2, min(14, self.app.size.height - self.RESERVED - 2))
+
+    def on_resize(self) -> None:
+        self.fit_body()
+
+
+class ConfirmModal(_Fitted, ModalScreen[bool]):
     """Say what will happen, then ask. Dismissed with True (confirmed) or False."""
 
     BINDINGS: ClassVar = [
@@ -42,6 +55,7 @@ class ConfirmModal(ModalScreen[bool]):
                 yield Button(f"{self.confirm_label} (y)", id="confirm", variant="error")
 
     def on_mount(self) -> None:
+        self.fit_body()
         self.query_one("#back", Button).focus()
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
@@ -54,7 +68,7 @@ class ConfirmModal(ModalScreen[bool]):
         self.dismiss(False)
 
 
-class CancelModal(ModalScreen[str | None]):
+class CancelModal(_Fitted, ModalScreen[str | None]):
     """Ask for the reason of a Cancel; the reason field has the focus and ``enter`` confirms.
 
     Dismissed with the reason, or None when the operator backs out. An empty reason is refused
@@ -62,6 +76,7 @@ class CancelModal(ModalScreen[str | None]):
     """
 
     BINDINGS: ClassVar = [Binding("escape", "back", "Back")]
+    RESERVED = 11  # and the reason field and its error line
 
     def __init__(self, goal_id: str, body: str) -> None:
         super().__init__()
@@ -71,7 +86,8 @@ class CancelModal(ModalScreen[str | None]):
     def compose(self) -> ComposeResult:
         with Vertical(id="dialog", classes="destructive"):
             yield Label(literal(f"Cancel goal {self.goal_id}"), id="dialog-title")
-            yield Static(literal(self.body), id="dialog-text")
+            with VerticalScroll(id="dialog-body"):
+                yield Static(literal(self.body), id="dialog-text")
             yield Input(placeholder="reason (required), enter to cancel the goal", id="reason")
             yield Label("", id="dialog-error")
             with Horizontal(id="dialog-buttons"):
@@ -79,6 +95,7 @@ class CancelModal(ModalScreen[str | None]):
                 yield Button("Cancel goal (enter)", id="confirm", variant="error")
 
     def on_mount(self) -> None:
+        self.fit_body()
         self.query_one("#reason", Input).focus()
 
     def on_input_submitted(self, event: Input.Submitted) -> None:

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rich.cells import cell_len
 from rich.text import Text
-from textual.widgets import Static
+from textual.widget import Widget
 
-from refine_tui.format import clock, visible
+from refine_tui.format import clip, clock, visible
 
 # state → (label, style): live is calm, anything that means "don't trust the screen" is loud.
 STATES = {
@@ -34,36 +35,87 @@ class HeaderState:
     filter: str = ""
 
 
-class StatusHeader(Static):
+class StatusHeader(Widget):
+    """Two lines that never wrap: cut at the width it has when it paints (so growing back
+    shows everything again at once). The journal's state is never cut: the path gives way
+    first, in the middle (``/srv/…/journal.db``), then the word "refine", then the node."""
+
     DEFAULT_CSS = """
     StatusHeader { height: 2; background: $panel; padding: 0 1; }
     """
 
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self.state: HeaderState | None = None
+
     def show(self, s: HeaderState) -> None:
-        label, style = STATES.get(s.state, (s.state, ""))
-        top = Text.assemble(
-            ("refine ", "bold"),
-            (visible(s.journal), "underline"),
-            "  node ",
-            (visible(s.node), "bold"),
-            ("  read-only" if s.read_only else "", "bold yellow"),
-            "  ",
-            (label, style),
-        )
-        if s.state in ("missing", "broken", "stale") and s.detail:
-            bottom = Text(visible(s.detail), style="red" if s.state != "stale" else "yellow")
-        else:
-            commit = f"seq {s.last_sequence}"
-            if s.last_commit is not None:
-                commit += f" at {clock(s.last_commit)}"
-            noun = "goal" if s.total == 1 else "goals"
-            goals = f"{s.shown} of {s.total} {noun}" if s.shown != s.total else f"{s.total} {noun}"
-            bottom = Text.assemble(
-                ("last commit ", "dim"),
-                commit,
-                ("  · ", "dim"),
-                goals,
-                (f"  · filter “{visible(s.filter)}”" if s.filter else "", "bold cyan"),
-            )
-        top.truncate(max(10, self.size.width - 2) if self.size.width else 200, overflow="ellipsis")
-        self.update(Text("\n").join([top, bottom]))
+        self.state = s
+        self.refresh()
+
+    def render(self) -> Text:
+        s = self.state
+        if s is None:
+            return Text("")
+        width = self.content_size.width or 200
+        top = _top_line(s, width)
+        bottom = _bottom_line(s)
+        bottom.truncate(width, overflow="ellipsis")
+        return Text("\n").join([top, bottom])
+
+
+def _top_line(s: HeaderState, width: int) -> Text:
+    label, style = STATES.get(s.state, (s.state, ""))
+    flag = "  read-only" if s.read_only else ""
+    journal, node, brand = visible(s.journal), visible(s.node), "refine "
+    fixed = cell_len(f"  node {node}{flag}  {label}")
+    if cell_len(brand + journal) + fixed > width:
+        journal = cut_middle(journal, max(width - fixed - len(brand), 8))
+    if cell_len(brand + journal) + fixed > width:
+        brand = ""
+    spare = width - cell_len(brand + journal) - cell_len(f"  node {flag}  {label}")
+    if cell_len(node) > spare:
+        node = clip(node, max(spare, 2))
+    top = Text.assemble(
+        (brand, "bold"),
+        (journal, "underline"),
+        "  node ",
+        (node, "bold"),
+        (flag, "bold yellow"),
+        "  ",
+        (label, style),
+    )
+    if cell_len(top.plain) > width:  # only the state itself left: keep it, cut what precedes
+        top = Text.assemble((flag.strip() + " " if flag else "", "bold yellow"), (label, style))
+    top.truncate(width, overflow="ellipsis")
+    return top
+
+
+def _bottom_line(s: HeaderState) -> Text:
+    if s.state in ("missing", "broken", "stale") and s.detail:
+        return Text(visible(s.detail), style="red" if s.state != "stale" else "yellow")
+    commit = f"seq {s.last_sequence}"
+    if s.last_commit is not None:
+        commit += f" at {clock(s.last_commit)}"
+    noun = "goal" if s.total == 1 else "goals"
+    goals = f"{s.shown} of {s.total} {noun}" if s.shown != s.total else f"{s.total} {noun}"
+    return Text.assemble(
+        ("last commit ", "dim"),
+        commit,
+        ("  · ", "dim"),
+        goals,
+        (f"  · filter “{visible(s.filter)}”" if s.filter else "", "bold cyan"),
+    )
+
+
+def cut_middle(path: str, width: int) -> str:
+    """``/srv/refine/prod/journal.db`` → ``/srv/…/journal.db``: the file name survives longest."""
+    if cell_len(path) <= width:
+        return path
+    head, sep, name = path.rpartition("/")
+    tail = sep + name
+    room = width - cell_len(tail) - 1
+    if room < 1:
+        return "…" + name[-(width - 1) :] if width > 1 else "…"
+    first = head.split("/", 2)
+    keep = "/".join(first[:2]) + "/" if head.startswith("/") else first[0] + "/"
+    return (keep if cell_len(keep) <= room else head[:room]) + "…" + tail
