@@ -203,9 +203,13 @@ class RefineApp(OperatorActions, DetailPane, App[None]):
         self.show_header()
         self.query_one("#goals", KeyedTable).focus()
         self.set_interval(1.0, self.tick)
+        self.watch(self.query_one("#goals", KeyedTable), "scroll_y", self._scrolled, init=False)
         self.set_interval(OBSERVE_INTERVAL_S, self.observe_processes)
         self.set_interval(0.5, self.follow_log_file)
         self.follow_journal()
+
+    def _scrolled(self) -> None:
+        self.tick()  # rows scrolled into view show their elapsed time now, not within a second
 
     def on_resize(self, event: events.Resize) -> None:
         """Give Title, Note and an attempt's State the room a wide terminal has."""
@@ -546,19 +550,31 @@ class RefineApp(OperatorActions, DetailPane, App[None]):
         )
 
     def tick(self) -> None:
-        """Elapsed times tick once a second: only the running rows' elapsed cells are rewritten."""
+        """Elapsed times tick once a second: only the visible elapsed cells whose text changed.
+
+        The text shows seconds under an hour and minutes after that; a cell whose text did not
+        change is not written, so nothing repaints. Rows scrolled into view catch up at once.
+        """
         if self.paused or not self.is_running:  # a timer can fire while the widgets are removed
             return
         goals = self.query_one("#goals", KeyedTable)
         now = self.clock()
-        for key, row in self.goal_rows.items():
-            if row.started_at is not None:
+        for key in goals.visible_keys():
+            row = self.goal_rows.get(key)
+            if row is not None and row.started_at is not None:
                 goals.set_cell(key, "elapsed", fmt.duration(now - row.started_at))
         if self.view == "attempts":
             table = self.query_one("#attempts", KeyedTable)
             for key, a in self.attempt_rows.items():
                 if a.running:
                     table.upsert(key, self.attempt_cells(a))
+
+    def watched_rows(self) -> list[GoalRow]:
+        """The rows a liveness look covers: the visible Goals and the one the views focus on."""
+        keys = set(self.query_one("#goals", KeyedTable).visible_keys())
+        if self.focus_goal is not None:
+            keys.add(self.focus_goal)
+        return [r for k in keys if (r := self.goal_rows.get(k)) is not None]
 
     @work(exclusive=True, group="observe", exit_on_error=False)
     async def observe_processes(self) -> None:
@@ -568,8 +584,8 @@ class RefineApp(OperatorActions, DetailPane, App[None]):
         reader = self._reader
         if reader is None:
             return
-        running = [r for r in self.goal_rows.values() if r.status == "running"]
-        recheck = await asyncio.to_thread(reader.liveness_changed, running)
+        running = [r for r in self.watched_rows() if r.status == "running"]
+        recheck = await asyncio.to_thread(reader.liveness_changed, running) if running else []
         if self.view == "attempts" and self.focus_goal:
             recheck.append(self.focus_goal)
         if recheck:

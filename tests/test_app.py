@@ -794,3 +794,49 @@ async def test_header_counts_one_goal_in_the_singular(tmp_path: Path) -> None:
         await loaded(pilot)
         header = str(app.query_one("#header").render())
         assert "· 1 goal" in header and "1 goals" not in header
+
+
+async def test_elapsed_tick_repaints_only_visible_rows_whose_text_changed(tmp_path: Path) -> None:
+    """Issue 16: a busy journal left open costs a repaint per visible changed elapsed cell only."""
+    path = tmp_path / "journal.db"
+    with Journal.open(path) as j:
+        goals = Goals(j)
+        for n in range(60):
+            gid = f"run{n:02d}"
+            goals.create(goal_id=gid, title=gid, node_id="other", argv=["true"])
+            goals.start(goal_id=gid, node_id="other", worker=f"w{n}", token=f"t{n}")
+        started = j.last_commit()[1]
+    now = [started + 30.2]
+    app = RefineApp(journal=path, node=NODE, clock=lambda: now[0])
+    async with app.run_test(size=(100, 24)) as pilot:
+        await loaded(pilot)
+        table = goals_table(app)
+        repainted: list[int] = []
+        refresh_row = table.refresh_row
+
+        def counting(index: int):
+            repainted.append(index)
+            return refresh_row(index)
+
+        table.refresh_row = counting  # type: ignore[method-assign]
+        visible = table.visible_keys()
+        assert 5 < len(visible) < 60  # the window shows some of the 60 running rows
+
+        def step(seconds: float) -> list[int]:
+            repainted.clear()
+            now[0] += seconds
+            app.tick()  # the 1 s timer may have run it first: then this one writes nothing
+            return sorted(repainted)
+
+        step(0)
+        assert step(0) == []  # same text: nothing written
+        assert step(1) == sorted(table.get_row_index(k) for k in visible)  # visible rows only
+        assert table.get_row(visible[0])[3].plain == "31s"
+        now[0] = started + 7205.2  # past an hour the text shows minutes
+        step(0)
+        assert step(1) == [] and step(1) == []  # 2h00m twice: no repaint
+        assert table.get_row(visible[0])[3].plain == "2h00m"
+        table.scroll_end(animate=False)
+        await until(pilot, lambda: table.visible_keys() != visible)
+        last = table.visible_keys()[-1]
+        await until(pilot, lambda: table.get_row(last)[3].plain == "2h00m")  # caught up at once

@@ -69,6 +69,15 @@ class KeyedTable(DataTable[RenderableType]):
     def keys(self) -> list[str]:
         return list(self._cells)
 
+    def visible_keys(self) -> list[str]:
+        """The keys of the rows in the window (rows are one line high), none while hidden."""
+        if not self.display or not self._cells:
+            return []
+        top = int(self.scroll_y)
+        end = min(self.row_count, top + self.size.height)
+        keys = (self._row_locations.get_key(i) for i in range(top, end))
+        return [k.value for k in keys if k is not None and k.value is not None]
+
     def select(self, key: str) -> None:
         with contextlib.suppress(RowDoesNotExist):
             self.move_cursor(row=self.get_row_index(key), animate=False)
