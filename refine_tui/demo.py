@@ -3,7 +3,7 @@
 ``populate`` writes the history through the real Goals API, as workers would have: quick
 successes, a failure that retried, one that exhausted its budget, a cancelled goal, a held
 goal (operator redelivery, interrupted), another node's running goal, and one orphaned attempt
-of this node that no process record proves (`needs cleanup`).
+of this node whose worker really died without a process record (`needs cleanup`).
 Then it queues live goals for ``refine node`` to run while the operator watches.
 """
 
@@ -15,11 +15,12 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
+from store.errors import RefineError
 from store.goals import Goals
 from store.journal import Journal
+from store.operator import stop_goal
 from store.processes import ProcessRegistry, stop_process
 
 DEMO_NODE = "n1"
@@ -108,11 +109,13 @@ def _held(goals: Goals, node: str) -> None:
 
 
 def _orphan(goals: Goals, path: Path, node: str) -> None:
-    """A running attempt of this node whose worker vanished without a process record.
+    """A running attempt of this node whose worker really ran, really died, and left no record.
 
-    With a record proving the process gone, the node's startup reconciliation would end the
-    attempt by itself; without one there is no proof, so it waits for an operator (DESIGN §6).
-    Its log survives: the cleanup modal shows it, silent for 41 minutes.
+    The worker's process runs here for real: it writes its log and is killed (SIGKILL, as a
+    crash or a reboot would), and its process record is gone with it. With a record proving
+    the process gone the node would end the attempt by itself (``process-exited``, DESIGN §6);
+    without one there is no proof, so it waits for an operator's Confirm cleanup. Nothing is
+    backdated: the log's age and the attempt's age are both real.
     """
     goals.create(
         goal_id="nightly-report",
@@ -125,8 +128,9 @@ def _orphan(goals: Goals, path: Path, node: str) -> None:
     assert started.attempt is not None
     log = ProcessRegistry(path, node).log_path("nightly-report.r1", 1)
     log.parent.mkdir(parents=True, exist_ok=True)
-    log.write_text("loading sales for 2026-11-28\nquerying warehouse…\n")
-    os.utime(log, (time.time() - 2460, time.time() - 2460))
+    script = "echo 'loading sales for 2026-11-28'; echo 'querying warehouse…'; kill -KILL $$"
+    with open(log, "wb") as out:
+        subprocess.run(["sh", "-c", script], stdout=out, stderr=subprocess.STDOUT, check=False)
 
 
 def _queue_live(add) -> None:  # type: ignore[no-untyped-def]
@@ -172,11 +176,31 @@ def stop_node(proc: subprocess.Popen[bytes]) -> None:
             proc.wait()
 
 
-def stop_workers(path: Path, node: str) -> None:
-    """End the demo's worker process groups (identity-checked: pid and create time)."""
-    for record in ProcessRegistry(path, node).all():
-        with contextlib.suppress(Exception):
-            stop_process(record, grace_s=2.0)
+def finish(path: Path, node: str, operator: str) -> list[str]:
+    """Leave the journal truthful on quit: Stop every attempt the demo's node started (recorded
+    as an operator's Stop, so the goals are requeued or held), and say what is left."""
+    lines = []
+    registry = ProcessRegistry(path, node)
+    with Journal.open(path, create=False) as journal:
+        for record in registry.all():
+            goal_id = record.run_id.rpartition(".r")[0]
+            try:
+                report = stop_goal(journal, goal_id, node=node, operator=operator, grace_s=2.0)
+                lines.append(f"stopped {goal_id}: {report.outcome}")
+            except RefineError as exc:
+                lines.append(f"{goal_id}: not stopped ({exc.message})")
+            with contextlib.suppress(Exception):  # whatever is left of it (identity-checked)
+                stop_process(record, grace_s=1.0)
+        goals = Goals(journal)
+        for goal in goals.list(status="running"):
+            run = goals.runs(goal.goal_id)[-1]
+            epoch = run.running_attempt.epoch if run.running_attempt else "E"
+            where = f"on node {goal.node_id}" if goal.node_id != node else "needs cleanup"
+            lines.append(
+                f"{goal.goal_id} is still running in the journal ({where}); to end it: "
+                f"refine --journal {path} cleanup {goal.run_id} --epoch {epoch}"
+            )
+    return lines
 
 
 def run_demo(directory: Path | None = None) -> int:
@@ -197,7 +221,8 @@ def run_demo(directory: Path | None = None) -> int:
         app.run()
     finally:
         signal.signal(signal.SIGHUP, previous)
-        stop_node(node)
-        stop_workers(path, DEMO_NODE)
+        stop_node(node)  # first: a requeued goal must not be launched again
+        for line in finish(path, DEMO_NODE, app.operator):
+            print(f"refine demo: {line}")
     print(f"demo journal kept at {path}  (refine --journal {path} goals)")
     return 0

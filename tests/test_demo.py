@@ -1,0 +1,57 @@
+"""`refine demo`: its orphan is honest and quitting leaves the journal truthful (real node)."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from refine_tui.demo import DEMO_NODE, finish, populate, start_node, stop_node
+from store.goals import Goals
+from store.journal import Journal
+from store.operator import cleanup_evidence
+from store.processes import ProcessRegistry, same_process
+
+
+def wait_for(condition, timeout: float = 30.0) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.1)
+
+
+def test_the_orphan_really_ran_and_its_log_is_not_backdated(tmp_path: Path) -> None:
+    """Issue 13.6: "last output 43 min ago" above "started 2m07s ago"."""
+    path = populate(tmp_path / "journal.db", live=False)
+    log = ProcessRegistry(path, DEMO_NODE).log_path("nightly-report.r1", 1)
+    assert log.read_text() == "loading sales for 2026-11-28\nquerying warehouse…\n"
+    with Journal.open(path) as journal:
+        evidence = cleanup_evidence(journal, "nightly-report.r1", epoch=1, node=DEMO_NODE)
+    assert evidence.attempt_started_at is not None
+    assert os.stat(log).st_mtime >= evidence.attempt_started_at - 1  # written after the claim
+    assert str(evidence.sentence).startswith(f"no process record on node {DEMO_NODE}")
+    assert "last output" in str(evidence.sentence) and "min" not in str(evidence.sentence)
+
+
+def test_quitting_the_demo_stops_and_records_what_it_started(tmp_path: Path) -> None:
+    """Issue 13.7: after quitting, `refine goals` still said soak-test running."""
+    path = populate(tmp_path / "journal.db")
+    registry = ProcessRegistry(path, DEMO_NODE)
+    node = start_node(path, DEMO_NODE)
+    try:
+        wait_for(lambda: any(r.run_id == "soak-test.r1" for r in registry.all()))
+        records = registry.all()
+    finally:
+        stop_node(node)
+    lines = finish(path, DEMO_NODE, "dana")
+    assert any(line.startswith("stopped soak-test: requeued") for line in lines), lines
+    assert not any(same_process(r) for r in records)  # every worker it started is gone
+    with Journal.open(path, read_only=True) as journal:
+        goals = Goals(journal)
+        running = {g.goal_id for g in goals.list(status="running")}
+        assert goals.read("soak-test").status == "queued"
+    assert running == {"nightly-report", "gpu-train"}  # the orphan and another node's goal
+    assert any(
+        "nightly-report is still running" in line and "cleanup nightly-report.r1 --epoch 1" in line
+        for line in lines
+    ), lines
