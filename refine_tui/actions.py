@@ -26,7 +26,7 @@ from refine_tui.rows import GoalRow, Reader
 from refine_tui.screens.confirm import CancelModal, ConfirmModal
 from refine_tui.widgets.status_header import HeaderState
 from store.errors import RefineError, StorageError
-from store.journal import Journal
+from store.journal_api import Journal, JournalHandle
 from store.operator import (
     CleanupEvidence,
     cancel_goal,
@@ -73,7 +73,7 @@ class OperatorActions(_AppBase):
     journal_path: Path
     feed: ChangeFeed
     _reader: Reader | None
-    _writer: Journal | None
+    _writer: JournalHandle
 
     if TYPE_CHECKING:
 
@@ -172,13 +172,8 @@ class OperatorActions(_AppBase):
     # --- actions: operator commands ------------------------------------------------------------
 
     def writer(self) -> Journal:
-        """(thread) The one writable connection, reopened if the file was replaced."""
-        if self._writer is not None and self._writer.file_replaced():
-            self._writer.close()
-            self._writer = None
-        if self._writer is None:
-            self._writer = Journal.open(self.journal_path, create=False)
-        return self._writer
+        """(thread) The one writable connection, reopened if the journal was replaced."""
+        return self._writer.get()
 
     def reading(self) -> Journal:
         journal = self.feed.journal

@@ -35,11 +35,11 @@ from refine_tui.screens.help import HelpScreen
 from refine_tui.widgets.follow_log import FollowLog
 from refine_tui.widgets.keyed_table import Column, KeyedTable
 from refine_tui.widgets.status_header import HeaderState, StatusHeader
-from store.errors import RefineError, StorageError
-from store.journal import Journal
+from store.errors import JournalLockedError, JournalMissingError, RefineError, StorageError
+from store.journal_api import Journal, JournalHandle, WakeUps
 from store.locations import resolve_journal_path
 from store.operator import default_node, default_operator
-from store.watch import ChangeFeed, JournalWatcher
+from store.watch import ChangeFeed
 
 # Widths chosen for 80 columns first: the first seven Goal columns (what an operator scans:
 # status, elapsed, markers) and all nine Attempt columns fit; round and worker follow off
@@ -164,7 +164,7 @@ class RefineApp(OperatorActions, DetailPane, App[None]):
         self.feed = ChangeFeed(self.journal_path)
         self._reader: Reader | None = None
         self._generation = 0
-        self._writer: Journal | None = None
+        self._writer = JournalHandle(self.journal_path)
         self._history_after = 0
         self._log_file: str | None = None
         self._log_offset = 0
@@ -174,7 +174,7 @@ class RefineApp(OperatorActions, DetailPane, App[None]):
         self.widths = dict(BASE_WIDTHS)
         self._observed: dict[tuple[str, int], AttemptRow] = {}  # last row that had a pid
         self._full_pending = True
-        self._watcher: JournalWatcher | None = None
+        self._watcher: WakeUps | None = None
         self._goal_total: int | None = None  # (read thread) the last count of Goals
         self._why_text: str | None = None  # what the hint line last showed
         self._row_text: str | None = None  # what the selected row's line last showed
@@ -241,8 +241,7 @@ class RefineApp(OperatorActions, DetailPane, App[None]):
         if self._watcher is not None:
             self._watcher.stop()
         self.feed.close()
-        if self._writer is not None:
-            self._writer.close()
+        self._writer.close()
 
     # --- live updates --------------------------------------------------------------------------
 
@@ -253,7 +252,7 @@ class RefineApp(OperatorActions, DetailPane, App[None]):
         Wake-ups that arrive during a read collapse into one: the next read starts only after
         the previous one was applied, and it reads everything committed meanwhile.
         """
-        self._watcher = watcher = JournalWatcher(self.journal_path)
+        self._watcher = watcher = Journal.watch(self.journal_path)
         pump = asyncio.create_task(self._pump(watcher)) if self.watch_files else None
         try:
             while True:
@@ -270,7 +269,7 @@ class RefineApp(OperatorActions, DetailPane, App[None]):
             if pump is not None:
                 pump.cancel()
 
-    async def _pump(self, watcher: JournalWatcher) -> None:
+    async def _pump(self, watcher: WakeUps) -> None:
         async for _ in watcher:
             self._wake.set()
 
@@ -346,13 +345,13 @@ class RefineApp(OperatorActions, DetailPane, App[None]):
         return update
 
     def trouble_for(self, exc: StorageError) -> JournalTrouble:
-        if not self.journal_path.exists():
+        if isinstance(exc, JournalMissingError):
             return JournalTrouble(
                 "missing",
                 f"{self.journal_label} is missing — waiting for it "
                 f"(create it with `refine --journal {self.journal_label} init`)",
             )
-        if "locked" in exc.message:
+        if isinstance(exc, JournalLockedError):
             return JournalTrouble("stale", exc.message + " — retrying")
         return JournalTrouble("broken", exc.message + " — waiting for a usable journal")
 

@@ -27,6 +27,7 @@ from store.errors import (
     GoalNotFoundError,
     InvalidInputError,
     JournalClosedError,
+    JournalMissingError,
     RefineError,
     StorageError,
 )
@@ -117,7 +118,7 @@ def open_journal(args: argparse.Namespace, *, write: bool) -> Journal:
         return open_location(location, read_only=not write, create=False)
     path = journal_path(args)
     if not path.exists():
-        raise StorageError(f"journal missing: {path} (create it with `refine init`)")
+        raise JournalMissingError(f"journal missing: {path} (create it with `refine init`)")
     return Journal.open(path, read_only=not write, create=False)
 
 

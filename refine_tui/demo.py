@@ -19,7 +19,7 @@ from pathlib import Path
 
 from store.errors import RefineError
 from store.goals import Goals
-from store.journal import Journal
+from store.journal_api import Journal
 from store.operator import stop_goal
 from store.processes import ProcessRegistry, stop_process
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from textual.message import Message
 
 from refine_tui.rows import AttemptRow, GoalRow, RunRow, WorkerRow
-from store.journal import Event
+from store.journal_api import Event
 
 
 @dataclass

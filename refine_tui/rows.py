@@ -16,7 +16,7 @@ from typing import Any
 from store.errors import RefineError
 from store.execution import run_from_stored
 from store.goals import Goal, ended_by_words, goal_from_stored
-from store.journal import Event, Journal, Stored
+from store.journal_api import Event, Journal, Stored
 from store.operator import claimed_at, needs_cleanup
 from store.processes import ProcessRecord, ProcessRegistry, observe, same_process
 
@@ -113,7 +113,7 @@ class Reader:
     def __init__(self, journal: Journal, node: str) -> None:
         self.journal = journal
         self.node = node
-        self.registry = ProcessRegistry(journal.path, node, journal.journal_id)
+        self.registry = ProcessRegistry.for_journal(journal, node)
 
     # --- Goals ---------------------------------------------------------------------------------
 

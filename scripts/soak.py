@@ -14,9 +14,9 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT / "tests"), str(ROOT)]
+sys.path.insert(0, str(ROOT))
 
-from helpers.soak_run import run_soak  # noqa: E402
+from tests.helpers.soak_run import run_soak  # noqa: E402
 
 
 def main() -> int:

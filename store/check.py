@@ -12,7 +12,7 @@ from typing import Any
 
 from store.errors import RefineError
 from store.goals import goal_from_stored
-from store.journal import Event, Journal, Stored
+from store.journal_api import Event, Journal, Stored
 from store.run_model import fold_run, run_from_stored
 
 # Which Run statuses each Goal status may sit on (a cancelled Goal's Run may still be running

@@ -28,7 +28,7 @@ from store.errors import (
     RunTerminalError,
     StaleAttemptError,
 )
-from store.journal import Change, Event, Journal, Stored
+from store.journal_api import Change, Event, Journal, Stored
 from store.run_model import (
     ATTEMPT_STATES,
     RUN_STATUSES,

@@ -46,7 +46,7 @@ from store.execution import (
     run_from_stored,
     validate_run_command,
 )
-from store.journal import Change, Journal, Outcome, Stored
+from store.journal_api import Change, Journal, Outcome, Stored
 from store.run_model import run_view
 
 GOAL_STATUSES = ("queued", "held", "running", "completed", "exhausted", "cancelled")

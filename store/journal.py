@@ -1,8 +1,9 @@
-"""The command journal: one SQLite file, one ``BEGIN IMMEDIATE`` transaction per command.
+"""The SQLite journal backend: one file, one ``BEGIN IMMEDIATE`` transaction per command.
 
 State, receipt, events and outbox rows of a command commit together. This module is the only
-place that knows SQL; Execution and Goals talk to it through ``execute`` and the read methods,
-so another backend (PostgreSQL) can replace it without touching them.
+place that knows SQLite; Execution and Goals talk to the ``Journal`` interface
+(``store.journal_api``, re-exported here with its value types), so the PostgreSQL backend
+replaces it without touching them. ``Journal.open(path)`` lands here for any non-URL location.
 """
 
 from __future__ import annotations
@@ -18,12 +19,18 @@ from pathlib import Path
 from typing import Any, Literal
 
 from store.errors import (
+    DiskFullError,
     InvalidInputError,
     JournalClosedError,
+    JournalLockedError,
+    JournalMissingError,
     JournalReadOnlyError,
+    NotAJournalError,
     StorageError,
+    StorageUnreachableError,
     TargetNotEmptyError,
 )
+from store.journal_api import ChangeSource, Journal, WakeUps
 from store.journal_core import (
     COPY_BATCH,
     COPY_TABLES,
@@ -54,6 +61,7 @@ __all__ = [
     "Event",
     "Journal",
     "Outcome",
+    "SqliteJournal",
     "Stored",
     "aggregate_kind",
 ]
@@ -108,18 +116,34 @@ CREATE TABLE meta (
 """
 
 
+# SQLite's primary result codes (the low byte of ``sqlite_errorcode``) → why, for the operator.
+_LOCKED_CODES = {sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED}
+_NOT_A_JOURNAL_CODES = {sqlite3.SQLITE_NOTADB, sqlite3.SQLITE_CORRUPT}
+_UNREACHABLE_CODES = {
+    sqlite3.SQLITE_CANTOPEN,
+    sqlite3.SQLITE_PERM,
+    sqlite3.SQLITE_AUTH,
+    sqlite3.SQLITE_IOERR,
+    sqlite3.SQLITE_READONLY,
+}
+
+
 @contextmanager
 def _storage_errors() -> Iterator[None]:
-    """Turn SQLite's exceptions into StorageError with a reason an operator can act on."""
+    """Turn SQLite's exceptions into the StorageError subclass saying why, by result code."""
     try:
         yield
-    except sqlite3.OperationalError as exc:
-        text = str(exc)
-        if "locked" in text or "busy" in text:
-            raise StorageError(f"journal is locked by another writer ({text})") from exc
-        raise StorageError(f"journal unavailable: {text}") from exc
     except sqlite3.DatabaseError as exc:
-        raise StorageError(f"not a usable journal: {exc}") from exc
+        code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
+        if code in _LOCKED_CODES:
+            raise JournalLockedError(f"journal is locked by another writer ({exc})") from exc
+        if code == sqlite3.SQLITE_FULL:
+            raise DiskFullError(f"journal disk is full ({exc})") from exc
+        if code in _NOT_A_JOURNAL_CODES or not isinstance(exc, sqlite3.OperationalError):
+            raise NotAJournalError(f"not a usable journal: {exc}") from exc
+        if code in _UNREACHABLE_CODES:
+            raise StorageUnreachableError(f"journal unavailable: {exc}") from exc
+        raise StorageError(f"journal unavailable: {exc}") from exc
 
 
 def _check_utf8(file: Path) -> None:
@@ -144,8 +168,8 @@ def _make_folder(folder: Path) -> None:
         raise StorageError(f"cannot create the journal's folder {folder}: {exc.strerror}") from exc
 
 
-class Journal:
-    """A SQLite command journal. Open with :meth:`open`; use as a context manager."""
+class SqliteJournal(Journal):
+    """A SQLite command journal. Open with ``Journal.open(path)``; use as a context manager."""
 
     def __init__(
         self,
@@ -158,6 +182,7 @@ class Journal:
         self._conn: sqlite3.Connection | None = conn
         self._lock = threading.RLock()
         self.path = path
+        self.location = str(path)
         self.read_only = read_only
         self.journal_id = journal_id  # None only for a schema-1 journal opened read-only
         # Read as a frozen snapshot (``immutable=1``): a read-only open of a journal in a folder
@@ -168,28 +193,29 @@ class Journal:
     # --- lifecycle -----------------------------------------------------------------------------
 
     @classmethod
-    def open(
+    def connect(
         cls,
-        path: str | os.PathLike[str],
+        location: str,
         read_only: bool = False,
         *,
         create: bool = True,
         synchronous: Synchronous = "FULL",
         busy_timeout_ms: int = 5000,
-    ) -> Journal:
-        """Open (and, when writable and ``create``, create) the journal at ``path``.
+    ) -> SqliteJournal:
+        """Open (and, when writable and ``create``, create) the journal file at ``location``.
 
-        Raises StorageError when the file is missing (and may not be created), is not SQLite,
-        is another application's database, or has a newer schema.
+        Raises JournalMissingError when the file is missing (and may not be created),
+        NotAJournalError when it is not SQLite, another application's database or has a
+        newer schema.
         """
         if synchronous not in ("FULL", "NORMAL"):
             raise InvalidInputError("synchronous must be FULL or NORMAL")
-        file = resolve_journal_path(path)
+        file = resolve_journal_path(location)
         _check_utf8(file)
         if not file.exists() and (read_only or not create):
-            raise StorageError(f"journal missing: {file}")
+            raise JournalMissingError(f"journal missing: {file}")
         if file.exists() and not file.is_file():
-            raise StorageError(f"not a journal file: {file}")
+            raise NotAJournalError(f"not a journal file: {file}")
         if not read_only:
             _make_folder(file.parent)
         uri = "file:" + urllib.parse.quote(str(file)) + ("?mode=ro" if read_only else "")
@@ -221,6 +247,13 @@ class Journal:
             conn.close()
             raise
 
+    @classmethod
+    def wakeups(cls, location: str) -> WakeUps:
+        """A file watcher on the journal's folder (a commit changes ``<db>-wal``)."""
+        from store.watch import JournalWatcher  # watch builds on the interface, not on SQLite
+
+        return JournalWatcher(location)
+
     def close(self) -> None:
         with self._lock:
             if self._conn is not None:
@@ -231,7 +264,7 @@ class Journal:
     def closed(self) -> bool:
         return self._conn is None
 
-    def __enter__(self) -> Journal:
+    def __enter__(self) -> SqliteJournal:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -269,7 +302,7 @@ class Journal:
                 # An unlinked or replaced file still accepts writes through our old handle:
                 # they would be lost (or mixed into the new file through its -wal). Refuse.
                 if self.file_replaced():
-                    raise StorageError(
+                    raise JournalMissingError(
                         f"journal {self.path} was deleted or replaced since it was opened:"
                         " reopen it"
                     )
@@ -399,7 +432,7 @@ class Journal:
             return int(self._connection().execute("PRAGMA data_version").fetchone()[0])
 
     @contextmanager
-    def snapshot(self) -> Iterator[Journal]:
+    def snapshot(self) -> Iterator[SqliteJournal]:
         """Several reads that see one consistent state of the journal."""
         with self._lock, _storage_errors():
             conn = self._connection()
@@ -453,6 +486,12 @@ class Journal:
                 raise
         return count
 
+    def changes(self) -> ChangeSource:
+        return _DataVersionGate(self)
+
+    def replaced(self) -> bool:
+        return self.file_replaced()
+
     def file_replaced(self) -> bool:
         """True when the path now names another file (or none) than the one we opened."""
         try:
@@ -491,6 +530,19 @@ def _frozen_snapshot(file: Path, exc: sqlite3.OperationalError) -> bool:
     return cannot and not os.path.exists(f"{file}-wal")
 
 
+class _DataVersionGate:
+    """``PRAGMA data_version`` changes exactly when another connection commits (≈ 5 µs)."""
+
+    def __init__(self, journal: SqliteJournal) -> None:
+        self._journal = journal
+        self._seen: int | None = None
+
+    def changed(self) -> bool:
+        version = self._journal.data_version()
+        changed, self._seen = version != self._seen, version
+        return changed
+
+
 def _identify(conn: sqlite3.Connection, file: Path, *, initialize: bool) -> int:
     """Refuse files that are not our journal, reading only; the schema version found (0: a
     new, empty file, accepted only when ``initialize``: a journal truncated to zero bytes must
@@ -500,12 +552,12 @@ def _identify(conn: sqlite3.Connection, file: Path, *, initialize: bool) -> int:
     if 1 <= version <= SCHEMA_VERSION and app_id == APPLICATION_ID:
         return version
     if version > SCHEMA_VERSION and app_id == APPLICATION_ID:
-        raise StorageError(f"journal {file} has schema {version}, newer than {SCHEMA_VERSION}")
+        raise NotAJournalError(f"journal {file} has schema {version}, newer than {SCHEMA_VERSION}")
     tables = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
     if version != 0 or app_id not in (0, APPLICATION_ID) or tables:
-        raise StorageError(f"not a refine journal: {file}")
+        raise NotAJournalError(f"not a refine journal: {file}")
     if not initialize:
-        raise StorageError(f"not a refine journal (empty file): {file}")
+        raise NotAJournalError(f"not a refine journal (empty file): {file}")
     return 0
 
 
@@ -552,7 +604,7 @@ class _SqliteCommand:
         self.conn = conn
 
     def load(self, aggregate_ids: Sequence[str]) -> dict[str, Stored | None]:
-        return {agg: Journal._load(self.conn, agg) for agg in aggregate_ids}
+        return {agg: SqliteJournal._load(self.conn, agg) for agg in aggregate_ids}
 
     def receipt(self, command_id: str) -> tuple[str, str] | None:
         return self.conn.execute(

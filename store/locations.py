@@ -61,3 +61,8 @@ def node_state_dir(
     if is_postgres_url(location):
         return server_journal_dir(journal_id or "") / file_name(node_id)
     return resolve_journal_path(location).parent / "nodes" / file_name(node_id)
+
+
+def resolve_location(location: Location) -> str | Path:
+    """A journal location made canonical once: a file path resolved, a database URL as is."""
+    return os.fspath(location) if is_postgres_url(location) else resolve_journal_path(location)

@@ -48,7 +48,7 @@ from store.goals import (
     ended_by_words,
     goal_id_of_run,
 )
-from store.journal import Journal
+from store.journal_api import Journal
 from store.processes import (
     ProcessRecord,
     ProcessRegistry,
@@ -166,7 +166,7 @@ def _running(goals: Goals, goal: Goal) -> tuple[Run, Attempt]:
 
 
 def _registry(journal: Journal, node: str) -> ProcessRegistry:
-    return ProcessRegistry(journal.path, node, journal.journal_id)
+    return ProcessRegistry.for_journal(journal, node)
 
 
 def _record(journal: Journal, node: str, run_id: str, epoch: int) -> ProcessRecord | None:
@@ -691,7 +691,7 @@ def cleanup_evidence(journal: Journal, run_id: str, *, epoch: int, node: str) ->
     log = (
         Path(record.log_path)
         if record
-        else ProcessRegistry(journal.path, goal.node_id).log_path(run_id, epoch)
+        else ProcessRegistry.for_journal(journal, goal.node_id).log_path(run_id, epoch)
     )
     tail = log_tail(log, LOG_TAIL_LINES)
     now = time.time()

@@ -22,11 +22,14 @@ import time
 from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psutil
 
 from store.locations import Location, file_name, node_state_dir
+
+if TYPE_CHECKING:
+    from store.journal_api import Journal
 
 POLL_S = 0.02  # how often stop_process looks whether the group has exited
 
@@ -127,6 +130,11 @@ class ProcessRegistry:
         self.root = node_state_dir(journal_path, node_id, journal_id, state_dir)
         self.processes_dir = self.root / "processes"
         self.logs_dir = self.root / "logs"
+
+    @classmethod
+    def for_journal(cls, journal: Journal, node_id: str) -> ProcessRegistry:
+        """This node's registry for an open journal of any backend (its location decides)."""
+        return cls(journal.location, node_id, journal.journal_id)
 
     def _record_path(self, run_id: str, epoch: int) -> Path:
         return self.processes_dir / f"{_safe_name(run_id)}.{int(epoch)}.json"

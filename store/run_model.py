@@ -19,7 +19,7 @@ from typing import Any
 
 from store import run_rules as rules
 from store.errors import CorruptRunError, DecisionError
-from store.journal import Event, Stored
+from store.journal_api import Event, Stored
 from store.run_rules import EXECUTION_LIMITS, Invalid
 
 RUN_STATUSES = ("queued", "running", "completed", "exhausted", "cancelled")

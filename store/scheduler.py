@@ -33,11 +33,10 @@ from typing import IO
 from store.errors import InvalidInputError, RefineError, VersionConflictError
 from store.execution import Execution
 from store.goals import Goal, GoalResult, Goals, check_name, goal_id_of_run
-from store.journal import Journal
-from store.locations import resolve_journal_path
+from store.journal_api import Journal, JournalHandle, WakeUps
+from store.locations import resolve_location
 from store.processes import ProcessRecord, ProcessRegistry, same_process, stop_process
 from store.run_model import Run
-from store.watch import JournalWatcher
 from store.worker import EXIT_REFUSED
 
 RECONCILE_METHOD = "process-exited"
@@ -78,11 +77,12 @@ class Node:
             raise InvalidInputError("capacity must be a positive integer")
         self.capacity = capacity
         self.grace_s = grace_s
-        self.journal_path = resolve_journal_path(journal_path)  # once: folders derive from it
-        self.journal = Journal.open(self.journal_path, create=False)
+        self.journal_path = resolve_location(journal_path)  # once: folders derive from it
+        self._handle = JournalHandle(self.journal_path)
+        self.journal = self._handle.get()
         self.goals = Goals(self.journal)
         self.runs = Execution(self.journal)
-        self.registry = ProcessRegistry(self.journal_path, node_id, self.journal.journal_id)
+        self.registry = ProcessRegistry.for_journal(self.journal, node_id)
         self.confirmed_by = f"scheduler@{node_id}"
         self.launched: dict[str, _Launch] = {}
         self._refused: dict[str, int] = {}  # goal → version whose start was refused
@@ -102,7 +102,7 @@ class Node:
             if launch.pidfd is not None:
                 os.close(launch.pidfd)
                 launch.pidfd = None
-        self.journal.close()
+        self._handle.close()
         if self._log is not None:
             self._log.close()
 
@@ -123,15 +123,14 @@ class Node:
         return self.schedule()
 
     def follow_replaced_file(self) -> None:
-        """Reopen when the journal's path names another file (restored, replaced): the old
-        handle would read a deleted file forever and never see new work. StorageError while
-        the path is missing (the next tick tries again)."""
-        if self.journal.file_replaced():
-            journal = Journal.open(self.journal_path, create=False)
-            self.journal.close()
+        """Reopen when the journal's location names another journal (a file restored or
+        replaced): the old handle would read a deleted file forever and never see new work.
+        StorageError while it is missing (the next tick tries again)."""
+        journal = self._handle.get()
+        if journal is not self.journal:
             self.journal, self.goals, self.runs = journal, Goals(journal), Execution(journal)
             # Another file may be another journal: only its own records are acted on.
-            self.registry = ProcessRegistry(self.journal_path, self.node_id, journal.journal_id)
+            self.registry = ProcessRegistry.for_journal(journal, self.node_id)
 
     def reap(self) -> None:
         """Forget workers that exited (remembering a refused start until the Goal changes)."""
@@ -317,7 +316,7 @@ class Node:
         for launch in self.launched.values():
             if launch.pidfd is not None:
                 self.watch_fd(launch.pidfd)
-        watcher = JournalWatcher(self.journal_path)
+        watcher = Journal.watch(self.journal_path)
         pump = asyncio.create_task(_pump(watcher, wake))
         try:
             self._guarded(self.reconcile)
@@ -346,7 +345,7 @@ class Node:
             self._say(f"{exc}")
 
 
-async def _pump(watcher: JournalWatcher, wake: asyncio.Event) -> None:
+async def _pump(watcher: WakeUps, wake: asyncio.Event) -> None:
     async for _ in watcher:
         wake.set()
 

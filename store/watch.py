@@ -4,10 +4,11 @@
 event loop (``store.inotify``; watchfiles elsewhere; a commit shows up as a change of
 ``<db>-wal``), plus a slow ``stat`` poll that catches what the
 watcher cannot (the directory deleted and recreated leaves an inotify watch deaf, silently) and
-rebuilds it. ``ChangeFeed`` then answers "what changed": one long-lived read-only connection,
-gated by ``PRAGMA data_version``, reading the events after the last sequence it has seen.
-Opening a connection per refresh would itself fire watcher events (SQLite re-owns ``-wal`` and
-``-shm`` on open), so the feed keeps one and reopens only when the file was replaced.
+rebuilds it: it is the SQLite backend's ``WakeUps`` (``Journal.watch(path)``). ``ChangeFeed``
+then answers "what changed" on any backend: one long-lived read-only handle, gated by the
+backend's change source, reading the events after the last sequence it has seen. Opening a
+connection per refresh would itself fire watcher events (SQLite re-owns ``-wal`` and ``-shm``
+on open), so the feed keeps one and reopens only when the journal was replaced.
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ from pathlib import Path
 
 from store import inotify
 from store.errors import StorageError
-from store.journal import MAX_PAGE, Event, Journal
-from store.locations import resolve_journal_path
+from store.journal_api import MAX_PAGE, ChangeSource, Event, Journal, JournalHandle, Location
+from store.locations import resolve_journal_path, resolve_location
 
 # Measured here (DESIGN §7): step=20 ms gives ≈ 30 ms from commit to wake-up (a burst of writes
 # within it is one batch); the debounce (watchfiles only) bounds how long a steady stream of
@@ -223,54 +224,52 @@ async def _first(*waits: Coroutine[object, object, object]) -> None:
 
 
 class ChangeFeed:
-    """The journal's new events, read through one long-lived read-only connection.
+    """The journal's new events, read through one long-lived read-only handle.
 
-    ``poll()`` is cheap when nothing changed (one ``PRAGMA data_version``). It raises
-    StorageError while the journal is missing or unusable and recovers when it comes back.
-    ``generation`` grows on every (re)open: a consumer that sees it change reloads everything,
-    since a replaced file is another journal whose sequences mean something else.
+    ``poll()`` is cheap when nothing changed (the backend's change gate: one
+    ``PRAGMA data_version`` on SQLite). It raises StorageError while the journal is missing or
+    unusable and recovers when it comes back. ``generation`` grows on every (re)open: a
+    consumer that sees it change reloads everything, since a replaced journal is another
+    journal whose sequences mean something else.
     """
 
     def __init__(
         self,
-        path: str | os.PathLike[str],
+        location: Location,
         *,
         after_sequence: int | None = None,
         busy_timeout_ms: int = 1000,
     ) -> None:
-        self.path = resolve_journal_path(path)
+        self.location = resolve_location(location)
+        self._handle = JournalHandle(self.location, read_only=True, busy_timeout_ms=busy_timeout_ms)
         self.journal: Journal | None = None
         self.last_sequence = after_sequence or 0
         self.generation = 0
         self._start_at_end = after_sequence is None
-        self._data_version: int | None = None
-        self._busy_timeout_ms = busy_timeout_ms
+        self._changes: ChangeSource | None = None
 
     def open(self) -> Journal:
-        """The current read connection, (re)opened when missing or when the file was replaced."""
-        if self.journal is not None and self.journal.file_replaced():
-            self.close()
-        if self.journal is None:
-            journal = Journal.open(
-                self.path, read_only=True, create=False, busy_timeout_ms=self._busy_timeout_ms
-            )
+        """The current read handle, (re)opened when missing or when the journal was replaced."""
+        journal = self._handle.get()
+        if journal is not self.journal:
+            self.journal = None
             try:
                 if self._start_at_end or self.generation > 0:
                     self.last_sequence = journal.last_sequence()
             except BaseException:
-                journal.close()
+                self._handle.close()
                 raise
             self.journal = journal
-            self._data_version = None
+            self._changes = journal.changes()
             self.generation += 1
-        return self.journal
+        return journal
 
     def poll(self) -> list[Event]:
         """Events committed since the last poll (oldest first); [] when nothing changed."""
         try:
             journal = self.open()
-            version = journal.data_version()
-            if version == self._data_version:
+            assert self._changes is not None
+            if not self._changes.changed():
                 return []
             events: list[Event] = []
             while True:
@@ -280,13 +279,11 @@ class ChangeFeed:
                     self.last_sequence = page[-1].sequence
                 if len(page) < MAX_PAGE:
                     break
-            self._data_version = version
             return events
         except StorageError:
             self.close()
             raise
 
     def close(self) -> None:
-        if self.journal is not None:
-            self.journal.close()
-            self.journal = None
+        self._handle.close()
+        self.journal = None

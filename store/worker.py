@@ -33,7 +33,7 @@ from pathlib import Path
 from store.errors import RefineError, StorageError
 from store.execution import Execution
 from store.goals import Goal, Goals
-from store.journal import Journal
+from store.journal_api import Journal
 from store.processes import ProcessRecord, ProcessRegistry, stop_group_members
 from store.run_model import Run
 
@@ -106,7 +106,7 @@ def run_worker(
             f" before; the attempt is {_ownership(now)}): not launching the recipe again"
         )
         return EXIT_REFUSED
-    registry = ProcessRegistry(journal.path, node_id, journal.journal_id)
+    registry = ProcessRegistry.for_journal(journal, node_id)
     log_path = registry.log_path(claim.run_id, claim.epoch)
     try:
         registry.record(
@@ -185,7 +185,8 @@ def _supervise(
     Returns (verdict, timed_out); verdict "ours" | "cancel" | "superseded" | "unknown". The
     recipe is stopped (and reaped) on "cancel" or "superseded" or when the deadline passed.
     """
-    seen = None
+    changes = goals.journal.changes()
+    look = True  # first, and again after an "unknown" verdict
     while True:
         try:
             recipe.wait(timeout=POLL_S)
@@ -193,13 +194,10 @@ def _supervise(
             pass
         else:
             return _verdict(goals, claim), False
-        version = goals.journal.data_version()
-        if version != seen:
-            seen = version
+        if changes.changed() or look:
             verdict = _verdict(goals, claim)
-            if verdict == "unknown":
-                seen = None
-            elif verdict != "ours":
+            look = verdict == "unknown"
+            if verdict not in ("ours", "unknown"):
                 _stop(recipe)
                 return verdict, False
         if time.monotonic() >= deadline:

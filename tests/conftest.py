@@ -1,12 +1,21 @@
-"""Shared fixtures: one real PostgreSQL server per test session, a fresh database per test."""
+"""Shared fixtures: journals on every backend, one real PostgreSQL server per test session.
+
+A backend registers in ``JOURNAL_BACKENDS`` with a generator that yields a fresh, empty journal
+location for one test and cleans up after it; every test using ``journal``,
+``journal_factory`` or ``journal_location`` then runs once per registered backend (the contract
+suite), the way eventsourcing reuses one recorder test case per backend.
+"""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
-from helpers.postgres_server import PostgresServer, ServerUnavailable, server_from_environment
+
+from store.journal_api import Journal
+from tests.helpers.postgres_server import PostgresServer, ServerUnavailable, server_from_environment
 
 _server: PostgresServer | None = None
 _server_error: str | None = None
@@ -41,3 +50,50 @@ def postgres_url(postgres_server: PostgresServer) -> Iterator[str]:
     url = postgres_server.create_database()
     yield url
     postgres_server.drop_database(url)
+
+
+# (request, tmp_path) -> yields a location; ``request.getfixturevalue`` reaches session fixtures
+# such as a database server.
+LocationFactory = Callable[[pytest.FixtureRequest, Path], Iterator[str]]
+JournalFactory = Callable[..., Journal]
+
+
+def sqlite_location(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    yield str(tmp_path / "journal.db")
+
+
+JOURNAL_BACKENDS: dict[str, LocationFactory] = {"sqlite": sqlite_location}
+
+
+@pytest.fixture(params=list(JOURNAL_BACKENDS))
+def backend(request: pytest.FixtureRequest) -> str:
+    """The backend a contract test runs on (one run per entry of ``JOURNAL_BACKENDS``)."""
+    return str(request.param)
+
+
+@pytest.fixture
+def journal_location(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A fresh, empty journal location on ``backend``."""
+    yield from JOURNAL_BACKENDS[backend](request, tmp_path)
+
+
+@pytest.fixture
+def journal_factory(journal_location: str) -> Iterator[JournalFactory]:
+    """Opens handles on the test's journal (``factory(read_only=False, **options)``); every
+    handle opened is closed at the end."""
+    opened: list[Journal] = []
+
+    def open_journal(read_only: bool = False, **options: object) -> Journal:
+        journal = Journal.open(journal_location, read_only, **options)  # type: ignore[arg-type]
+        opened.append(journal)
+        return journal
+
+    yield open_journal
+    for journal in opened:
+        journal.close()
+
+
+@pytest.fixture
+def journal(journal_factory: JournalFactory) -> Journal:
+    """A writable journal on the test's backend (durability NORMAL: tests don't cut power)."""
+    return journal_factory(synchronous="NORMAL")

@@ -10,15 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers.run_support import (
-    PINS,
-    Child,
-    assert_consistent,
-    budget,
-    claim,
-    footprint,
-    submit,
-)
 
 from store.errors import (
     AttemptActiveError,
@@ -45,14 +36,17 @@ from store.execution import (
     validate_run_command,
 )
 from store.journal import Journal, Stored
+from tests.helpers.run_support import (
+    PINS,
+    Child,
+    assert_consistent,
+    budget,
+    claim,
+    footprint,
+    submit,
+)
 
 CLEANUP = {"epoch": 1, "confirmed_by": "dana@n1", "method": "process-exited"}
-
-
-@pytest.fixture
-def journal(tmp_path: Path) -> Iterator[Journal]:
-    with Journal.open(tmp_path / "journal.db", synchronous="NORMAL") as j:
-        yield j
 
 
 @pytest.fixture

@@ -8,11 +8,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers.run_support import PINS, Child, assert_consistent, budget, claim, footprint, submit
 
 from store.errors import CancelPendingError, RunTerminalError, StorageError
 from store.execution import Execution
 from store.journal import Journal
+from tests.helpers.run_support import (
+    PINS,
+    Child,
+    assert_consistent,
+    budget,
+    claim,
+    footprint,
+    submit,
+)
 
 REASON = "operator: not needed"
 CLEANUP = {"epoch": 1, "confirmed_by": "w1", "method": "owner-stopped"}

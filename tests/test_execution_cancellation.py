@@ -3,11 +3,9 @@ bypassed; it ends only as cancelled with its own reason, never as queued or exha
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers.run_support import assert_consistent, claim, footprint, submit
 
 from store.errors import (
     AttemptActiveError,
@@ -18,18 +16,13 @@ from store.errors import (
 )
 from store.execution import Execution, Run
 from store.journal import Journal
+from tests.helpers.run_support import assert_consistent, claim, footprint, submit
 
 REASON = "operator: wrong branch"
 
 
 def cleanup(epoch: int, by: str = "dana@n1") -> dict[str, object]:
     return {"epoch": epoch, "confirmed_by": by, "method": "sigterm"}
-
-
-@pytest.fixture
-def journal(tmp_path: Path) -> Iterator[Journal]:
-    with Journal.open(tmp_path / "journal.db", synchronous="NORMAL") as j:
-        yield j
 
 
 @pytest.fixture

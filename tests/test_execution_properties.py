@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers.run_support import PINS, assert_consistent, budget, footprint
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
@@ -29,6 +28,7 @@ from store.errors import (
 )
 from store.execution import OPERATIONS, Execution, check_run, validate_run_command
 from store.journal import Journal
+from tests.helpers.run_support import PINS, assert_consistent, budget, footprint
 
 CLEANUP = {"epoch": 1, "confirmed_by": "op@n1", "method": "sigterm"}
 GOOD: dict[str, dict[str, Any]] = {

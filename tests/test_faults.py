@@ -16,8 +16,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers.run_support import footprint
-from helpers.soak_recipes import (
+
+from refine_tui import cli
+from store.check import check_journal
+from store.errors import StorageError
+from store.goals import Goals
+from store.journal import Journal
+from store.processes import ProcessRegistry
+from store.watch import ChangeFeed
+from tests.helpers.run_support import footprint
+from tests.helpers.soak_recipes import (
     ROOT,
     alive,
     kill_group,
@@ -28,14 +36,6 @@ from helpers.soak_recipes import (
     wait_for,
     write_locked,
 )
-
-from refine_tui import cli
-from store.check import check_journal
-from store.errors import StorageError
-from store.goals import Goals
-from store.journal import Journal
-from store.processes import ProcessRegistry
-from store.watch import ChangeFeed
 
 
 def add_goal(journal: Journal, goal_id: str, **kw: object) -> None:
@@ -507,11 +507,11 @@ def test_reused_pids_are_never_signalled_by_stop_cancel_or_reconcile(tmp_path: P
     import time
 
     import psutil
-    from helpers.soak_recipes import Decoys
 
     from store.operator import cancel_goal, stop_goal
     from store.processes import ProcessRecord
     from store.scheduler import Node
+    from tests.helpers.soak_recipes import Decoys
 
     path = tmp_path / "j" / "journal.db"
     decoys = Decoys(tmp_path / "decoys", count=3)

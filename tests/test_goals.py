@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -28,12 +27,6 @@ from store.errors import (
 )
 from store.goals import MAX_NAME, Goals, goal_from_stored, goal_id_of_run, pins_for
 from store.journal import Change, Journal, Stored
-
-
-@pytest.fixture
-def journal(tmp_path: Path):
-    with Journal.open(tmp_path / "journal.db") as j:
-        yield j
 
 
 def add(goals: Goals, goal_id: str = "build", **kw) -> None:
@@ -258,7 +251,7 @@ def test_racing_starts_across_processes_have_one_winner(journal: Journal) -> Non
     add(goals, goal_id="race")
     procs = [
         subprocess.Popen(
-            [sys.executable, "-c", RACER, str(journal.path), str(i)],
+            [sys.executable, "-c", RACER, journal.location, str(i)],
             stdout=subprocess.PIPE,
             text=True,
         )

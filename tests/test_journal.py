@@ -1,21 +1,38 @@
-"""The journal alone: atomic commands, replay, versions, read-only, paging, bad files."""
+"""The journal alone: atomic commands, replay, versions, read-only, paging, change detection.
+
+The first part is the contract every backend meets: it takes journals from the
+``journal`` / ``journal_factory`` fixtures (tests/conftest.py), so each backend registered
+there runs it. The second part covers what only the SQLite backend has: files.
+"""
 
 from __future__ import annotations
 
+import os
+import sqlite3
 from pathlib import Path
 
 import pytest
 
+from store import journal_api
 from store.errors import (
+    BackendUnavailableError,
     CommandConflictError,
     DecisionError,
+    DiskFullError,
     InvalidInputError,
     JournalClosedError,
+    JournalLockedError,
+    JournalMissingError,
     JournalReadOnlyError,
+    NotAJournalError,
     StorageError,
+    StorageUnreachableError,
     VersionConflictError,
 )
-from store.journal import Change, Journal
+from store.execution import Execution
+from store.goals import Goals
+from store.journal import Change, Journal, SqliteJournal
+from tests.conftest import JournalFactory
 
 
 def submit(loaded):  # a minimal decision: create one aggregate
@@ -23,65 +40,276 @@ def submit(loaded):  # a minimal decision: create one aggregate
     return [Change("run:a", {"status": "queued"}, [("run.submitted", {"run_id": "a"})])]
 
 
-def test_command_commits_state_receipt_events_and_outbox(tmp_path: Path) -> None:
-    with Journal.open(tmp_path / "j.db") as j:
-        out = j.execute(
-            command_id="c1", payload={"op": "s"}, expected={"run:a": None}, decide=submit
+def create(aggregate_id: str, status: str = "queued", node_id: str = "n1"):
+    def decide(loaded):
+        state = {"status": status, "node_id": node_id, "title": aggregate_id.upper()}
+        return [Change(aggregate_id, state, [("made", {"id": aggregate_id})])]
+
+    return decide
+
+
+def make(journal: Journal, aggregate_id: str, **kw: str) -> None:
+    journal.execute(
+        command_id="make-" + aggregate_id,
+        payload={"id": aggregate_id, **kw},
+        expected={aggregate_id: None},
+        decide=create(aggregate_id, **kw),
+    )
+
+
+# --- the contract: every backend ------------------------------------------------------------------
+
+
+def test_command_commits_state_receipt_events_and_outbox(journal: Journal) -> None:
+    j = journal
+    out = j.execute(command_id="c1", payload={"op": "s"}, expected={"run:a": None}, decide=submit)
+    assert not out.replayed and out.states["run:a"].version == 1
+    assert [e.sequence for e in j.events_after(0)] == [1]
+    assert j.outbox() == [(1, "run:a", "run.submitted")]
+    again = j.execute(command_id="c1", payload={"op": "s"}, expected={"run:a": None}, decide=submit)
+    assert again.replayed and again.states == out.states
+    assert j.last_sequence() == 1
+
+
+def test_refusals_record_nothing(journal: Journal) -> None:
+    j = journal
+    j.execute(command_id="c1", payload={"op": "s"}, expected={"run:a": None}, decide=submit)
+    with pytest.raises(CommandConflictError):
+        j.execute(command_id="c1", payload={"op": "t"}, expected={"run:a": None}, decide=submit)
+    with pytest.raises(VersionConflictError):
+        j.execute(command_id="c2", payload={"op": "t"}, expected={"run:a": 3}, decide=submit)
+    with pytest.raises(DecisionError):
+        j.execute(
+            command_id="c3",
+            payload={"op": "t"},
+            expected={"run:a": 1},
+            decide=lambda loaded: 1 / 0,
         )
-        assert not out.replayed and out.states["run:a"].version == 1
-        assert [e.sequence for e in j.events_after(0)] == [1]
-        assert j.outbox() == [(1, "run:a", "run.submitted")]
-        again = j.execute(
-            command_id="c1", payload={"op": "s"}, expected={"run:a": None}, decide=submit
+    with pytest.raises(DecisionError):  # a decision may change only what it read
+        j.execute(
+            command_id="c4",
+            payload={"op": "t"},
+            expected={"run:a": 1},
+            decide=lambda loaded: [Change("run:b", {}, [])],
         )
-        assert again.replayed and again.states == out.states
-        assert j.last_sequence() == 1
+    assert j.last_sequence() == 1 and len(j.outbox()) == 1
+    assert j.load("run:a") is not None and j.load("run:a").version == 1
 
 
-def test_refusals_record_nothing(tmp_path: Path) -> None:
-    with Journal.open(tmp_path / "j.db") as j:
-        j.execute(command_id="c1", payload={"op": "s"}, expected={"run:a": None}, decide=submit)
-        with pytest.raises(CommandConflictError):
-            j.execute(command_id="c1", payload={"op": "t"}, expected={"run:a": None}, decide=submit)
-        with pytest.raises(VersionConflictError):
-            j.execute(command_id="c2", payload={"op": "t"}, expected={"run:a": 3}, decide=submit)
-        with pytest.raises(DecisionError):
-            j.execute(
-                command_id="c3",
-                payload={"op": "t"},
-                expected={"run:a": 1},
-                decide=lambda loaded: 1 / 0,
-            )
-        assert j.last_sequence() == 1 and len(j.outbox()) == 1
+def test_read_only_refuses_even_a_replay(journal_factory: JournalFactory) -> None:
+    j = journal_factory()
+    j.execute(command_id="c1", payload={"op": "s"}, expected={"run:a": None}, decide=submit)
+    ro = journal_factory(read_only=True)
+    assert ro.read_only and not j.read_only
+    with pytest.raises(JournalReadOnlyError):
+        ro.execute(command_id="c1", payload={"op": "s"}, expected={"run:a": None}, decide=submit)
+    assert ro.load("run:a").state == {"status": "queued"}
 
 
-def test_read_only_refuses_even_a_replay(tmp_path: Path) -> None:
-    path = tmp_path / "j.db"
-    with Journal.open(path) as j:
-        j.execute(command_id="c1", payload={"op": "s"}, expected={"run:a": None}, decide=submit)
-    with Journal.open(path, read_only=True) as ro:
-        with pytest.raises(JournalReadOnlyError):
-            ro.execute(
-                command_id="c1", payload={"op": "s"}, expected={"run:a": None}, decide=submit
-            )
-        assert ro.load("run:a").state == {"status": "queued"}
-
-
-def test_closed_and_paging_and_bad_files(tmp_path: Path) -> None:
-    j = Journal.open(tmp_path / "j.db")
+def test_closed_and_paging(journal: Journal) -> None:
+    j = journal
     for bad in (-1, True, 1.5):
         with pytest.raises(InvalidInputError):
             j.history("run:a", after_sequence=bad)
     for bad in (0, 1001, False):
         with pytest.raises(InvalidInputError):
             j.history("run:a", limit=bad)
+    assert not j.closed
     j.close()
+    assert j.closed
     with pytest.raises(JournalClosedError):
         j.load("run:a")
-    with pytest.raises(StorageError):
+    with pytest.raises(JournalClosedError):
+        j.execute(command_id="c1", payload={}, expected={"run:a": None}, decide=submit)
+
+
+def test_reads_by_id_kind_status_node_and_recency(journal: Journal) -> None:
+    for agg, status, node in [
+        ("goal:b", "queued", "n1"),
+        ("goal:a", "running", "n2"),
+        ("goal:c", "queued", "n2"),
+        ("run:x", "queued", "n1"),
+    ]:
+        make(journal, agg, status=status, node_id=node)
+    ids = lambda stored: [s.aggregate_id for s in stored]  # noqa: E731
+    assert ids(journal.aggregates("goal")) == ["goal:a", "goal:b", "goal:c"]
+    assert ids(journal.aggregates("goal", newest_first=True, limit=2)) == ["goal:c", "goal:a"]
+    assert ids(journal.aggregates("goal", status="queued")) == ["goal:b", "goal:c"]
+    assert ids(journal.aggregates("goal", status=["queued", "running"], node_id="n2")) == [
+        "goal:a",
+        "goal:c",
+    ]
+    assert ids(journal.aggregates("goal", contains="B")) == ["goal:b"]  # id or state text
+    assert journal.count("goal") == 3 and journal.count("goal", "queued") == 2
+    assert journal.count("run") == 1
+    assert set(journal.load_many(["goal:a", "goal:zzz", "run:x"])) == {"goal:a", "run:x"}
+    assert journal.load("goal:zzz") is None
+    assert journal.load("goal:a").state["node_id"] == "n2"
+
+
+def test_history_events_after_and_last_commit(journal: Journal) -> None:
+    assert journal.last_commit() == (0, None) and journal.last_sequence() == 0
+    assert journal.events_after(0) == []
+    for agg in ("run:a", "run:b", "run:c"):
+        make(journal, agg)
+    journal.execute(
+        command_id="again",
+        payload={},
+        expected={"run:a": 1},
+        decide=lambda loaded: [Change("run:a", {"status": "done"}, [("x", {}), ("y", {"n": 1})])],
+    )
+    history = journal.history("run:a")
+    assert [(e.sequence, e.version, e.type) for e in history] == [
+        (1, 1, "made"),
+        (4, 2, "x"),
+        (5, 2, "y"),
+    ]
+    assert history[2].data == {"n": 1} and history[2].aggregate_id == "run:a"
+    assert [e.sequence for e in journal.history("run:a", after_sequence=1, limit=1)] == [4]
+    assert [e.sequence for e in journal.events_after(2, limit=2)] == [3, 4]
+    sequence, at = journal.last_commit()
+    assert sequence == 5 == journal.last_sequence() and at == history[-1].committed_at
+
+
+def test_snapshot_reads_one_state(journal: Journal) -> None:
+    make(journal, "run:a")
+    with journal.snapshot() as view:
+        assert view.load("run:a") is not None and view.count("run") == 1
+        with view.snapshot() as inner:  # nested: still the same view
+            assert inner.last_sequence() == 1
+
+
+def test_change_source_sees_other_handles_commits(journal_factory: JournalFactory) -> None:
+    writer, reader = journal_factory(), journal_factory(read_only=True)
+    changes = reader.changes()
+    assert changes.changed()  # the first look always reads
+    assert not changes.changed()
+    make(writer, "run:a")
+    assert changes.changed() and not changes.changed()
+    assert reader.changes().changed()  # every consumer has its own gate
+    assert not reader.replaced() and not writer.replaced()
+
+
+def test_the_api_layers_accept_any_journal(journal: Journal) -> None:
+    assert isinstance(journal, journal_api.Journal)
+    assert Execution(journal).read("nothing") is None
+    assert Goals(journal).journal is journal
+    for not_a_journal in (object(), "journal.db", None):
+        with pytest.raises(InvalidInputError):
+            Execution(not_a_journal)  # type: ignore[arg-type]
+        with pytest.raises(InvalidInputError):
+            Goals(not_a_journal)  # type: ignore[arg-type]
+
+
+def test_a_handle_follows_its_location(journal_location: str, journal: Journal) -> None:
+    handle = journal_api.JournalHandle(journal_location, read_only=True)
+    first = handle.get()
+    assert handle.get() is first and first.read_only
+    first.close()
+    assert handle.get() is not first  # a closed handle is reopened
+    handle.close()
+    assert handle.journal is None
+
+
+# --- typed storage errors and SQLite specifics ----------------------------------------------------
+
+
+def test_bad_files_are_refused_by_type_and_left_alone(tmp_path: Path) -> None:
+    with pytest.raises(JournalMissingError):
         Journal.open(tmp_path / "missing.db", read_only=True)
+    with pytest.raises(JournalMissingError):
+        Journal.open(tmp_path / "missing.db", create=False)
     assert not (tmp_path / "missing.db").exists()
     (tmp_path / "text.db").write_text("not sqlite " * 100)
-    with pytest.raises(StorageError):
+    with pytest.raises(NotAJournalError):
         Journal.open(tmp_path / "text.db")
     assert (tmp_path / "text.db").read_text() == "not sqlite " * 100
+    other = tmp_path / "other.db"
+    sqlite3.connect(other).execute("CREATE TABLE t (x)").connection.close()
+    with pytest.raises(NotAJournalError):
+        Journal.open(other)
+    with pytest.raises(NotAJournalError):
+        Journal.open(tmp_path)  # a folder
+    (tmp_path / "empty.db").touch()
+    with pytest.raises(NotAJournalError):
+        Journal.open(tmp_path / "empty.db", create=False)
+
+
+def test_newer_schema_is_not_a_journal_we_can_read(tmp_path: Path) -> None:
+    path = tmp_path / "j.db"
+    Journal.open(path).close()
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA user_version = 99")
+    conn.close()
+    with pytest.raises(NotAJournalError, match="newer"):
+        Journal.open(path)
+
+
+def test_a_writer_holding_the_lock_is_journal_locked(tmp_path: Path) -> None:
+    path = tmp_path / "j.db"
+    with Journal.open(path) as j, Journal.open(path, busy_timeout_ms=50) as other:
+        blocker = sqlite3.connect(path, isolation_level=None)
+        blocker.execute("BEGIN IMMEDIATE")
+        try:
+            with pytest.raises(JournalLockedError) as caught:
+                other.execute(command_id="c", payload={}, expected={"run:a": None}, decide=submit)
+            assert caught.value.code == "STORAGE" and isinstance(caught.value, StorageError)
+        finally:
+            blocker.execute("ROLLBACK")
+            blocker.close()
+        assert j.last_sequence() == 0
+
+
+def test_a_full_disk_is_disk_full_and_records_nothing(tmp_path: Path) -> None:
+    with Journal.open(tmp_path / "j.db") as j:
+        assert isinstance(j, SqliteJournal)
+        pages = j._connection().execute("PRAGMA page_count").fetchone()[0]
+        j._connection().execute(f"PRAGMA max_page_count = {pages}")  # no room to grow
+        big = {"status": "queued", "blob": "x" * 100_000}
+        with pytest.raises(DiskFullError):
+            j.execute(
+                command_id="c",
+                payload={},
+                expected={"run:a": None},
+                decide=lambda loaded: [Change("run:a", big, [("run.submitted", {})])],
+            )
+        assert j.last_sequence() == 0 and j.load("run:a") is None
+
+
+def test_a_replaced_file_is_refused_until_reopened(tmp_path: Path) -> None:
+    path = tmp_path / "j.db"
+    Journal.open(path).close()
+    handle = journal_api.JournalHandle(path)
+    old = handle.get()
+    Journal.open(tmp_path / "new.db").close()
+    os.replace(tmp_path / "new.db", path)
+    assert old.replaced()
+    with pytest.raises(JournalMissingError):
+        old.execute(command_id="c", payload={}, expected={"run:a": None}, decide=submit)
+    new = handle.get()
+    assert new is not old and old.closed and not new.replaced()
+    new.execute(command_id="c", payload={}, expected={"run:a": None}, decide=submit)
+    handle.close()
+
+
+def test_a_location_without_its_backend_is_a_typed_refusal(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(journal_api.BACKENDS, "nosuch", ("store.no_such_backend", "Nothing"))
+    with pytest.raises(BackendUnavailableError) as caught:
+        Journal.open("nosuch://db.example/refine")
+    assert caught.value.code == "STORAGE"
+    with pytest.raises(BackendUnavailableError):
+        Journal.watch("NoSuch://db.example/refine")
+
+
+def test_storage_errors_keep_one_code() -> None:
+    for cls in (
+        JournalMissingError,
+        JournalLockedError,
+        NotAJournalError,
+        StorageUnreachableError,
+        DiskFullError,
+        BackendUnavailableError,
+    ):
+        assert issubclass(cls, StorageError) and cls("x").code == "STORAGE"

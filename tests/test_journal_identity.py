@@ -15,12 +15,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_node import HANG, PY, Env, wait_until
 
 from store.goals import Goals
 from store.journal import Journal
 from store.processes import ProcessRegistry, same_process
 from store.watch import ChangeFeed
+from tests.test_node import HANG, PY, Env, wait_until
 
 
 def refine(journal: Path, *args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:

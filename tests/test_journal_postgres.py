@@ -8,7 +8,6 @@ from collections.abc import Iterator
 
 import psycopg
 import pytest
-from helpers.postgres_server import PASSWORD, PostgresServer
 
 import store.journal_postgres as journal_postgres
 from store.errors import (
@@ -24,6 +23,7 @@ from store.errors import (
 from store.journal import Change
 from store.journal_postgres import PostgresJournal
 from store.journal_url import redact
+from tests.helpers.postgres_server import PASSWORD, PostgresServer
 
 
 def create(agg: str):  # a decision that creates one aggregate

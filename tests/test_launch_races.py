@@ -9,9 +9,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_node import PY, Env, wait_until
 
 from store.worker import EXIT_REFUSED, EXIT_SETTLED
+from tests.test_node import PY, Env, wait_until
 
 GATED = str(Path(__file__).parent / "helpers" / "gated_worker.py")
 # Appends a line to <dir>/ran each time it runs.

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-from helpers.soak_recipes import ROOT, refine_json
 
 from store.check import check_journal, fold_goal
 from store.errors import StorageError
@@ -24,6 +23,7 @@ from store.goals import goal_from_stored
 from store.journal import Event, Journal, Stored
 from store.run_model import fold_run, run_from_stored
 from store.watch import ChangeFeed, JournalWatcher
+from tests.helpers.soak_recipes import ROOT, refine_json
 
 SECONDS = float(os.environ.get("REFINE_LOAD_SECONDS", "15"))
 WRITERS = 4
@@ -48,7 +48,7 @@ class Follower:
                 self.events[event.aggregate_id].append(event)
 
     async def follow(self, stop: asyncio.Event) -> None:
-        watcher = JournalWatcher(self.feed.path, poll_interval_s=1.0)
+        watcher = JournalWatcher(self.feed.location, poll_interval_s=1.0)
         batches = aiter(watcher)
         # One pending anext() kept across waits: cancelling it would end the generator.
         pending = asyncio.ensure_future(anext(batches))

@@ -106,14 +106,14 @@ def spawn(tmp_path: Path) -> Iterator:
         log: str = "",
     ) -> Spawned:
         proc = subprocess.Popen(
-            [sys.executable, "-c", WORKER, str(journal.path), goal_id, mode],
+            [sys.executable, "-c", WORKER, journal.location, goal_id, mode],
             start_new_session=True,
             stdout=subprocess.PIPE,
             text=True,
         )
         spawned.append(proc)
         grandchild = int(proc.stdout.readline())
-        registry = ProcessRegistry(journal.path, node)
+        registry = ProcessRegistry.for_journal(journal, node)
         run_id = f"{goal_id}.r1"
         rec = ProcessRecord(
             node_id=node,
@@ -139,12 +139,6 @@ def spawn(tmp_path: Path) -> Iterator:
             os.killpg(proc.pid, signal.SIGKILL)
         with contextlib.suppress(Exception):
             proc.wait(timeout=5)
-
-
-@pytest.fixture
-def journal(tmp_path: Path) -> Iterator[Journal]:
-    with Journal.open(tmp_path / "journal.db") as j:
-        yield j
 
 
 def running_goal(journal: Journal, goal_id: str = "build", *, node: str = "n1", **kw) -> Goals:
@@ -360,7 +354,7 @@ def test_a_pid_with_another_create_time_is_never_signalled(journal: Journal, spa
     worker = spawn(journal, "build", record=False)
     # the record names this live pid, but with another create time: pid reuse
     fake = ProcessRecord(**{**worker.record.__dict__, "create_time": worker.record.create_time - 7})
-    ProcessRegistry(journal.path, "n1").record(fake)
+    ProcessRegistry.for_journal(journal, "n1").record(fake)
     assert "no longer running" in describe_stop(journal, "build", node="n1")
     report = stop_goal(journal, "build", node="n1", operator="dana", grace_s=0.2)
     assert report.process == "mismatch" and report.signals == ()
@@ -388,7 +382,7 @@ def test_every_refusal_writes_and_signals_nothing(journal: Journal, spawn, tmp_p
         lambda: cancel_goal(journal, "idle", reason="  ", node="n1", operator="dana"),
     )
     refused(journal, RefineError, lambda: stop_goal(journal, "build", node="n1", operator="a b"))
-    with Journal.open(journal.path, read_only=True) as ro:
+    with Journal.open(journal.location, read_only=True) as ro:
         refused(journal, JournalReadOnlyError, lambda: describe_stop(ro, "build", node="n1"))
         refused(
             journal,
@@ -434,7 +428,7 @@ def test_stop_of_a_real_worker_interrupts_it_and_the_goal_starts_again(journal: 
             "-m",
             "store.worker",
             "--journal",
-            str(journal.path),
+            journal.location,
             "--node",
             "n1",
             "--goal",
@@ -445,7 +439,7 @@ def test_stop_of_a_real_worker_interrupts_it_and_the_goal_starts_again(journal: 
         start_new_session=True,
     )
     try:
-        registry = ProcessRegistry(journal.path, "n1")
+        registry = ProcessRegistry.for_journal(journal, "n1")
         deadline = time.monotonic() + 20
         while registry.get("loop.r1", 1) is None and time.monotonic() < deadline:
             time.sleep(0.02)

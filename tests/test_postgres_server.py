@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import psycopg
 import pytest
-from helpers.postgres_server import PostgresServer
+
+from tests.helpers.postgres_server import PostgresServer
 
 
 def test_each_test_gets_a_fresh_empty_database(postgres_url: str) -> None:

@@ -16,11 +16,11 @@ import os
 from pathlib import Path
 
 import pytest
-from helpers.soak_recipes import refine_json
-from helpers.soak_run import run_soak
 
 from refine_tui import cli
 from store.journal import Journal
+from tests.helpers.soak_recipes import refine_json
+from tests.helpers.soak_run import run_soak
 
 SECONDS = float(os.environ.get("REFINE_SOAK_SECONDS", "45"))
 SEED = int(os.environ.get("REFINE_SOAK_SEED", "20261129"))

@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import psutil
-from helpers.soak_recipes import ROOT, Decoys, ours, recipe_argv
 
 from store import operator
 from store.check import check_journal
@@ -32,6 +31,7 @@ from store.errors import RefineError
 from store.goals import Goal, Goals
 from store.journal import Journal
 from store.processes import ProcessRegistry, same_process
+from tests.helpers.soak_recipes import ROOT, Decoys, ours, recipe_argv
 
 NODES = ("n1", "n2")
 KINDS = {"succeed": 35, "fail": 20, "hang": 15, "ignore-term": 15, "grandchildren": 15}

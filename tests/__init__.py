@@ -1,0 +1,1 @@
+"""The test suite; a package so ``tests.helpers`` imports without sys.path tricks."""

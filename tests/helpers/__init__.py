@@ -1,0 +1,1 @@
+"""Helpers the tests import (``tests.helpers.…``) or run as child processes."""
