@@ -15,11 +15,10 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
-
-from helpers.browser import READ_SCREEN, launch, read_url, wait_for  # noqa: E402
+sys.path.insert(0, str(ROOT))
 
 from refine_tui.demo import DEMO_NODE, populate  # noqa: E402
+from tests.helpers.browser import READ_SCREEN, launch, read_url, wait_for  # noqa: E402
 
 
 def main() -> int:

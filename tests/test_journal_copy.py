@@ -9,8 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers.postgres_server import PASSWORD
-from helpers.soak_recipes import ROOT
 
 from store.errors import TargetNotEmptyError
 from store.goals import Goals
@@ -19,6 +17,8 @@ from store.journal_copy import copy_journal
 from store.journal_core import COPY_TABLES
 from store.journal_postgres import PostgresJournal
 from store.journal_url import redact
+from tests.helpers.postgres_server import PASSWORD
+from tests.helpers.soak_recipes import ROOT
 
 
 def rows_of(journal: Any) -> dict[str, list[tuple[Any, ...]]]:

@@ -14,11 +14,11 @@ from typing import Any
 
 import psycopg
 import pytest
-from helpers.postgres_server import PostgresServer
 
 from store.errors import StorageUnreachableError
 from store.journal_core import Change
 from store.journal_postgres import PostgresJournal
+from tests.helpers.postgres_server import PostgresServer
 
 ROOT = Path(__file__).resolve().parents[1]
 CHILD = Path(__file__).with_name("helpers") / "pg_journal_child.py"

@@ -21,10 +21,10 @@ from typing import Any
 import aiohttp
 import psutil  # type: ignore[import-untyped]
 import pytest
-from helpers.browser import READ_SCREEN, launch, read_url, wait_for
 
 from store.goals import Goals
 from store.journal import Journal
+from tests.helpers.browser import READ_SCREEN, launch, read_url, wait_for
 
 WAIT_S = 90.0
 

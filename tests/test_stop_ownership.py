@@ -12,7 +12,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_node import HANG, PY, Env, wait_until
+
+from tests.test_node import HANG, PY, Env, wait_until
 
 # The recipe's child ignores SIGTERM (so Stop needs SIGKILL after its grace) and says so in
 # <dir>/ready; the recipe itself dies on SIGTERM, and so does the worker: for the whole grace
