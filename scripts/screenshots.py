@@ -2,8 +2,9 @@
 
     python scripts/screenshots.py [--out screenshots]
 
-Each shot runs RefineApp on a fresh demo journal (no node running, so nothing moves), drives
-it with Pilot like an operator, and saves what the terminal shows.
+Each shot runs RefineApp on a fresh demo journal (the demo's own goals; no node running, so
+nothing moves), drives it with Pilot like an operator, and saves what the terminal shows. PNGs
+are rendered by Chromium (Playwright, the system's /usr/bin/chromium) where it is there.
 """
 
 from __future__ import annotations
@@ -98,6 +99,28 @@ async def shoot(journal: Path, name: str, out: Path) -> Path:
 
 
 Rasterise = Callable[[Path, Path], None]  # (svg, png)
+CHROMIUM = "/usr/bin/chromium"
+# Textual's SVG asks for Fira Code (from a CDN); offline, use a local mono font with every
+# box-drawing glyph, and let each row's box glyphs touch the next (no gaps in borders).
+SVG_FONT_FIX = (
+    "<style>text{font-family:'DejaVu Sans Mono',monospace !important;"
+    "font-variant-ligatures:none}</style>"
+)
+
+
+def _chromium(svg: Path, png: Path) -> None:
+    """Chromium through Playwright: the browser renders Textual's SVG as it was meant to be."""
+    from playwright.sync_api import sync_playwright
+
+    text = svg.read_text().replace("</svg>", SVG_FONT_FIX + "</svg>", 1)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM)
+        try:
+            page = browser.new_page(device_scale_factor=1.5)
+            page.set_content(text)
+            page.locator("svg").first.screenshot(path=str(png))
+        finally:
+            browser.close()
 
 
 def _cairosvg(svg: Path, png: Path) -> None:
@@ -124,7 +147,7 @@ def rasteriser() -> Rasterise | None:
         '<rect width="4" height="4" fill="red"/></svg>'
     )
     png = probe.with_suffix(".png")
-    candidates = [_cairosvg, _command(["rsvg-convert", "-o"]), _command(["convert"])]
+    candidates = [_chromium, _cairosvg, _command(["rsvg-convert", "-o"])]
     for candidate in candidates:
         if candidate is None:
             continue
@@ -138,25 +161,28 @@ def rasteriser() -> Rasterise | None:
     return None
 
 
-async def main(out: Path) -> int:
+async def capture(out: Path) -> list[Path]:
+    with tempfile.TemporaryDirectory(prefix="refine-shots-") as tmp:
+        populate(Path(tmp) / "journal.db", node=DEMO_NODE)  # the demo's own goals, all 15
+        os.chdir(tmp)  # the header shows the path as given: a short one reads better
+        return [await shoot(Path("journal.db"), name, out) for name in SHOTS]
+
+
+def main(out: Path) -> int:
     out.mkdir(parents=True, exist_ok=True)
     os.environ["TZ"] = "UTC"
-    with tempfile.TemporaryDirectory(prefix="refine-shots-") as tmp:
-        out = out.absolute()
-        populate(Path(tmp) / "journal.db", node=DEMO_NODE, live=False)
-        os.chdir(tmp)  # the header shows the path as given: a short one reads better
-        shots = [await shoot(Path("journal.db"), name, out) for name in SHOTS]
-    rasterise = rasteriser()
+    shots = asyncio.run(capture(out.absolute()))
+    rasterise = rasteriser()  # outside the event loop: Playwright's sync API needs that
     for svg in shots:
         if rasterise is not None:
             rasterise(svg, svg.with_suffix(".png"))
         print(svg)
     if rasterise is None:
-        print("no SVG rasteriser (cairosvg, rsvg-convert, ImageMagick): SVG only", file=sys.stderr)
+        print("no SVG rasteriser (Chromium, cairosvg, rsvg-convert): SVG only", file=sys.stderr)
     return 0
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("screenshots"))
-    sys.exit(asyncio.run(main(parser.parse_args().out)))
+    sys.exit(main(parser.parse_args().out))

@@ -371,6 +371,7 @@ async def test_confirm_cleanup_shows_evidence_and_backs_out_safely(journal_path:
         await until(pilot, lambda: isinstance(app.screen, ConfirmModal))
         assert isinstance(app.focused, Button) and app.focused.id == "back"  # the safe choice
         body = str(app.screen.query_one("#dialog-body Static").render())
+        assert "\\n" not in body  # its lines are lines, not escapes
         assert "no process" in body and "querying warehouse" in body
         assert "attempt 1 by w-f6, started " in body
         assert "confirmed by dana@n1); the goal will be requeued (attempt 2 of 3)" in body

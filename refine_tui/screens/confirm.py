@@ -49,7 +49,12 @@ class ConfirmModal(_Fitted, ModalScreen[bool]):
             yield Label(literal(self.title_text), id="dialog-title")
             with VerticalScroll(id="dialog-body"):
                 body = self.body
-                yield Static(literal(body) if isinstance(body, str) else literal_text(body))
+                # A Text body is built of lines: keep its line breaks, make the rest visible.
+                yield Static(
+                    literal(body)
+                    if isinstance(body, str)
+                    else Text("\n").join(literal_text(line) for line in body.split("\n"))
+                )
             with Horizontal(id="dialog-buttons"):
                 yield Button("Back (n)", id="back", variant="primary")
                 yield Button(f"{self.confirm_label} (y)", id="confirm", variant="error")
