@@ -70,7 +70,7 @@ class OperatorActions(_AppBase):
     clock: Callable[[], float]
     view: str
     header_state: HeaderState
-    journal_path: Path
+    journal_path: Path | str
     feed: ChangeFeed
     _reader: Reader | None
     _writer: JournalHandle

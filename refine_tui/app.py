@@ -35,9 +35,16 @@ from refine_tui.screens.help import HelpScreen
 from refine_tui.widgets.follow_log import FollowLog
 from refine_tui.widgets.keyed_table import Column, KeyedTable
 from refine_tui.widgets.status_header import HeaderState, StatusHeader
-from store.errors import JournalLockedError, JournalMissingError, RefineError, StorageError
+from store.errors import (
+    JournalLockedError,
+    JournalMissingError,
+    RefineError,
+    StorageError,
+    StorageUnreachableError,
+)
 from store.journal_api import Journal, JournalHandle, WakeUps
-from store.locations import resolve_journal_path
+from store.journal_url import redact
+from store.locations import resolve_location
 from store.operator import default_node, default_operator
 from store.watch import ChangeFeed
 
@@ -141,8 +148,8 @@ class RefineApp(OperatorActions, DetailPane, App[None]):
         watch: bool = True,
     ) -> None:
         super().__init__()
-        self.journal_path = resolve_journal_path(journal)  # once: the watch folder derives from it
-        self.journal_label = str(journal)
+        self.journal_path = resolve_location(journal)  # once: the watch folder derives from it
+        self.journal_label = redact(journal)  # a URL without its password
         self.node = node or default_node()
         self.read_only = read_only
         self.operator = operator or default_operator()
@@ -353,6 +360,9 @@ class RefineApp(OperatorActions, DetailPane, App[None]):
             )
         if isinstance(exc, JournalLockedError):
             return JournalTrouble("stale", exc.message + " — retrying")
+        if isinstance(exc, StorageUnreachableError) and isinstance(self.journal_path, str):
+            # A server journal's lost connection: the rows stay, the feed catches up when back.
+            return JournalTrouble("reconnecting", exc.message)
         return JournalTrouble("broken", exc.message + " — waiting for a usable journal")
 
     def on_journal_update(self, update: JournalUpdate) -> None:
@@ -405,7 +415,7 @@ class RefineApp(OperatorActions, DetailPane, App[None]):
             return
         self.header_state = self._header(state=trouble.state, detail=trouble.detail)
         self.show_header()
-        if trouble.state != "stale":
+        if trouble.state not in ("stale", "reconnecting"):
             self.set_trouble(trouble.detail)
         self.selection_changed()
 

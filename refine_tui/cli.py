@@ -37,7 +37,7 @@ from store.locations import STATE_DIR_ENV
 # Each command imports the store modules it uses: a quick `refine goals` must not pay for the
 # operator's process tools (psutil), the checker or the dashboard (DESIGN §9, CLI start-up).
 if TYPE_CHECKING:
-    from store.journal import Journal
+    from store.journal_api import Journal
     from store.operator import ActionReport
 
 EXIT_OK, EXIT_REFUSED, EXIT_USAGE, EXIT_UNAVAILABLE = 0, 1, 2, 3
@@ -55,8 +55,10 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
-def journal_path(args: argparse.Namespace) -> Path:
-    return Path(args.journal or os.environ.get("REFINE_JOURNAL") or DEFAULT_JOURNAL)
+def journal_path(args: argparse.Namespace) -> Path | str:
+    """The journal's location: a file path, or a ``postgresql://`` URL kept as text."""
+    location = args.journal or os.environ.get("REFINE_JOURNAL") or str(DEFAULT_JOURNAL)
+    return location if is_postgres_url(location) else Path(location)
 
 
 def node_name(args: argparse.Namespace) -> str:
@@ -111,28 +113,24 @@ def report_text(report: ActionReport) -> str:
 
 def open_journal(args: argparse.Namespace, *, write: bool) -> Journal:
     """Every command but init needs an existing journal; reads never create or modify it."""
-    from store.journal import Journal
+    from store.journal_api import Journal
 
-    location = args.journal or os.environ.get("REFINE_JOURNAL") or str(DEFAULT_JOURNAL)
-    if is_postgres_url(location):
-        return open_location(location, read_only=not write, create=False)
-    path = journal_path(args)
-    if not path.exists():
-        raise JournalMissingError(f"journal missing: {path} (create it with `refine init`)")
-    return Journal.open(path, read_only=not write, create=False)
+    location = journal_path(args)
+    if isinstance(location, Path) and not location.exists():
+        raise JournalMissingError(f"journal missing: {location} (create it with `refine init`)")
+    return Journal.open(location, read_only=not write, create=False)
 
 
 def cmd_init(args: argparse.Namespace) -> int:
-    from store.journal import Journal
+    from store.journal_api import Journal
 
-    location = args.journal or os.environ.get("REFINE_JOURNAL") or ""
-    if is_postgres_url(location):  # a URL is never a file name: create the schema there
-        with open_location(location, read_only=False, create=True) as journal:
+    path = journal_path(args)
+    if isinstance(path, str):  # a URL is never a file name: create the schema there
+        with Journal.open(path, read_only=False, create=True) as journal:
             created = journal.last_sequence() == 0
-        shown = redact(location)
+        shown = redact(path)
         emit(args, {"journal": shown, "created": created}, f"journal ready: {shown}")
         return EXIT_OK
-    path = journal_path(args)
     existed = path.exists()
     Journal.open(path).close()
     emit(
@@ -422,12 +420,8 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 def open_location(location: str, *, read_only: bool, create: bool) -> Any:
     """The journal a path or a ``postgresql://`` URL names (psycopg is imported only for URLs)."""
-    from store.journal import Journal
+    from store.journal_api import Journal
 
-    if is_postgres_url(location):
-        from store.journal_postgres import PostgresJournal
-
-        return PostgresJournal.connect(location, read_only, create=create)
     return Journal.open(location, read_only=read_only, create=create)
 
 

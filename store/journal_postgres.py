@@ -36,6 +36,7 @@ from store.errors import (
     StorageUnreachableError,
     TargetNotEmptyError,
 )
+from store.journal_api import Journal, WakeUps
 from store.journal_core import (
     COPY_BATCH,
     COPY_TABLES,
@@ -117,7 +118,42 @@ CREATE TABLE {s}.outbox (
 }
 
 
-class PostgresJournal:
+def connection_info(
+    location: str,
+    settings: Sequence[str] = (),
+    schema: str | None = None,
+    connect_timeout_s: int = 10,
+) -> tuple[str, str]:
+    """libpq's conninfo for ``location`` (session ``settings`` applied) and the journal's schema.
+
+    TCP keepalives make a silently lost server (a partition) an error within about a minute
+    rather than a read that hangs forever."""
+    conninfo, from_url = split_schema(location)
+    schema = schema or from_url or DEFAULT_SCHEMA
+    if not valid_schema(schema):
+        raise InvalidInputError(f"schema must be a lower-case SQL name, not {schema!r}")
+    options: dict[str, str | int] = {
+        "connect_timeout": connect_timeout_s,
+        "application_name": "refine",
+        "keepalives": 1,
+        "keepalives_idle": 15,
+        "keepalives_interval": 5,
+        "keepalives_count": 4,
+    }
+    if settings:
+        options["options"] = " ".join("-c " + setting for setting in settings)
+    try:
+        return psycopg.conninfo.make_conninfo(conninfo, **options), schema
+    except psycopg.ProgrammingError as exc:
+        raise InvalidInputError(f"not a usable journal URL: {redact(location)}") from exc
+
+
+def channel_for(schema: str) -> str:
+    """The NOTIFY channel of the journal in ``schema``."""
+    return CHANNEL if schema == DEFAULT_SCHEMA else f"{CHANNEL}_{schema}"
+
+
+class PostgresJournal(Journal):
     """A PostgreSQL command journal. Open with :meth:`open`; use as a context manager."""
 
     def __init__(
@@ -131,7 +167,7 @@ class PostgresJournal:
         self.schema = schema
         self.read_only = read_only
         self.journal_id = journal_id
-        self.channel = CHANNEL if schema == DEFAULT_SCHEMA else f"{CHANNEL}_{schema}"
+        self.channel = channel_for(schema)
 
     # --- lifecycle -----------------------------------------------------------------------------
 
@@ -158,24 +194,12 @@ class PostgresJournal:
         """
         if synchronous not in ("FULL", "NORMAL"):
             raise InvalidInputError("synchronous must be FULL or NORMAL")
-        conninfo, from_url = split_schema(location)
-        schema = schema or from_url or DEFAULT_SCHEMA
-        if not valid_schema(schema):
-            raise InvalidInputError(f"schema must be a lower-case SQL name, not {schema!r}")
         settings = [f"lock_timeout={int(busy_timeout_ms)}"]
         if synchronous == "NORMAL":
             settings.append("synchronous_commit=off")
         if read_only:
             settings.append("default_transaction_read_only=on")
-        options: dict[str, str | int] = {
-            "connect_timeout": connect_timeout_s,
-            "application_name": "refine",
-            "options": " ".join("-c " + setting for setting in settings),
-        }
-        try:
-            conninfo = psycopg.conninfo.make_conninfo(conninfo, **options)
-        except psycopg.ProgrammingError as exc:
-            raise InvalidInputError(f"not a usable journal URL: {redact(location)}") from exc
+        conninfo, schema = connection_info(location, settings, schema, connect_timeout_s)
         journal = cls(conninfo, redact(location), schema, read_only, "")
         try:
             with journal._lock, journal._storage_errors():
@@ -187,6 +211,13 @@ class PostgresJournal:
         except BaseException:
             journal.close()
             raise
+
+    @classmethod
+    def wakeups(cls, location: str) -> WakeUps:
+        """``LISTEN`` on a dedicated connection, with a slow safety poll and reconnection."""
+        from store.journal_listen import ListenWakeUps
+
+        return ListenWakeUps(location)
 
     def close(self) -> None:
         with self._lock:

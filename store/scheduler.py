@@ -37,7 +37,7 @@ from store.journal_api import Journal, JournalHandle, WakeUps
 from store.locations import resolve_location
 from store.processes import ProcessRecord, ProcessRegistry, same_process, stop_process
 from store.run_model import Run
-from store.worker import EXIT_REFUSED
+from store.worker import EXIT_REFUSED, JOURNAL_ENV
 
 RECONCILE_METHOD = "process-exited"
 SAFETY_POLL_S = 2.0  # ticks happen on journal changes, and at least this often
@@ -229,12 +229,12 @@ class Node:
     # --- plumbing ------------------------------------------------------------------------------
 
     def _launch(self, goal: Goal) -> None:
+        # A URL goes by the environment, never argv: it may hold a password (ps shows argv).
+        env = {**os.environ, JOURNAL_ENV: str(self.journal_path)}
         argv = [
             sys.executable,
             "-m",
             "store.worker",
-            "--journal",
-            str(self.journal_path),
             "--node",
             self.node_id,
             "--goal",
@@ -246,7 +246,12 @@ class Node:
         ]
         log = self._node_log()
         proc = subprocess.Popen(
-            argv, start_new_session=True, stdin=subprocess.DEVNULL, stdout=log, stderr=log
+            argv,
+            start_new_session=True,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            env=env,
         )
         pidfd = _pidfd(proc.pid)
         self.launched[goal.goal_id] = _Launch(goal.goal_id, goal.version, proc=proc, pidfd=pidfd)

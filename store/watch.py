@@ -228,7 +228,8 @@ class ChangeFeed:
 
     ``poll()`` is cheap when nothing changed (the backend's change gate: one
     ``PRAGMA data_version`` on SQLite). It raises StorageError while the journal is missing or
-    unusable and recovers when it comes back. ``generation`` grows on every (re)open: a
+    unusable and recovers when it comes back. ``generation`` grows on every (re)open but a
+    server journal's resumption after a lost connection: a
     consumer that sees it change reloads everything, since a replaced journal is another
     journal whose sequences mean something else.
     """
@@ -247,22 +248,37 @@ class ChangeFeed:
         self.generation = 0
         self._start_at_end = after_sequence is None
         self._changes: ChangeSource | None = None
+        self._journal_id: str | None = None
 
     def open(self) -> Journal:
-        """The current read handle, (re)opened when missing or when the journal was replaced."""
+        """The current read handle, (re)opened when missing or when the journal was replaced.
+
+        Reopened after a lost server connection, the same server journal (same id, nothing
+        lost) resumes after the last sequence seen: the next poll catches up by sequence."""
         journal = self._handle.get()
         if journal is not self.journal:
             self.journal = None
             try:
-                if self._start_at_end or self.generation > 0:
-                    self.last_sequence = journal.last_sequence()
+                if not self._resumes(journal):
+                    if self._start_at_end or self.generation > 0:
+                        self.last_sequence = journal.last_sequence()
+                    self.generation += 1
             except BaseException:
                 self._handle.close()
                 raise
             self.journal = journal
+            self._journal_id = journal.journal_id
             self._changes = journal.changes()
-            self.generation += 1
         return journal
+
+    def _resumes(self, journal: Journal) -> bool:
+        return (
+            self.generation > 0
+            and isinstance(self.location, str)  # a server journal: no file to be replaced
+            and journal.journal_id is not None
+            and journal.journal_id == self._journal_id
+            and journal.last_sequence() >= self.last_sequence
+        )
 
     def poll(self) -> list[Event]:
         """Events committed since the last poll (oldest first); [] when nothing changed."""

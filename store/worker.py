@@ -45,6 +45,12 @@ EXIT_REFUSED = 3  # the start was refused: nothing was claimed
 EXIT_SUPERSEDED = 4  # the Goal moved on or the report was refused: nothing reported
 EXIT_UNAVAILABLE = 5  # the journal could not be opened
 
+JOURNAL_ENV = "REFINE_JOURNAL"
+# While the journal is unreachable (a server restart), the owner keeps trying to learn its
+# verdict and to report, with the same command id: the report applies or replays exactly once.
+REPORT_PATIENCE_S = 3600.0
+RETRY_MAX_S = 5.0
+
 
 @dataclass(frozen=True)
 class Claim:
@@ -62,12 +68,15 @@ def worker_name(node_id: str, token: str) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m store.worker")
-    parser.add_argument("--journal", required=True)
+    # A postgresql:// URL comes by $REFINE_JOURNAL, not argv: it may hold a password (ps).
+    parser.add_argument("--journal", default=os.environ.get(JOURNAL_ENV))
     parser.add_argument("--node", required=True)
     parser.add_argument("--goal", required=True)
     parser.add_argument("--token", required=True)
     parser.add_argument("--round", type=int, default=None)
     args = parser.parse_args(argv)
+    if not args.journal:
+        parser.error(f"--journal or ${JOURNAL_ENV} is required")
     try:
         journal = Journal.open(args.journal, create=False)
     except RefineError as exc:
@@ -194,7 +203,11 @@ def _supervise(
             pass
         else:
             return _verdict(goals, claim), False
-        if changes.changed() or look:
+        try:
+            changed = changes.changed()
+        except RefineError:  # unreachable for now: look (the verdict says "unknown")
+            changed = True
+        if changed or look:
             verdict = _verdict(goals, claim)
             look = verdict == "unknown"
             if verdict not in ("ours", "unknown"):
@@ -228,6 +241,16 @@ def _reread(goals: Goals, claim: Claim, tries: int = 20) -> str:
             return verdict
         time.sleep(POLL_S)
     return "unknown"
+
+
+def _reread_patiently(goals: Goals, claim: Claim) -> str:
+    """The verdict, waiting out an unreachable journal (up to ``REPORT_PATIENCE_S``)."""
+    deadline = time.monotonic() + REPORT_PATIENCE_S
+    delay = POLL_S
+    while (verdict := _verdict(goals, claim)) == "unknown" and time.monotonic() < deadline:
+        time.sleep(delay)
+        delay = min(delay * 2, RETRY_MAX_S)
+    return verdict
 
 
 def _ownership(verdict: str) -> str:
@@ -265,7 +288,7 @@ def _stop(recipe: subprocess.Popen[bytes]) -> None:
 def _report(
     goals: Goals, claim: Claim, *, exit_code: int | None, reason: str | None, log: Path
 ) -> int:
-    verdict = _reread(goals, claim)  # right before the transition
+    verdict = _reread_patiently(goals, claim)  # right before the transition
     if verdict == "cancel":
         return _report_cancel(goals, claim)
     if verdict != "ours":
@@ -279,25 +302,37 @@ def _report(
 
 
 def _report_cancel(goals: Goals, claim: Claim) -> int:
+    _reread_patiently(goals, claim)  # wait until the journal can take the report
     return _settle(goals, claim, outcome="cancelled", reason=None, evidence=())
 
 
 def _settle(
     goals: Goals, claim: Claim, *, outcome: str, reason: str | None, evidence: Sequence[str]
 ) -> int:
-    try:
-        goals.settle(
-            goal_id=claim.goal_id,
-            run_id=claim.run_id,
-            epoch=claim.epoch,
-            outcome=outcome,
-            reason=reason,
-            evidence=list(evidence),
-        )
-    except RefineError as exc:  # superseded meanwhile: the journal refused, nothing written
-        _say(f"{claim.run_id}/{claim.epoch}: report refused: {exc}")
-        return EXIT_SUPERSEDED
-    return EXIT_SETTLED
+    deadline = time.monotonic() + REPORT_PATIENCE_S
+    delay = POLL_S
+    while True:
+        try:
+            goals.settle(
+                goal_id=claim.goal_id,
+                run_id=claim.run_id,
+                epoch=claim.epoch,
+                outcome=outcome,
+                reason=reason,
+                evidence=list(evidence),
+            )
+        except StorageError as exc:  # maybe committed, maybe not: the same report again
+            if time.monotonic() >= deadline:
+                _say(f"{claim.run_id}/{claim.epoch}: report not delivered: {exc}")
+                return EXIT_UNAVAILABLE
+            _say(f"{claim.run_id}/{claim.epoch}: report waits for the journal: {exc}")
+            time.sleep(delay)
+            delay = min(delay * 2, RETRY_MAX_S)
+            continue
+        except RefineError as exc:  # superseded meanwhile: the journal refused, nothing written
+            _say(f"{claim.run_id}/{claim.epoch}: report refused: {exc}")
+            return EXIT_SUPERSEDED
+        return EXIT_SETTLED
 
 
 def _digest(path: Path) -> str:

@@ -15,6 +15,7 @@ STATES = {
     "live": ("● live", "bold green"),
     "paused": ("❚❚ paused (p resumes)", "bold yellow"),
     "stale": ("● stale", "bold yellow"),
+    "reconnecting": ("◌ reconnecting…", "bold yellow"),
     "connecting": ("○ opening…", "yellow"),
     "missing": ("✖ journal missing — waiting", "bold white on red"),
     "broken": ("✖ journal unusable — waiting", "bold white on red"),
@@ -91,8 +92,9 @@ def _top_line(s: HeaderState, width: int) -> Text:
 
 
 def _bottom_line(s: HeaderState) -> Text:
-    if s.state in ("missing", "broken", "stale") and s.detail:
-        return Text(visible(s.detail), style="red" if s.state != "stale" else "yellow")
+    if s.state in ("missing", "broken", "stale", "reconnecting") and s.detail:
+        calm = s.state in ("stale", "reconnecting")
+        return Text(visible(s.detail), style="yellow" if calm else "red")
     commit = f"seq {s.last_sequence}"
     if s.last_commit is not None:
         commit += f" at {clock(s.last_commit)}"
