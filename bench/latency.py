@@ -43,11 +43,14 @@ class ProbeApp(RefineApp):
         super().__init__(*args, **kwargs)
         self.expect: dict[str, tuple[str, asyncio.Future[tuple[float, float]]]] = {}
         self.updates = 0
+        self.complete = True  # the last full read was shown whole (not only its first screen)
 
     def on_journal_update(self, update: JournalUpdate) -> None:
         # Runs before RefineApp's own handler (Textual calls both, subclass first);
         # call_next runs the probe after that handler has updated the table.
         self.updates += 1
+        if update.full:
+            self.complete = not update.partial
         self.call_next(self._probe)
 
     def _probe(self) -> None:

@@ -26,6 +26,9 @@ from bench.latency import SIZE, ProbeApp, ready
 from refine_tui.widgets.keyed_table import KeyedTable
 
 SETTLE_S = 3.0
+# Typed filters: an id prefix (100 hits), common words (≥ 1,200 hits: the list's cap), a node,
+# and the cleared filter between them.
+FILTERS = ("g0012", "queued", "", "completed", "n2", "", "held", "running", "")
 
 
 def first_paint(path: Path) -> dict[str, float] | None:
@@ -76,13 +79,18 @@ async def _responsiveness(path: Path, presses: int) -> dict[str, Any]:
             app.simulate_key(key)
             await _until(lambda b=before: table.cursor_row != b)
             ends.append((await _painted(app) - pressed) * 1000)
+        firsts: list[float] = []
         filters: list[float] = []
-        for text in ("g0012", "queued", ""):
+        for text in FILTERS:
             await pilot.press("slash")
             app.query_one("#filter").value = text
+            await pilot.pause()  # the operator typed; the clock starts at enter
+            app.complete = False
             pressed = time.monotonic()
-            await pilot.press("enter")
+            app.simulate_key("enter")
             await _until(lambda t=text: app.header_state.filter == t and _filtered(app, t))
+            firsts.append((await _painted(app) - pressed) * 1000)
+            await _until(lambda: app.complete)
             filters.append((await _painted(app) - pressed) * 1000)
             shown = len(app.goal_rows)
     return {
@@ -90,14 +98,15 @@ async def _responsiveness(path: Path, presses: int) -> dict[str, Any]:
         "pages": summary(pages),
         "ends": summary(ends),
         "filters": summary(filters),
+        "first_screens": summary(firsts),
         "shown": shown,
     }
 
 
 def _filtered(app: ProbeApp, text: str) -> bool:
-    """The table holds only rows matching ``text`` (all rows, when it is empty)."""
+    """The table holds rows, only rows matching ``text`` (the header says which filter)."""
     rows = app.goal_rows.values()
-    return bool(rows) and all(app.matches_filter(r) for r in rows) and (text or len(rows) > 100)
+    return bool(rows) and all(app.matches_filter(r) for r in rows)
 
 
 def measure(size: int, repeats: int, presses: int = 20, log=print) -> dict[str, Any]:
@@ -130,13 +139,18 @@ def rows(r: dict[str, Any]) -> list[tuple[str, str, str]]:
             f"median {statistics.median(rss):.0f} MB (max {max(rss):.0f})",
             "≤ 200 MB",
         ))  # fmt: skip
-    p, e, f = feel["pages"], feel["ends"], feel["filters"]
+    p, e, f, s = feel["pages"], feel["ends"], feel["filters"], feel["first_screens"]
     out.append((
-        f"scroll/filter, {n:,} goals (headless)",
+        f"scroll, {n:,} goals (headless)",
         f"page p50 {p['p50']:.0f} ms p95 {p['p95']:.0f} ms; top/bottom p50 {e['p50']:.0f} ms"
-        f" max {e['max']:.0f} ms; filter p50 {f['p50']:.0f} ms max {f['max']:.0f} ms"
-        f" ({feel['shown']:,} rows listed, load {feel['load_s']:.2f} s)",
+        f" max {e['max']:.0f} ms (load {feel['load_s']:.2f} s)",
         "responsive",
+    ))  # fmt: skip
+    out.append((
+        f"filter, {n:,} goals (headless)",
+        f"first screen p50 {s['p50']:.0f} ms p95 {s['p95']:.0f} ms; all rows listed p50"
+        f" {f['p50']:.0f} ms p95 {f['p95']:.0f} ms (n={f['n']}, enter → painted)",
+        "≤ 100 ms p95",
     ))  # fmt: skip
     return out
 

@@ -28,6 +28,7 @@ class JournalUpdate(Message):
     attempts: list[AttemptRow] | None = None  # the drilled-into Run's Attempts, likewise
     workers: list[WorkerRow] | None = None
     history: list[Event] = field(default_factory=list)  # new events of the detail pane's Run
+    partial: bool = False  # a full read's first screen: the whole set follows at once
 
 
 @dataclass

@@ -249,6 +249,35 @@ async def test_filter_queries_the_journal(journal_path: Path) -> None:
         await until(pilot, lambda: len(goals_table(app).keys()) == 8)
 
 
+async def test_filter_index_follows_commits_and_long_lists_arrive_whole(tmp_path: Path) -> None:
+    """Issue 16: the filter searches an in-memory index kept current by the commits it reads;
+    a list longer than a screen is shown first screen first, then whole, in order."""
+    path = tmp_path / "journal.db"
+    with Journal.open(path) as j:
+        goals = Goals(j)
+        for n in range(150):
+            goals.create(goal_id=f"q{n:03d}", title=f"queued {n}", node_id=NODE, argv=["true"])
+    app = RefineApp(journal=path, node=NODE)
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        await until(pilot, lambda: app._index is not None)  # built after the first paint
+        commit_in_process(
+            path,
+            "goals.create(goal_id='late', title='Zebra crossing', node_id='n9', argv=['true'])\n"
+            "goals.cancel(goal_id='q007', reason='obsolete', command_id='op:c:q007')",
+        )
+        await until(pilot, lambda: "late" in app.goal_rows)
+        await pilot.press("slash", *"zebra", "enter")
+        await until(pilot, lambda: goals_table(app).keys() == ["late"])
+        await pilot.press("slash", "ctrl+u", *"cancelled", "enter")
+        await until(pilot, lambda: goals_table(app).keys() == ["q007"])
+        await pilot.press("slash", "ctrl+u", *"queued", "enter")
+        # Status or title: the late goal is queued, q007 still has "queued" in its title.
+        expected = ["late", *(f"q{n:03d}" for n in range(150))]
+        await until(pilot, lambda: goals_table(app).keys() == expected)
+        assert app.header_state.shown == 151
+
+
 async def test_clearing_a_filter_restores_the_order(journal_path: Path) -> None:
     """Issue 13.1: rows that matched stayed on top after the filter was cleared."""
     app = RefineApp(journal=journal_path, node=NODE)
