@@ -335,6 +335,10 @@ class Host:
 
     def plug(self) -> None:
         _ip("-n", self.hosts.switch, "link", "set", self.port, "up")
+        # An address resolution that failed while unplugged would refuse the next connection
+        # ("No route to host") until it times out: every host forgets it now.
+        for host in self.hosts:
+            _ip("-n", host.netns, "neigh", "flush", "all")
 
     # --- life --------------------------------------------------------------------------------
 
