@@ -64,7 +64,7 @@ def test_the_override_then_the_environment_beat_the_default(
     assert ProcessRegistry(journal, "n1", state_dir=tmp_path / "s").logs_dir == tmp_path / "s/logs"
 
 
-def refine(journal: Path, *args: str, env: dict[str, str] | None = None) -> str:
+def refine(journal: Path | str, *args: str, env: dict[str, str] | None = None) -> str:
     done = subprocess.run(
         [sys.executable, "-m", "refine_tui.cli", "--journal", str(journal), *args],
         capture_output=True,
@@ -76,7 +76,7 @@ def refine(journal: Path, *args: str, env: dict[str, str] | None = None) -> str:
     return done.stdout
 
 
-def wait_until_done(journal: Path, goal: str, timeout: float = 60) -> None:
+def wait_until_done(journal: Path | str, goal: str, timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         goals = json.loads(refine(journal, "goals", "--json"))
@@ -110,3 +110,27 @@ def test_the_node_and_its_workers_keep_records_and_logs_in_the_state_dir(
 
     assert (state / "logs" / "hi.r1.1.log").read_text().strip() == "hello"
     assert not (tmp_path / "nodes").exists()  # nothing beside the journal
+
+
+def test_a_node_on_a_postgresql_journal_keeps_its_files_in_the_state_home(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    env = {"XDG_STATE_HOME": str(tmp_path / "xdg")}
+    refine(postgres_url, "init")
+    refine(
+        postgres_url, "goal", "add", "--title", "hi", "--id", "hi", "--", "sh", "-c", "echo hello"
+    )
+    node = subprocess.Popen(
+        [sys.executable, "-m", "refine_tui.cli", "--journal", postgres_url, "node"],
+        env={**os.environ, "REFINE_NODE": "n1", **env},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_until_done(postgres_url, "hi")
+    finally:
+        node.send_signal(signal.SIGTERM)
+        node.wait(60)
+
+    (journal_dir,) = (tmp_path / "xdg" / "refine").iterdir()  # one folder: the journal id
+    assert (journal_dir / "n1" / "logs" / "hi.r1.1.log").read_text().strip() == "hello"
