@@ -28,6 +28,7 @@ from refine_tui.widgets.status_header import HeaderState
 from store.errors import RefineError, StorageError
 from store.journal_api import Journal, JournalHandle
 from store.operator import (
+    ActionReport,
     CleanupEvidence,
     cancel_goal,
     cleanup_evidence,
@@ -312,10 +313,10 @@ class OperatorActions(_AppBase):
             self.notify(f"{type(exc).__name__}: {exc}", title="Failed", severity="error")
         return None
 
-    def notify_report(self, report: Any) -> None:
+    def notify_report(self, report: ActionReport | None) -> None:
         if report is None:
             return
-        self.notify(report_text(report), title=str(report.action).capitalize(), timeout=8)
+        self.notify(report.text(), title=report.action.capitalize(), timeout=8)
         self.wake()
 
 
@@ -329,15 +330,6 @@ def describe(attempt: tuple[str, str | None, int | None] | None) -> str:
         return "unknown"
     status, run_id, epoch = attempt
     return f"{status}, attempt {epoch} of {run_id}" if epoch else status
-
-
-def report_text(report: Any) -> str:
-    """What an operator command did, in the store's words (it names signals and outcome)."""
-    head = f"{report.goal_id or report.run_id}: {report.outcome}"
-    if getattr(report, "why", ""):
-        return f"{head} — {report.why}"
-    signals = ", ".join(getattr(report, "signals", ()))
-    return f"{head} (signals: {signals})" if signals else head
 
 
 def evidence_text(evidence: CleanupEvidence, confirmed_by: str, now: float) -> Text:

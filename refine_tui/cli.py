@@ -98,16 +98,6 @@ def pad(text: str, width: int) -> str:
     return text + " " * (width - cell_len(text))
 
 
-def report_text(report: ActionReport) -> str:
-    data = report.to_json()
-    parts = [f"{data['action']} {data.get('goal_id') or data.get('run_id')}: {data['outcome']}"]
-    if data.get("signals"):
-        parts.append("signals " + ", ".join(data["signals"]))
-    if data.get("why"):
-        parts.append(data["why"])
-    return "; ".join(parts)
-
-
 # --- commands ----------------------------------------------------------------------------------
 
 
@@ -365,7 +355,7 @@ def act(args: argparse.Namespace, action: Callable[[Journal], ActionReport]) -> 
     """Run one operator action on the writable journal and print what it did."""
     with open_journal(args, write=True) as journal:
         report = action(journal)
-    emit(args, report.to_json(), report_text(report))
+    emit(args, report.to_json(), report.text())
     return EXIT_OK
 
 

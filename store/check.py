@@ -11,9 +11,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from store.errors import RefineError
-from store.goals import goal_from_stored
+from store.goal_model import GOAL_EVENT_STATUS, fold_goal, goal_from_stored
 from store.journal_api import Event, Journal, Stored
 from store.run_model import fold_run, run_from_stored
+
+__all__ = ["GOAL_EVENT_STATUS", "CheckReport", "Violation", "check_journal", "fold_goal"]
 
 # Which Run statuses each Goal status may sit on (a cancelled Goal's Run may still be running
 # with a pending cancel request until its process is cleaned up).
@@ -152,35 +154,6 @@ def _check_aggregate(
         return
     if folded != stored.state:
         report.add(aggregate_id, seqs, "stored state differs from the fold of its events")
-
-
-def fold_goal(events: list[Event]) -> dict[str, Any] | None:
-    """The Goal state its events imply."""
-    state: dict[str, Any] | None = None
-    for event in events:
-        data = dict(event.data)
-        if event.type == "goal.created":
-            state = {**data, "status": "queued", "cancel_reason": None}
-            continue
-        if state is None:
-            raise ValueError(f"{event.type} before goal.created")
-        if event.type == "goal.cancelled":
-            state.update(status="cancelled", cancel_reason=data["reason"])
-        elif event.type == "goal.reassigned":
-            state.update(node_id=data["to_node"], round=data["round"], run_id=data["run_id"])
-        else:
-            state["status"] = GOAL_EVENT_STATUS[event.type]
-    return state
-
-
-GOAL_EVENT_STATUS = {
-    "goal.started": "running",
-    "goal.queued": "queued",
-    "goal.released": "queued",
-    "goal.held": "held",
-    "goal.completed": "completed",
-    "goal.exhausted": "exhausted",
-}
 
 
 def _check_goal_against_runs(

@@ -1,9 +1,10 @@
-"""Goals: the synchronized unit of intent, and every Goal transition with the Run change it implies.
+"""The Goals API: every Goal transition with the Run change it implies, and the Goal reads.
 
-A Goal names the node that may advance it, its recipe (an argv list), its budget and how an
-interrupted attempt is redelivered. Each Round of a Goal has one Run (``<goal_id>.r<round>``),
-kept by store.execution. Every operation here that changes a Goal and its Run commits both in
-one ``journal.execute`` with both aggregates in ``expected``, so they never disagree.
+A Goal (record and rules: store.goal_model) names the node that may advance it, its recipe (an
+argv list), its budget and how an interrupted attempt is redelivered. Each Round of a Goal has
+one Run (``<goal_id>.r<round>``), kept by store.execution. Every operation here that changes a
+Goal and its Run commits both in one ``journal.execute`` with both aggregates in ``expected``, so
+they never disagree.
 
 Pins of a Goal's Run (fixed at submission):
 - ``candidate_digest``: "sha256:" + sha256 of the canonical JSON of the recipe {argv, cwd};
@@ -16,15 +17,11 @@ Run is submitted for the new node, so a worker launched for an older Round can n
 
 from __future__ import annotations
 
-import re
-import unicodedata
+import builtins
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from types import MappingProxyType
 from typing import Any
 
-from store import run_rules
-from store.canonical import canonical_json
 from store.errors import (
     CommandConflictError,
     CorruptGoalError,
@@ -39,124 +36,67 @@ from store.errors import (
     VersionConflictError,
 )
 from store.execution import (
-    EXECUTION_LIMITS,
     Attempt,
     Run,
     decide_run,
     run_from_stored,
     validate_run_command,
 )
-from store.journal_api import Change, Journal, Outcome, Stored
-from store.run_model import run_view
-
-GOAL_STATUSES = ("queued", "held", "running", "completed", "exhausted", "cancelled")
-TERMINAL_STATUSES = frozenset({"completed", "exhausted", "cancelled"})
-REDELIVERY = ("safe", "operator")
-SETTLE_OUTCOMES = ("completed", "failed", "cancelled")
-RECIPE_REVISION = "recipe-argv.1"
-MAX_TITLE = 200
-MAX_ROUND = 9999
-# Goal and node ids also name files (nodes/<node>/...) and appear inside command ids, so they
-# use the identifier alphabet without ':' and '/'. 64 + len(".r9999") keeps run ids short.
-MAX_NAME = 64
-MAX_ARGV_ITEMS = 1000
-MAX_RECIPE_CHARS = 65536
-WORKER_CLEANUP_METHOD = "worker-stopped"
-OPERATOR_CONFIRMED = "operator-confirmed"  # Confirm cleanup's default method
-
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
-_IDENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]*")
-_ACTOR = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/@-]*")  # "<operator>@<node>"
-_RUN_OF_GOAL = re.compile(r"([A-Za-z0-9][A-Za-z0-9._-]{0,63})\.r([1-9][0-9]{0,3})")  # MAX_NAME
-_GOAL_KEYS = frozenset(
-    {
-        "goal_id",
-        "title",
-        "node_id",
-        "status",
-        "round",
-        "run_id",
-        "recipe",
-        "budget",
-        "redelivery",
-        "cancel_reason",
-    }
+from store.goal_model import (
+    GOAL_STATUSES,
+    MAX_NAME,
+    MAX_ROUND,
+    OPERATOR_CONFIRMED,
+    TERMINAL_STATUSES,
+    WORKER_CLEANUP_METHOD,
+    CorruptGoal,
+    Goal,
+    check_actor,
+    check_argv,
+    check_budget,
+    check_cwd,
+    check_epoch,
+    check_goal_state,
+    check_identifier,
+    check_integer,
+    check_name,
+    check_reason,
+    check_redelivery,
+    check_run_of,
+    check_title,
+    ended_by_words,
+    goal_aggregate_id,
+    goal_from_stored,
+    goal_id_of_run,
+    goal_view,
+    pins_for,
+    run_id_for,
 )
+from store.journal_api import Change, Journal, Outcome, Stored
+from store.run_model import run_aggregate_id, run_view
+
+# The Goal model's names that callers have always imported from here.
+__all__ = [
+    "GOAL_STATUSES",
+    "MAX_NAME",
+    "OPERATOR_CONFIRMED",
+    "SETTLE_OUTCOMES",
+    "TERMINAL_STATUSES",
+    "CorruptGoal",
+    "Goal",
+    "GoalResult",
+    "Goals",
+    "check_epoch",
+    "check_name",
+    "ended_by_words",
+    "goal_from_stored",
+    "goal_id_of_run",
+    "pins_for",
+    "run_id_for",
+]
 
 
-def ended_by_words(method: str, by: str) -> str:
-    """How an attempt's end was recorded, in the one wording every report and screen uses:
-    ``sigterm by dana@n1``; an operator's confirmation reads ``confirmed by dana@n1``."""
-    return f"confirmed by {by}" if method == OPERATOR_CONFIRMED else f"{method} by {by}"
-
-
-def goal_aggregate_id(goal_id: str) -> str:
-    return "goal:" + goal_id
-
-
-def run_aggregate_id(run_id: str) -> str:
-    return "run:" + run_id
-
-
-def run_id_for(goal_id: str, round_: int) -> str:
-    return f"{goal_id}.r{round_}"
-
-
-def goal_id_of_run(run_id: str) -> str | None:
-    """The Goal a Run id belongs to, or None when the id is not ``<goal_id>.r<round>``."""
-    match = _RUN_OF_GOAL.fullmatch(run_id) if isinstance(run_id, str) else None
-    return match.group(1) if match else None
-
-
-def pins_for(recipe: Mapping[str, Any], node_id: str) -> dict[str, str]:
-    import hashlib  # here, not at the top: reading Goals (a quick `refine goals`) never hashes
-
-    digest = hashlib.sha256(canonical_json(dict(recipe)).encode()).hexdigest()
-    return {
-        "candidate_digest": "sha256:" + digest,
-        "recipe_revision": RECIPE_REVISION,
-        "scenario_revision": "node:" + node_id,
-    }
-
-
-# --- the Goal record -------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Goal:
-    goal_id: str
-    title: str
-    node_id: str
-    status: str
-    round: int
-    run_id: str
-    recipe: Mapping[str, Any]  # {"argv": tuple[str, ...], "cwd": str | None}
-    budget: Mapping[str, int]  # {"max_attempts", "attempt_timeout_ms"}
-    redelivery: str
-    cancel_reason: str | None
-    version: int
-
-    @property
-    def terminal(self) -> bool:
-        return self.status in TERMINAL_STATUSES
-
-    def to_json(self) -> dict[str, Any]:
-        return {**self.state(), "version": self.version}
-
-    def state(self) -> dict[str, Any]:
-        """The stored state (plain JSON, without the version)."""
-        return {
-            "goal_id": self.goal_id,
-            "title": self.title,
-            "node_id": self.node_id,
-            "status": self.status,
-            "round": self.round,
-            "run_id": self.run_id,
-            "recipe": {"argv": list(self.recipe["argv"]), "cwd": self.recipe["cwd"]},
-            "budget": dict(self.budget),
-            "redelivery": self.redelivery,
-            "cancel_reason": self.cancel_reason,
-        }
+SETTLE_OUTCOMES = ("completed", "failed", "cancelled")
 
 
 @dataclass(frozen=True)
@@ -165,211 +105,6 @@ class GoalResult:
     run: Run | None
     replayed: bool
     attempt: Attempt | None = None
-
-
-@dataclass(frozen=True)
-class CorruptGoal:
-    """A stored Goal that breaks the rules, as a listing shows it (``Goals.list_readable``)."""
-
-    goal_id: str
-    version: int
-    error: CorruptGoalError
-
-    def to_json(self) -> dict[str, Any]:
-        """The Goal keys a listing promises, unknown ones null, and what is wrong."""
-        keys = ("title", "node_id", "round", "run_id", "redelivery", "cancel_reason")
-        return {
-            **dict.fromkeys(keys),
-            "goal_id": self.goal_id,
-            "status": "corrupt",
-            "version": self.version,
-            "corrupt": self.error.message,
-        }
-
-
-def goal_from_stored(stored: Stored) -> Goal:
-    """Validate a stored Goal and freeze it; CorruptGoalError if it breaks any rule."""
-    state = stored.state
-    goal_id = state.get("goal_id") if isinstance(state, dict) else None
-    try:
-        goal = _goal_from_state(state, stored.version)
-    except InvalidInputError as exc:
-        raise CorruptGoalError(
-            f"stored goal {stored.aggregate_id} is corrupt: {exc.message}",
-            goal_id=goal_id if isinstance(goal_id, str) else None,
-        ) from None
-    if stored.aggregate_id != goal_aggregate_id(goal.goal_id):
-        raise CorruptGoalError(
-            f"stored goal {stored.aggregate_id} names goal {goal.goal_id}", goal_id=goal.goal_id
-        )
-    return goal
-
-
-def _goal_from_state(state: Any, version: int) -> Goal:
-    _check_goal_state(state)
-    return _goal_view(state, version)
-
-
-def _check_goal_state(state: Any) -> None:
-    """InvalidInputError unless ``state`` is a Goal record that keeps every Goal rule."""
-    if type(state) is not dict or set(state) != _GOAL_KEYS:
-        raise InvalidInputError("a goal must be an object with exactly the goal fields")
-    goal_id = check_name(state["goal_id"], "goal_id")
-    round_ = _integer(state["round"], "round", 1, MAX_ROUND)
-    status = state["status"]
-    if status not in GOAL_STATUSES:
-        raise InvalidInputError(f"unknown goal status {status!r}")
-    if state["run_id"] != run_id_for(goal_id, round_):
-        raise InvalidInputError("run_id must be <goal_id>.r<round>")
-    reason = state["cancel_reason"]
-    if (status == "cancelled") != (reason is not None):
-        raise InvalidInputError("cancel_reason is present exactly when the goal is cancelled")
-    if reason is not None:
-        _reason(reason, "cancel_reason")
-    _recipe(state["recipe"])
-    _budget(state["budget"])
-    check_title(state["title"])
-    check_name(state["node_id"], "node_id")
-    check_redelivery(state["redelivery"])
-
-
-def _goal_view(state: Mapping[str, Any], version: int) -> Goal:
-    """A frozen Goal over a state that already passed _check_goal_state."""
-    recipe = state["recipe"]
-    return Goal(
-        goal_id=state["goal_id"],
-        title=state["title"],
-        node_id=state["node_id"],
-        status=state["status"],
-        round=state["round"],
-        run_id=state["run_id"],
-        recipe=MappingProxyType({"argv": tuple(recipe["argv"]), "cwd": recipe["cwd"]}),
-        budget=MappingProxyType(dict(state["budget"])),
-        redelivery=state["redelivery"],
-        cancel_reason=state["cancel_reason"],
-        version=version,
-    )
-
-
-# --- input rules (InvalidInputError, raised before anything is touched) ----------------------
-
-
-def check_name(value: Any, name: str) -> str:
-    """A goal or node id: 1–64 of A-Z a-z 0-9 . _ -, starting with a letter or digit."""
-    if type(value) is not str or len(value) > MAX_NAME or not _NAME.fullmatch(value):
-        raise InvalidInputError(
-            f"{name} must be 1–{MAX_NAME} characters of A-Z a-z 0-9 . _ -,"
-            " starting with a letter or digit"
-        )
-    return value
-
-
-def check_identifier(value: Any, name: str) -> str:
-    if type(value) is not str or len(value) > 128 or not _IDENT.fullmatch(value):
-        raise InvalidInputError(
-            f"{name} must be 1–128 characters of A-Z a-z 0-9 . _ : / -,"
-            " starting with a letter or digit"
-        )
-    return value
-
-
-def check_actor(value: Any) -> str | None:
-    """Who did it (e.g. "dana@n1"), or None."""
-    if value is not None and (
-        type(value) is not str or len(value) > 128 or not _ACTOR.fullmatch(value)
-    ):
-        raise InvalidInputError("by must be 1–128 characters of A-Z a-z 0-9 . _ : / @ -")
-    return value
-
-
-def _storable(value: str) -> bool:
-    """UTF-8 encodable (no lone surrogates) and without NUL: SQLite and exec accept it."""
-    try:
-        value.encode()
-    except UnicodeEncodeError:
-        return False
-    return "\0" not in value
-
-
-def check_title(value: Any) -> str:
-    if type(value) is not str or not value.strip() or len(value) > MAX_TITLE:
-        raise InvalidInputError(f"title must be non-empty text of at most {MAX_TITLE} characters")
-    if any(unicodedata.category(c) in ("Cc", "Cs") for c in value):
-        raise InvalidInputError("title must not contain control characters")
-    return value
-
-
-def check_redelivery(value: Any) -> str:
-    if value not in REDELIVERY or type(value) is not str:
-        raise InvalidInputError("redelivery must be 'safe' or 'operator'")
-    return value
-
-
-def _integer(value: Any, name: str, low: int, high: int) -> int:
-    return _field_rule(run_rules.integer, value, name, low, high)
-
-
-def _reason(value: Any, name: str = "reason") -> str:
-    """Non-blank text of at most 500 UTF-16 code units: the seed's rule for reasons."""
-    return _field_rule(run_rules.text, value, name)
-
-
-def _field_rule(rule: Callable[..., Any], *args: Any) -> Any:
-    """One of the Run model's field rules, refusing as the Goal layer does."""
-    try:
-        return rule(*args)
-    except run_rules.Invalid as exc:
-        raise InvalidInputError(str(exc)) from None
-
-
-def check_run_of(goal_id: str, run_id: Any) -> str:
-    """A run id of this Goal: ``<goal_id>.r<round>``."""
-    if type(run_id) is not str or goal_id_of_run(run_id) != goal_id:
-        raise InvalidInputError(f"run_id must be a run of goal {goal_id}", goal_id=goal_id)
-    return run_id
-
-
-def check_epoch(value: Any) -> int:
-    return _integer(value, "epoch", 1, EXECUTION_LIMITS.max_attempts)
-
-
-def _recipe(value: Any) -> dict[str, Any]:
-    if type(value) is not dict or set(value) != {"argv", "cwd"}:
-        raise InvalidInputError("recipe must be an object with exactly argv and cwd")
-    return {"argv": check_argv(value["argv"]), "cwd": check_cwd(value["cwd"])}
-
-
-def check_argv(value: Any) -> list[str]:
-    if type(value) not in (list, tuple) or not value or len(value) > MAX_ARGV_ITEMS:
-        raise InvalidInputError(
-            f"argv must be a non-empty list of at most {MAX_ARGV_ITEMS} strings"
-        )
-    if any(type(arg) is not str or not _storable(arg) for arg in value) or not value[0]:
-        raise InvalidInputError("argv must hold strings without NUL, the first one non-empty")
-    if sum(len(arg) for arg in value) > MAX_RECIPE_CHARS:
-        raise InvalidInputError(f"argv must be at most {MAX_RECIPE_CHARS} characters in all")
-    return list(value)
-
-
-def check_cwd(value: Any) -> str | None:
-    if value is None:
-        return None
-    if type(value) is not str or not value or not _storable(value) or len(value) > 4096:
-        raise InvalidInputError("cwd must be null or a non-empty path without NUL")
-    return value
-
-
-def _budget(value: Any) -> dict[str, int]:
-    if type(value) is not dict or set(value) != {"max_attempts", "attempt_timeout_ms"}:
-        raise InvalidInputError("budget must be an object with max_attempts, attempt_timeout_ms")
-    return {
-        "max_attempts": _integer(
-            value["max_attempts"], "max_attempts", 1, EXECUTION_LIMITS.max_attempts
-        ),
-        "attempt_timeout_ms": _integer(
-            value["attempt_timeout_ms"], "attempt_timeout_ms", 1, 2**53 - 1
-        ),
-    }
 
 
 def _command_id(value: str) -> str:
@@ -397,7 +132,7 @@ def _goal_change(goal: Goal, event: str, data: Mapping[str, Any], **fields: Any)
     """The Goal's new state, checked before it is written (and so never re-checked after)."""
     state = {**goal.state(), **fields}
     try:
-        _check_goal_state(state)
+        check_goal_state(state)
     except InvalidInputError as exc:
         raise DecisionError(
             f"decision broke a goal rule: {exc.message}", goal_id=goal.goal_id
@@ -650,7 +385,7 @@ class Goals:
             )
         recipe = {"argv": check_argv(argv), "cwd": check_cwd(cwd)}
         budget = {"max_attempts": max_attempts, "attempt_timeout_ms": attempt_timeout_ms}
-        state = {
+        state: dict[str, Any] = {
             "goal_id": goal_id,
             "title": check_title(title),
             "node_id": check_name(node_id, "node_id"),
@@ -658,7 +393,7 @@ class Goals:
             "round": 1,
             "run_id": run_id_for(goal_id, 1),
             "recipe": recipe,
-            "budget": _budget(budget),
+            "budget": check_budget(budget),
             "redelivery": check_redelivery(redelivery),
             "cancel_reason": None,
         }
@@ -693,7 +428,7 @@ class Goals:
         check_name(node_id, "node_id")
         check_identifier(token, "token")
         if round is not None:
-            _integer(round, "round", 1, MAX_ROUND)
+            check_integer(round, "round", 1, MAX_ROUND)
         # A worker names its round: no need to read the Goal first (the decision reads it).
         run_id = run_id_for(goal_id, round) if round is not None else self._require(goal_id).run_id
         claim = validate_run_command("claim", {"run_id": run_id, "worker": worker})
@@ -742,7 +477,7 @@ class Goals:
             inputs = validate_run_command("fail", inputs)
         else:
             if reason is not None:
-                _reason(reason)
+                check_reason(reason)
             if evidence not in ((), []):
                 raise InvalidInputError("a cancelled report carries no evidence", goal_id=goal_id)
             inputs = {"reason": reason, "evidence": []}
@@ -784,8 +519,8 @@ class Goals:
         """
         check_name(goal_id, "goal_id")
         check_run_of(goal_id, run_id)
-        _integer(goal_version, "goal_version", 1, 2**53 - 1)
-        _integer(run_version, "run_version", 1, 2**53 - 1)
+        check_integer(goal_version, "goal_version", 1, 2**53 - 1)
+        check_integer(run_version, "run_version", 1, 2**53 - 1)
         cleanup = {"epoch": epoch, "confirmed_by": confirmed_by, "method": method}
         cleanup = validate_run_command("interrupt", {"run_id": run_id, "cleanup": cleanup})[
             "cleanup"
@@ -806,7 +541,7 @@ class Goals:
     ) -> GoalResult:
         """Terminal intent: Goal cancelled; its Run cancelled (queued) or cancel_requested."""
         check_name(goal_id, "goal_id")
-        _reason(reason)
+        check_reason(reason)
         _command_id(command_id)
         check_actor(by)
         run_id = self._require(goal_id).run_id
@@ -838,7 +573,7 @@ class Goals:
         """Move a queued or held Goal to another node: a new round with a new Run."""
         check_name(goal_id, "goal_id")
         check_name(node_id, "node_id")
-        _integer(expected_version, "expected_version", 1, 2**53 - 1)
+        check_integer(expected_version, "expected_version", 1, 2**53 - 1)
         goal = self._require(goal_id)
         if goal.version != expected_version:
             raise VersionConflictError(
@@ -880,7 +615,7 @@ class Goals:
         if node_id is not None:
             check_name(node_id, "node_id")
         if limit is not None:
-            _integer(limit, "limit", 1, 2**53 - 1)
+            check_integer(limit, "limit", 1, 2**53 - 1)
         rows = self._journal.aggregates(
             "goal",
             status=list(statuses) if statuses is not None else None,
@@ -903,7 +638,7 @@ class Goals:
         node_id: str | None = None,
         newest_first: bool = False,
         limit: int | None = None,
-    ) -> list[Goal]:
+    ) -> builtins.list[Goal]:
         entries = self.list_readable(
             status=status, node_id=node_id, newest_first=newest_first, limit=limit
         )
@@ -912,7 +647,7 @@ class Goals:
                 raise entry.error
         return [entry for entry in entries if isinstance(entry, Goal)]
 
-    def runs(self, goal_id: str) -> list[Run]:
+    def runs(self, goal_id: str) -> builtins.list[Run]:
         """The Runs of every round of a Goal, oldest first ([] for an unknown Goal)."""
         goal = self.read(goal_id)
         if goal is None:
@@ -939,7 +674,7 @@ class Goals:
         payload: Mapping[str, Any],
         goal_id: str,
         run_ids: Sequence[str],
-        decide: Callable[[Mapping[str, Stored | None]], list[Change]],
+        decide: Callable[[Mapping[str, Stored | None]], builtins.list[Change]],
         versions: Sequence[int | None] | None = None,
     ) -> Outcome:
         ids = [goal_aggregate_id(goal_id), *map(run_aggregate_id, run_ids)]
@@ -958,7 +693,7 @@ class Goals:
         fresh = {} if outcome.replayed else outcome.states
         goal_written, run_written = fresh.get(goal_agg), fresh.get(run_agg)
         if goal_written is not None:
-            goal = _goal_view(goal_written.state, goal_written.version)
+            goal = goal_view(goal_written.state, goal_written.version)
         else:
             stored = outcome.states.get(goal_agg) or self._journal.load(goal_agg)
             assert stored is not None  # a committed command always leaves its Goal

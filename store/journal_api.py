@@ -36,6 +36,7 @@ __all__ = [
     "Stored",
     "WakeUps",
     "backend_for",
+    "relay",
 ]
 
 Synchronous = Literal["FULL", "NORMAL"]
@@ -71,6 +72,12 @@ class WakeUps(Protocol):
     def stop(self) -> None:
         """End the iteration (call from the event loop's thread)."""
         ...
+
+
+async def relay(wakeups: WakeUps, wake: asyncio.Event) -> None:
+    """Set ``wake`` on every batch of wake-ups (a loop's own wait then collapses bursts)."""
+    async for _ in wakeups:
+        wake.set()
 
 
 class Backend(Protocol):

@@ -117,6 +117,11 @@ class Run:
             return self.attempts[-1]
         return None
 
+    def runs_attempt(self, epoch: int) -> bool:
+        """Attempt ``epoch`` is the one running now."""
+        attempt = self.running_attempt
+        return attempt is not None and attempt.epoch == epoch
+
     @property
     def attempts_left(self) -> int:
         return int(self.budget["max_attempts"]) - len(self.attempts)

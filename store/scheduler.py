@@ -32,14 +32,14 @@ from typing import IO
 
 from store.errors import InvalidInputError, RefineError, VersionConflictError
 from store.execution import Execution
+from store.goal_model import PROCESS_GONE_METHOD
 from store.goals import Goal, GoalResult, Goals, check_name, goal_id_of_run
-from store.journal_api import Journal, JournalHandle, WakeUps
+from store.journal_api import Journal, JournalHandle, relay
 from store.locations import resolve_location
 from store.processes import ProcessRecord, ProcessRegistry, same_process, stop_process
 from store.run_model import Run
 from store.worker import EXIT_REFUSED, JOURNAL_ENV
 
-RECONCILE_METHOD = "process-exited"
 SAFETY_POLL_S = 2.0  # ticks happen on journal changes, and at least this often
 GONE_GRACE_S = 3.0  # while running, an exited worker is reconciled after this long (see tick)
 STOP_GRACE_S = 5.0
@@ -169,7 +169,7 @@ class Node:
 
     def _end_gone(self, rec: ProcessRecord) -> GoalResult | None:
         goal, run = self._read(rec.run_id)
-        if goal is None or run is None or not _runs(run, rec.epoch):
+        if goal is None or run is None or not run.runs_attempt(rec.epoch):
             stop_process(rec, self.grace_s)  # ended otherwise (e.g. cleanup confirmed elsewhere):
             self._forget(rec)  # nothing it left in its group runs on; the record is stale
             return None
@@ -177,7 +177,7 @@ class Node:
             return None
         stop_process(rec, self.grace_s)  # what the gone worker left in its group (grandchildren)
         try:
-            result = self._interrupt(goal, run, rec.epoch, RECONCILE_METHOD, "reconcile")
+            result = self._interrupt(goal, run, rec.epoch, PROCESS_GONE_METHOD, "reconcile")
         except VersionConflictError:
             return None  # it changed meanwhile: look again next time
         self._forget(rec)
@@ -190,7 +190,7 @@ class Node:
             goal, run = self._read(rec.run_id)
             if goal is None or run is None or run.cancel_requested is None:
                 continue
-            if not _runs(run, rec.epoch) or goal.node_id != self.node_id:
+            if not run.runs_attempt(rec.epoch) or goal.node_id != self.node_id:
                 continue
             if self.registry.stopping(rec.run_id, rec.epoch):
                 continue  # whoever is stopping it records the cancellation
@@ -277,7 +277,7 @@ class Node:
             _, run = self._read(rec.run_id)
         except RefineError:
             return False
-        return run is not None and not _runs(run, rec.epoch)
+        return run is not None and not run.runs_attempt(rec.epoch)
 
     def _interrupt(self, goal: Goal, run: Run, epoch: int, method: str, kind: str) -> GoalResult:
         """End the attempt at the versions read (cancel instead when a cancel is pending)."""
@@ -322,7 +322,7 @@ class Node:
             if launch.pidfd is not None:
                 self.watch_fd(launch.pidfd)
         watcher = Journal.watch(self.journal_path)
-        pump = asyncio.create_task(_pump(watcher, wake))
+        pump = asyncio.create_task(relay(watcher, wake))
         try:
             self._guarded(self.reconcile)
             while not stop.is_set():
@@ -350,22 +350,12 @@ class Node:
             self._say(f"{exc}")
 
 
-async def _pump(watcher: WakeUps, wake: asyncio.Event) -> None:
-    async for _ in watcher:
-        wake.set()
-
-
 def _pidfd(pid: int) -> int | None:
     """A descriptor that becomes readable when ``pid`` exits (Linux ≥ 5.3), else None."""
     try:
         return os.pidfd_open(pid)
     except (AttributeError, OSError):
         return None
-
-
-def _runs(run: Run, epoch: int) -> bool:
-    attempt = run.running_attempt
-    return attempt is not None and attempt.epoch == epoch
 
 
 def run_node(journal_path: str | Path, node_id: str, *, capacity: int = 4) -> int:

@@ -35,7 +35,6 @@ from store.execution import Execution
 from store.goals import Goal, Goals
 from store.journal_api import Journal
 from store.processes import ProcessRecord, ProcessRegistry, stop_group_members
-from store.run_model import Run
 
 POLL_S = 0.25  # how often the worker looks whether the journal changed
 STOP_GRACE_S = 5.0  # SIGTERM → SIGKILL for its own recipe
@@ -226,7 +225,7 @@ def _verdict(goals: Goals, claim: Claim) -> str:
     except RefineError as exc:  # e.g. locked for a while: keep going, look again
         _say(f"{claim.goal_id}: cannot reread the journal: {exc}")
         return "unknown"
-    if goal is None or run is None or not _attempt_running(run, claim.epoch):
+    if goal is None or run is None or not run.runs_attempt(claim.epoch):
         return "superseded"
     if run.cancel_requested is not None:
         return "cancel"
@@ -259,11 +258,6 @@ def _ownership(verdict: str) -> str:
         "cancel": "being cancelled",
         "superseded": "no longer ours (ended, or the goal moved on)",
     }.get(verdict, "unreadable for now")
-
-
-def _attempt_running(run: Run, epoch: int) -> bool:
-    attempt = run.running_attempt
-    return attempt is not None and attempt.epoch == epoch
 
 
 def _stop(recipe: subprocess.Popen[bytes]) -> None:

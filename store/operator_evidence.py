@@ -1,0 +1,379 @@
+"""What the dashboard and the CLI say before an operator command: the modal sentences, the
+cleanup evidence, and the checks every command makes first (DESIGN §5).
+
+The commands themselves (store.operator) act on what ``stop_target`` / ``cleanup_target``
+resolve here, so a sentence and its command never disagree about the attempt they mean. Reads
+only: nothing here signals a process or writes the journal.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import re
+import socket
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from store.errors import (
+    GoalNotFoundError,
+    GoalStateError,
+    GoalTerminalError,
+    InvalidInputError,
+    JournalClosedError,
+    JournalReadOnlyError,
+    NoActiveAttemptError,
+    NoProcessRecordError,
+    NotThisNodeError,
+    RunNotFoundError,
+    StaleAttemptError,
+)
+from store.execution import Attempt, Run
+from store.goals import (
+    Goal,
+    Goals,
+    check_epoch,
+    check_name,
+    goal_id_of_run,
+)
+from store.journal_api import Journal
+from store.processes import (
+    ProcessRecord,
+    ProcessRegistry,
+    live_worker,
+    log_tail,
+    same_process,
+)
+
+LOG_TAIL_LINES = 20
+# A worker records its process right after its claim commits; a claim younger than this with
+# no record yet is taken to be starting (the advice differs, nothing else does).
+LAUNCH_WINDOW_S = 10.0
+
+
+@dataclass(frozen=True)
+class CleanupEvidence:
+    """What the Confirm cleanup modal shows before the operator states the work has ended."""
+
+    run_id: str
+    epoch: int
+    worker: str
+    record: ProcessRecord | None
+    same_process_alive: bool
+    log_tail: list[str]
+    attempt_started_at: float | None  # the claim's commit time (wall clock, informational)
+    last_output_age_s: float | None
+    sentence: str
+    ending: str  # what confirming does to the Goal: requeued, held, exhausted or cancelled
+
+
+def default_node() -> str:
+    """$REFINE_NODE, else the short host name: the CLI and the dashboard agree on it."""
+    return os.environ.get("REFINE_NODE") or socket.gethostname().split(".")[0]
+
+
+def default_operator() -> str:
+    """$REFINE_OPERATOR, else the login name made a valid operator name (``<operator>@<node>``).
+
+    The CLI and the dashboard both ask here, so a script and the screen record the same name.
+    """
+    if os.environ.get("REFINE_OPERATOR"):
+        return os.environ["REFINE_OPERATOR"]
+    try:
+        name = getpass.getuser()
+    except (KeyError, OSError):
+        name = ""
+    return re.sub(r"[^A-Za-z0-9._-]", "-", name).strip("-._")[:64] or "operator"
+
+
+# --- what a command acts on ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Target:
+    """A Goal and its current Run as read (the versions an ending is recorded at)."""
+
+    goal: Goal
+    run: Run
+    epoch: int | None  # the running attempt's epoch, if any
+    record: ProcessRecord | None = None  # this node's record of that attempt
+
+
+def require_goal(goals: Goals, goal_id: str) -> Goal:
+    goal = goals.read(goal_id)
+    if goal is None:
+        raise GoalNotFoundError(f"no goal {goal_id}", goal_id=goal_id)
+    return goal
+
+
+def running_attempt_of(goals: Goals, goal: Goal) -> tuple[Run, Attempt]:
+    run = goals.current_run(goal)
+    if run is None:
+        raise RunNotFoundError(f"run {goal.run_id} was never submitted", run_id=goal.run_id)
+    attempt = run.running_attempt
+    if attempt is None:
+        if goal.terminal:
+            raise GoalTerminalError(f"goal {goal.goal_id} is {goal.status}", goal_id=goal.goal_id)
+        raise NoActiveAttemptError(
+            f"goal {goal.goal_id} is {goal.status}: no attempt is running",
+            goal_id=goal.goal_id,
+            run_id=run.run_id,
+        )
+    return run, attempt
+
+
+def registry_of(journal: Journal, node: str) -> ProcessRegistry:
+    return ProcessRegistry.for_journal(journal, node)
+
+
+def record_of(journal: Journal, node: str, run_id: str, epoch: int) -> ProcessRecord | None:
+    return registry_of(journal, node).get(run_id, epoch)
+
+
+def check_writable(journal: Journal) -> None:
+    """Refuse before any signal: a Stop we could not record must not kill anything."""
+    if journal.closed:
+        raise JournalClosedError("journal is closed")
+    if journal.read_only:
+        raise JournalReadOnlyError("journal is open read-only: no operator actions")
+
+
+def stop_target(journal: Journal, goal_id: str, node: str) -> Target:
+    """Stop applies to a running attempt of this node's Goal with a local process record."""
+    check_name(goal_id, "goal_id")
+    check_name(node, "node")
+    goals = Goals(journal)
+    goal = require_goal(goals, goal_id)
+    if goal.node_id != node:
+        raise NotThisNodeError(
+            f"goal {goal_id} runs on node {goal.node_id}: stop it from that node",
+            goal_id=goal_id,
+        )
+    run, attempt = running_attempt_of(goals, goal)
+    record = record_of(journal, node, run.run_id, attempt.epoch)
+    if record is None:
+        which = f"attempt {attempt.epoch} of run {run.run_id}"
+        if _starting(journal, run.run_id, attempt):
+            advice = f"{which} is starting (no process record yet); try again in a moment"
+        else:
+            advice = (
+                f"no process record for {which} on node {node}: if its work has ended,"
+                " confirm cleanup instead"
+            )
+        raise NoProcessRecordError(advice, goal_id=goal_id, run_id=run.run_id)
+    return Target(goal, run, attempt.epoch, record)
+
+
+def _starting(journal: Journal, run_id: str, attempt: Attempt) -> bool:
+    """Inside the claim → record window: its worker runs here, or the claim is that young."""
+    if live_worker(attempt.worker) is not None:
+        return True
+    claimed = claimed_at(journal, run_id, attempt.epoch)
+    return claimed is not None and time.time() - claimed < LAUNCH_WINDOW_S
+
+
+# --- sentences -------------------------------------------------------------------------------
+
+
+def ending_words(goal: Goal, run: Run, epoch: int) -> str:
+    """What recording the end of attempt ``epoch`` will do to the Goal."""
+    total = run.budget["max_attempts"]
+    if run.cancel_requested:
+        return "the pending cancellation will be recorded; nothing is requeued"
+    if epoch >= total:
+        return f"the goal will be exhausted (all {total} attempts used)"
+    if goal.redelivery == "operator":
+        return (
+            "the goal will be held until an operator releases it (redelivery: operator;"
+            f" attempt {epoch + 1} of {total} next)"
+        )
+    return f"the goal will be requeued (attempt {epoch + 1} of {total})"
+
+
+def describe_stop(journal: Journal, goal_id: str, *, node: str, grace_s: float = 5.0) -> str:
+    """The Stop modal's sentence; raises the typed refusal when Stop does not apply."""
+    check_grace(grace_s)
+    check_writable(journal)
+    target = stop_target(journal, goal_id, node)
+    run, epoch, rec = target.run, target.epoch, target.record
+    assert rec is not None and epoch is not None
+    if same_process(rec):
+        how = f"SIGTERM to process group {rec.pgid}, SIGKILL after {grace_s:g} s"
+    else:
+        how = f"process {rec.pid} is no longer running (nothing to signal)"
+    head = f"Stop attempt {epoch} of run {run.run_id} on node {node}"
+    return f"{head}: {how}; {ending_words(target.goal, run, epoch)}"
+
+
+def describe_cancel(journal: Journal, goal_id: str, *, node: str, grace_s: float = 5.0) -> str:
+    """The Cancel modal's sentence; raises the typed refusal when Cancel does not apply."""
+    check_grace(grace_s)
+    check_writable(journal)
+    check_name(goal_id, "goal_id")
+    check_name(node, "node")
+    goals = Goals(journal)
+    goal = require_goal(goals, goal_id)
+    refuse_cancel(goals, goal)
+    head = f"Cancel goal {goal_id} ({goal.status}): it becomes cancelled at once, never to restart"
+    run = goals.current_run(goal)
+    attempt = run.running_attempt if run is not None else None
+    if attempt is None:
+        return f"{head}; run {goal.run_id} is cancelled now (nothing is running)"
+    which = f"attempt {attempt.epoch} of run {goal.run_id}"
+    if goal.node_id != node:
+        return f"{head}; {which} runs on node {goal.node_id}, whose scheduler stops it"
+    rec = record_of(journal, node, goal.run_id, attempt.epoch)
+    if rec is None:
+        return f"{head}; no process record for {which} here: confirm cleanup once it has ended"
+    if not same_process(rec):
+        return f"{head}; the process of {which} (pid {rec.pid}) is gone: its cleanup is recorded"
+    return f"{head}; {which}: SIGTERM to process group {rec.pgid}, SIGKILL after {grace_s:g} s"
+
+
+def refuse_cancel(goals: Goals, goal: Goal) -> None:
+    """A terminal Goal cannot be cancelled; one still cancelling says how to finish it."""
+    if not goal.terminal:
+        return
+    run = goals.current_run(goal)
+    attempt = run.running_attempt if run is not None else None
+    if goal.status == "cancelled" and attempt is not None:
+        raise GoalTerminalError(
+            f"goal {goal.goal_id} is already cancelled; attempt {attempt.epoch} still runs:"
+            f" stop it on node {goal.node_id}, or confirm cleanup once it has ended",
+            goal_id=goal.goal_id,
+        )
+    raise GoalTerminalError(f"goal {goal.goal_id} is {goal.status}", goal_id=goal.goal_id)
+
+
+# --- Confirm cleanup -------------------------------------------------------------------------
+
+
+def cleanup_target(journal: Journal, run_id: str, epoch: int, node: str) -> Target:
+    """The running attempt ``epoch`` of ``run_id`` (the Goal's current Run)."""
+    goal_id = goal_id_of_run(run_id) if isinstance(run_id, str) else None
+    if goal_id is None:
+        raise InvalidInputError("run_id must be <goal_id>.r<round>")
+    check_epoch(epoch)
+    check_name(node, "node")
+    goals = Goals(journal)
+    goal = require_goal(goals, goal_id)
+    if goal.run_id != run_id:
+        raise GoalStateError(
+            f"goal {goal_id} is at run {goal.run_id}, not {run_id}", goal_id=goal_id, run_id=run_id
+        )
+    run, attempt = running_attempt_of(goals, goal)
+    if attempt.epoch != epoch:
+        raise StaleAttemptError(
+            f"attempt {epoch} of run {run_id} is not running (attempt {attempt.epoch} is)",
+            goal_id=goal_id,
+            run_id=run_id,
+        )
+    record = record_of(journal, goal.node_id, run_id, epoch) if goal.node_id == node else None
+    return Target(goal, run, epoch, record)
+
+
+# --- evidence and markers for the dashboard --------------------------------------------------
+
+
+def cleanup_evidence(journal: Journal, run_id: str, *, epoch: int, node: str) -> CleanupEvidence:
+    """What the operator should see before confirming cleanup of attempt ``epoch``."""
+    target = cleanup_target(journal, run_id, epoch, node)
+    goal, record = target.goal, target.record
+    if goal.node_id != node:
+        record = record_of(journal, goal.node_id, run_id, epoch)  # readable, not checkable here
+    alive = goal.node_id == node and record is not None and same_process(record)
+    worker = target.run.running_attempt.worker  # type: ignore[union-attr]
+    found = live_worker(worker) if not alive else None
+    alive = alive or found is not None
+    log = (
+        Path(record.log_path)
+        if record
+        else ProcessRegistry.for_journal(journal, goal.node_id).log_path(run_id, epoch)
+    )
+    tail = log_tail(log, LOG_TAIL_LINES)
+    now = time.time()
+    claimed = claimed_at(journal, run_id, epoch)
+    started = claimed if claimed is not None else (record.started_at if record else None)
+    try:
+        output_age: float | None = max(0.0, now - log.stat().st_mtime)
+    except OSError:
+        output_age = None
+    sentence = _evidence_sentence(goal, node, record, alive, output_age)
+    if found is not None:
+        sentence = f"its worker (pid {found.pid}) is alive here: stop it instead; {sentence}"
+    return CleanupEvidence(
+        run_id=run_id,
+        epoch=epoch,
+        worker=worker,
+        record=record,
+        same_process_alive=alive,
+        log_tail=tail,
+        attempt_started_at=started,
+        last_output_age_s=output_age,
+        sentence=sentence,
+        ending=ending_words(goal, target.run, epoch),
+    )
+
+
+def claimed_at(journal: Journal, run_id: str, epoch: int) -> float | None:
+    """When attempt ``epoch`` was claimed: its commit time (wall clock, informational)."""
+    for event in journal.history("run:" + run_id, 0, 1000):  # a Run has at most 20 attempts
+        if event.type == "attempt.claimed" and event.data.get("epoch") == epoch:
+            return float(event.committed_at)
+    return None
+
+
+def _evidence_sentence(
+    goal: Goal, node: str, record: ProcessRecord | None, alive: bool, output_age: float | None
+) -> str:
+    parts: list[str] = []
+    if record is None:
+        parts.append(f"no process record on node {goal.node_id}")
+    else:
+        started = time.strftime("%H:%M", time.localtime(record.started_at))
+        parts.append(f"process record: pid {record.pid}, started {started}")
+        if goal.node_id != node:
+            parts.append(f"it runs on node {goal.node_id}: its process cannot be checked from here")
+        elif alive:
+            parts.append("that process is alive with the same start time: stop it instead")
+        else:
+            parts.append("no process with that pid and start time")
+    if output_age is None:
+        parts.append("no log output")
+    else:
+        parts.append(f"last output {_age(output_age)} ago")
+    return "; ".join(parts)
+
+
+def _age(seconds: float) -> str:
+    if seconds < 60:
+        return f"{seconds:.0f} s"
+    if seconds < 3600:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def needs_cleanup(journal: Journal, run: Run, *, node: str) -> bool:
+    """A running attempt of this node's Goal that no live recorded process proves.
+
+    Other nodes' attempts are theirs to reconcile (False here).
+    """
+    attempt = run.running_attempt
+    goal_id = goal_id_of_run(run.run_id)
+    if attempt is None or goal_id is None:
+        return False
+    goal = Goals(journal).read(goal_id)
+    if goal is None or goal.node_id != node or goal.run_id != run.run_id:
+        return False
+    record = record_of(journal, node, run.run_id, attempt.epoch)
+    return record is None or not same_process(record)
+
+
+def check_grace(grace_s: float) -> None:
+    if (
+        isinstance(grace_s, bool)
+        or not isinstance(grace_s, int | float)
+        or not 0 <= grace_s <= 3600
+    ):
+        raise InvalidInputError("grace_s must be a number of seconds from 0 to 3600")
