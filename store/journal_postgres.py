@@ -163,6 +163,7 @@ class PostgresJournal(Journal):
         self._conn: psycopg.Connection[Any] | None = None
         self._closed = False
         self._lock = threading.RLock()
+        self._snapshots = 0  # open snapshot transactions (no silent reconnection inside one)
         self.location = location  # redacted: safe to print
         self.schema = schema
         self.read_only = read_only
@@ -274,11 +275,18 @@ class PostgresJournal(Journal):
             raise JournalReadOnlyError("journal is open read-only", **first_ids(expected))
         key = command_key(payload, expected)
         with self._lock:
+            reconnected = False
             for attempt in range(_RETRIES):
+                reused = self._conn is not None
                 try:
                     with self._storage_errors():
                         return self._execute_once(command_id, key, expected, decide)
                 except StorageError as exc:
+                    # A lost connection: once more on a new one (the command id makes a command
+                    # that did commit replay, so it never applies twice).
+                    if not reconnected and self._dropped(reused) and not self._snapshots:
+                        reconnected = True
+                        continue
                     if not _transient(exc.__cause__) or attempt == _RETRIES - 1:
                         raise
             raise AssertionError("unreachable")
@@ -297,8 +305,24 @@ class PostgresJournal(Journal):
     # --- reads ---------------------------------------------------------------------------------
 
     def _rows(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        with self._lock, self._storage_errors():
-            return self._connection().execute(sql.format(s=self.schema), args).fetchall()
+        with self._lock:
+            for retry in (False, True):
+                reused = self._conn is not None
+                try:
+                    with self._storage_errors():
+                        return (
+                            self._connection().execute(sql.format(s=self.schema), args).fetchall()
+                        )
+                except StorageError:
+                    # A connection the server ended since its last use (a restart): one fresh
+                    # try, except inside a snapshot (a new session would not see the same state).
+                    if retry or not self._dropped(reused) or self._snapshots:
+                        raise
+            raise AssertionError("unreachable")
+
+    def _dropped(self, reused: bool) -> bool:
+        """The call failed because the connection it reused was lost (now forgotten)."""
+        return reused and self._conn is None
 
     def load(self, aggregate_id: str) -> Stored | None:
         rows = self._rows(
@@ -467,9 +491,11 @@ class PostgresJournal(Journal):
                 yield self
                 return
             conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            self._snapshots += 1
             try:
                 yield self
             finally:
+                self._snapshots -= 1
                 if not conn.broken and not conn.closed:
                     conn.execute("COMMIT")
 

@@ -231,10 +231,12 @@ class Node:
     def _launch(self, goal: Goal) -> None:
         # A URL goes by the environment, never argv: it may hold a password (ps shows argv).
         env = {**os.environ, JOURNAL_ENV: str(self.journal_path)}
+        where = [] if isinstance(self.journal_path, str) else ["--journal", str(self.journal_path)]
         argv = [
             sys.executable,
             "-m",
             "store.worker",
+            *where,
             "--node",
             self.node_id,
             "--goal",
