@@ -399,6 +399,19 @@ def cmd_release(args: argparse.Namespace) -> int:
     return act(args, lambda j: release_goal(j, args.goal, operator=operator))
 
 
+def cmd_wait(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from store.goal_wait import wait_for_status
+
+    with open_journal(args, write=False) as journal:
+        goal = asyncio.run(
+            wait_for_status(journal, journal_path(args), args.goal, args.status, args.timeout)
+        )
+    emit(args, goal.to_json(), f"{goal.goal_id} {goal.status}")
+    return EXIT_OK
+
+
 def cmd_check(args: argparse.Namespace) -> int:
     from store.check import check_journal
 
@@ -533,6 +546,27 @@ def non_negative_float(text: str) -> float:
     return value
 
 
+def seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number of seconds (0 or more): {text!r}")
+    return value
+
+
+def goal_statuses(text: str) -> frozenset[str]:
+    from store.goals import GOAL_STATUSES
+
+    wanted = frozenset(s.strip() for s in text.split(","))
+    if not text.strip() or not wanted <= set(GOAL_STATUSES):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: give statuses among {', '.join(GOAL_STATUSES)}, separated by commas"
+        )
+    return wanted
+
+
 def non_empty(text: str) -> str:
     if not text:
         raise argparse.ArgumentTypeError("must not be empty")
@@ -599,6 +633,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="how you know the work ended (recorded; default operator-confirmed)",
     )
     command("release", cmd_release, "make a held goal actionable again").add_argument("goal")
+    wait = command("wait", cmd_wait, "wait until a goal reaches one of the given statuses")
+    wait.add_argument("goal")
+    wait.add_argument("--status", type=goal_statuses, required=True, help="e.g. running,held")
+    wait.add_argument("--timeout", type=seconds, help="give up after S seconds (WAIT_TIMEOUT)")
     command("check", cmd_check, "check every invariant; exit 0 only when clean")
     copy = command("copy", cmd_copy, "copy a journal (file or postgresql:// URL), then check it")
     copy.add_argument("source", help="journal to copy from (read only)")

@@ -159,3 +159,9 @@ class TargetNotEmptyError(RefineError):
     """`refine copy` writes only into an empty journal: nothing was copied."""
 
     code = "TARGET_NOT_EMPTY"
+
+
+class WaitTimeoutError(RefineError):
+    """`refine wait`: the goal did not reach a wanted status within the timeout."""
+
+    code = "WAIT_TIMEOUT"

@@ -1,0 +1,72 @@
+"""Waiting for a goal to reach a status (`refine wait`), woken by the journal's change source.
+
+The wait sleeps on the backend's wake-ups (inotify on SQLite, LISTEN on PostgreSQL) and reads
+the goal only when the journal's change gate says another connection committed; a slow safety
+check covers a commit that lands before the watcher is listening. No busy polling.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Collection
+
+from store.errors import GoalNotFoundError, GoalTerminalError, WaitTimeoutError
+from store.goals import TERMINAL_STATUSES, Goal, Goals
+from store.journal_api import Journal, Location, WakeUps
+
+SAFETY_CHECK_S = 2.0  # a commit between the first read and the watcher's start is seen by then
+
+
+async def wait_for_status(
+    journal: Journal,
+    location: Location,
+    goal_id: str,
+    wanted: Collection[str],
+    timeout_s: float | None = None,
+) -> Goal:
+    """The goal once its status is one of ``wanted``.
+
+    Raises GoalNotFoundError, GoalTerminalError (it ended in a status not wanted: it can never
+    get there) or WaitTimeoutError after ``timeout_s`` seconds (None: no limit).
+    """
+    loop = asyncio.get_running_loop()
+    deadline = None if timeout_s is None else loop.time() + timeout_s
+    goals, changes, wake = Goals(journal), journal.changes(), asyncio.Event()
+    watcher = Journal.watch(location)
+    pump = asyncio.create_task(_pump(watcher, wake))
+    status = "unknown"
+    try:
+        while True:
+            wake.clear()
+            if changes.changed():
+                goal = goals.read(goal_id)
+                if goal is None:
+                    raise GoalNotFoundError(f"no goal {goal_id}", goal_id=goal_id)
+                status = goal.status
+                if status in wanted:
+                    return goal
+                if status in TERMINAL_STATUSES:
+                    raise GoalTerminalError(
+                        f"goal {goal_id} is {status} (terminal): it will never be"
+                        f" {' or '.join(sorted(wanted))}",
+                        goal_id=goal_id,
+                    )
+            left = SAFETY_CHECK_S if deadline is None else deadline - loop.time()
+            if left <= 0:
+                raise WaitTimeoutError(
+                    f"goal {goal_id} is still {status} after {timeout_s:g} s",
+                    goal_id=goal_id,
+                )
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(wake.wait(), min(left, SAFETY_CHECK_S))
+    finally:
+        watcher.stop()
+        pump.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await pump
+
+
+async def _pump(watcher: WakeUps, wake: asyncio.Event) -> None:
+    async for _ in watcher:
+        wake.set()

@@ -1,0 +1,98 @@
+"""`refine wait GOAL --status S[,S…]`: woken by the journal's change source, typed refusals."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from store import goal_wait
+from store.errors import GoalTerminalError
+from store.goal_wait import wait_for_status
+from store.goals import Goals
+from store.journal import Journal
+from tests.test_cli import dump, refine
+
+
+@pytest.fixture
+def journal(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Path:
+    path = tmp_path / "journal.db"
+    assert refine(capsys, path, "init")[0] == 0
+    code, _, _ = refine(capsys, path, "goal", "add", "--title", "G", "--id", "g", "--", "true")
+    assert code == 0
+    return path
+
+
+def test_a_status_already_reached_returns_at_once(journal: Path, capsys) -> None:
+    assert refine(capsys, journal, "wait", "g", "--status", "running,queued") == (
+        0,
+        "g queued\n",
+        "",
+    )
+    code, out, _ = refine(capsys, journal, "wait", "g", "--status", "queued", "--json")
+    assert code == 0 and json.loads(out)["goal_id"] == "g" and json.loads(out)["status"] == "queued"
+
+
+def test_timeout_is_a_typed_refusal_and_writes_nothing(journal: Path, capsys) -> None:
+    before = dump(journal)
+    code, out, err = refine(capsys, journal, "wait", "g", "--status", "running", "--timeout", "0.2")
+    assert (code, out) == (1, "")
+    assert err == "refine: WAIT_TIMEOUT: goal g is still queued after 0.2 s\n"
+    assert dump(journal) == before
+
+
+def test_a_terminal_status_not_wanted_refuses(journal: Path, capsys) -> None:
+    assert refine(capsys, journal, "cancel", "g", "--reason", "not needed")[0] == 0
+    code, _, err = refine(capsys, journal, "wait", "g", "--status", "running,completed")
+    assert code == 1 and err.startswith("refine: GOAL_TERMINAL: goal g is cancelled")
+    assert refine(capsys, journal, "wait", "g", "--status", "cancelled")[:2] == (0, "g cancelled\n")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("--status", "bogus"),
+        ("--status", "running,"),
+        ("--status", ""),
+        ("--status", "running", "--timeout", "-1"),
+        ("--status", "running", "--timeout", "nan"),
+        (),
+    ],
+)
+def test_bad_usage_exits_2(journal: Path, capsys, args: tuple[str, ...]) -> None:
+    code, out, err = refine(capsys, journal, "wait", "g", *args)
+    assert (code, out) == (2, "") and err.startswith("refine: USAGE: ") and err.count("\n") == 1
+
+
+def test_unknown_goal_and_missing_journal(journal: Path, capsys) -> None:
+    code, _, err = refine(capsys, journal, "wait", "nope", "--status", "running")
+    assert code == 1 and err.startswith("refine: GOAL_NOT_FOUND:")
+    missing = journal.parent / "missing.db"
+    code, _, err = refine(capsys, missing, "wait", "g", "--status", "running")
+    assert code == 3 and err.startswith("refine: STORAGE:") and not missing.exists()
+
+
+async def test_woken_by_a_commit_not_by_the_safety_check(journal: Path, monkeypatch) -> None:
+    """With the safety check an hour away, only the change source can end the wait."""
+    monkeypatch.setattr(goal_wait, "SAFETY_CHECK_S", 3600.0)
+    with Journal.open(journal, read_only=True) as reader, Journal.open(journal) as writer:
+        waiting = asyncio.create_task(wait_for_status(reader, journal, "g", {"cancelled"}))
+        await asyncio.sleep(0.3)  # the wait has read "queued" and listens
+        assert not waiting.done()
+        Goals(writer).cancel(command_id="op:cancel:test", goal_id="g", reason="r")
+        assert (await asyncio.wait_for(waiting, 30)).status == "cancelled"
+
+
+async def test_a_goal_that_ends_while_waiting_refuses(journal: Path, monkeypatch) -> None:
+    monkeypatch.setattr(goal_wait, "SAFETY_CHECK_S", 3600.0)
+    with Journal.open(journal, read_only=True) as reader:
+        waiting = asyncio.create_task(wait_for_status(reader, journal, "g", {"running"}))
+        await asyncio.sleep(0.3)
+        cancel = [sys.executable, "-m", "refine_tui.cli", "--journal", str(journal)]
+        subprocess.run([*cancel, "cancel", "g", "--reason", "r"], check=True, capture_output=True)
+        with pytest.raises(GoalTerminalError):
+            await asyncio.wait_for(waiting, 30)
