@@ -33,7 +33,7 @@ from refine_tui.actions import ACTION_KEYS, OPERATOR_ACTIONS, SELECTION_ACTIONS,
 from refine_tui.detail import DetailPane
 from refine_tui.goal_index import GoalIndex
 from refine_tui.messages import JournalTrouble, JournalUpdate
-from refine_tui.rows import AttemptRow, GoalRow, Reader, RunRow, WorkerRow, goals_touched
+from refine_tui.rows import AttemptRow, GoalRow, Reader, RunRow, WorkerRow
 from refine_tui.screens.help import HelpScreen
 from refine_tui.widgets.follow_log import FollowLog
 from refine_tui.widgets.keyed_table import Column, KeyedTable
@@ -49,6 +49,7 @@ from store.journal_api import Journal, JournalHandle, WakeUps
 from store.journal_url import redact
 from store.locations import resolve_location
 from store.operator import default_node, default_operator
+from store.reads import goals_touched
 from store.watch import ChangeFeed
 
 # Widths chosen for 80 columns first: the first seven Goal columns (what an operator scans:
@@ -353,6 +354,7 @@ class RefineApp(OperatorActions, DetailPane, App[None]):
             self._index = None  # another file: another journal
         reader = self._reader
         self._generation = self.feed.generation
+        reader.learn(events)
         touched = set(goals_touched(events)) | set(req.recheck)
         if not full and not touched:
             return None

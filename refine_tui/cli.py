@@ -271,15 +271,16 @@ def require_goal(goals: Any, goal_id: str) -> Any:
 def cmd_show(args: argparse.Namespace) -> int:
     from store.execution import Execution
     from store.goals import Goals, goal_id_of_run
+    from store.reads import goal_history, run_history
 
     with open_journal(args, write=False) as journal:
         goals = Goals(journal)
         goal = goals.read(args.target)
         if goal is not None:
             runs = goals.runs(goal.goal_id)
-            events = all_events(journal, "goal:" + goal.goal_id)
+            events = goal_history(journal, goal.goal_id)
             for run in runs:
-                events += all_events(journal, "run:" + run.run_id)
+                events += run_history(journal, run.run_id)
             events.sort(key=lambda e: e.sequence)
             data = {
                 "goal": goal.to_json(),
@@ -300,18 +301,10 @@ def cmd_show(args: argparse.Namespace) -> int:
         run = Execution(journal).read(args.target)
         if run is None:
             raise GoalNotFoundError(f"no goal or run named {args.target}")
-        events = all_events(journal, "run:" + run.run_id)
+        events = run_history(journal, run.run_id)
         data = {"run": run.to_json(), "events": [event_json(e) for e in events]}
         emit(args, data, show_text(None, [data["run"]], events))
     return EXIT_OK
-
-
-def all_events(journal: Journal, aggregate_id: str) -> list[Any]:
-    events, after = [], 0
-    while page := journal.history(aggregate_id, after_sequence=after, limit=1000):
-        events += page
-        after = page[-1].sequence
-    return events
 
 
 def event_json(event: Any) -> dict[str, Any]:

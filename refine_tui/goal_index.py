@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from refine_tui.rows import GoalRow
+from store import reads
 from store.journal_api import Journal
 
 
@@ -30,9 +31,7 @@ class GoalIndex:
         """Read every Goal once (call under the read connection, in a thread: ≈ 1 s at 100k)."""
         lines = {}
         with journal.snapshot():
-            for stored in journal.aggregates("goal"):
-                state = stored.state if isinstance(stored.state, dict) else {}
-                goal_id = stored.aggregate_id.partition(":")[2]
+            for goal_id, state in reads.goal_states(journal):
                 lines[goal_id] = _words(
                     goal_id, state.get("title"), state.get("status"), state.get("node_id")
                 )

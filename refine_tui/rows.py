@@ -13,37 +13,19 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from store import reads
 from store.errors import RefineError
-from store.execution import run_from_stored
-from store.goals import Goal, ended_by_words, goal_from_stored
-from store.journal_api import Event, Journal, Stored
-from store.operator import claimed_at, needs_cleanup
+from store.goals import Goal, ended_by_words
+from store.journal_api import Event, Journal
+from store.operator_evidence import unproven
 from store.processes import ProcessRecord, ProcessRegistry, observe, same_process
+from store.reads import ClaimTimes, GoalAndRun
+from store.run_model import Run
 
 ACTIVE = ("queued", "held", "running")
 TERMINAL = ("completed", "exhausted", "cancelled")
 ACTIVE_LIMIT = 1000  # active Goals shown at most (DataTable paints ~1k rows in ≈ 0.4 s)
 RECENT_LIMIT = 200  # most recent terminal Goals shown beside them
-ENDINGS = {"attempt.completed", "attempt.failed", "attempt.interrupted"}
-
-
-def goal_id_of(aggregate_id: str) -> str | None:
-    """The Goal an aggregate belongs to: ``goal:G`` and ``run:G.rN`` both name ``G``."""
-    kind, _, key = aggregate_id.partition(":")
-    if kind == "goal":
-        return key
-    if kind == "run" and ".r" in key:
-        return key.rpartition(".r")[0]
-    return None
-
-
-def goals_touched(events: Iterable[Event]) -> list[str]:
-    seen: dict[str, None] = {}
-    for event in events:
-        goal_id = goal_id_of(event.aggregate_id)
-        if goal_id is not None:
-            seen[goal_id] = None
-    return list(seen)
 
 
 @dataclass(frozen=True)
@@ -114,6 +96,11 @@ class Reader:
         self.journal = journal
         self.node = node
         self.registry = ProcessRegistry.for_journal(journal, node)
+        self.claims = ClaimTimes()
+
+    def learn(self, events: Iterable[Event]) -> None:
+        """Take in a polled batch: its claims give running rows their start times."""
+        self.claims.learn(events)
 
     # --- Goals ---------------------------------------------------------------------------------
 
@@ -130,57 +117,32 @@ class Reader:
             if text and matching is not None:
                 return matching(text, ACTIVE_LIMIT + RECENT_LIMIT), total
             if text:
-                stored = _matching(j, text)
+                found = _matching(j, text)
             else:
-                stored = j.aggregates("goal", status=list(ACTIVE), limit=ACTIVE_LIMIT)
-                stored += j.aggregates(
-                    "goal", status=list(TERMINAL), newest_first=True, limit=RECENT_LIMIT
-                )
-        ids = sorted({s.aggregate_id.partition(":")[2] for s in stored})
-        return ids, total
+                found = reads.goal_ids(j, status=ACTIVE, limit=ACTIVE_LIMIT)
+                found += reads.goal_ids(j, status=TERMINAL, newest_first=True, limit=RECENT_LIMIT)
+        return sorted(set(found)), total
 
     def goal_rows(self, goal_ids: Sequence[str]) -> dict[str, GoalRow | None]:
         """Rows for these Goals (None for a Goal that no longer exists)."""
-        j = self.journal
-        with j.snapshot():
-            goals = j.load_many(["goal:" + g for g in goal_ids])
-            parsed: dict[str, Goal | RefineError] = {}
-            for key, stored in goals.items():
-                try:
-                    parsed[key.partition(":")[2]] = goal_from_stored(stored)
-                except RefineError as exc:
-                    parsed[key.partition(":")[2]] = exc
-            run_ids = [g.run_id for g in parsed.values() if isinstance(g, Goal) and g.run_id]
-            runs = j.load_many(["run:" + r for r in run_ids])
-            rows: dict[str, GoalRow | None] = {}
-            for goal_id in goal_ids:
-                goal = parsed.get(goal_id)
-                if goal is None:
-                    rows[goal_id] = None
-                elif isinstance(goal, RefineError):
-                    rows[goal_id] = _corrupt_row(goal_id, goal)
-                else:
-                    rows[goal_id] = self._goal_row(goal, runs.get("run:" + goal.run_id))
-        return rows
+        found = reads.goals_with_runs(self.journal, goal_ids)
+        return {g: self._goal_row(entry) if entry else None for g, entry in found.items()}
 
-    def _goal_row(self, goal: Goal, stored_run: Stored | None) -> GoalRow:
-        run = None
-        note = ""
-        if stored_run is not None:
-            try:
-                run = run_from_stored(stored_run)
-            except RefineError as exc:
-                note = f"corrupt run: {exc.message}"
+    def _goal_row(self, entry: GoalAndRun) -> GoalRow:
+        goal, run = entry.goal, entry.run
+        if goal is None:
+            assert entry.error is not None
+            return _corrupt_row(entry.goal_id, entry.error)
+        note = f"corrupt run: {entry.run_error.message}" if entry.run_error else ""
         used = len(run.attempts) if run else 0
         budget = int(goal.budget.get("max_attempts", 0))
         attempt = run.running_attempt if run else None
         started_at = None
         orphan = False
-        if attempt is not None:
-            started_at = claimed_at(self.journal, run.run_id, attempt.epoch)
-            if goal.node_id == self.node:
-                with contextlib.suppress(RefineError, OSError):
-                    orphan = needs_cleanup(self.journal, run, node=self.node)
+        if run is not None and attempt is not None:
+            started_at = self.claims.get(self.journal, run.run_id, attempt.epoch)
+            with contextlib.suppress(RefineError, OSError):
+                orphan = unproven(self.journal, goal, run, node=self.node)
         cancelling = bool(run and run.cancel_requested and not run.terminal)
         note = note or _note(goal, cancelling, orphan)
         return GoalRow(
@@ -220,21 +182,14 @@ class Reader:
     # --- Runs, Attempts, history ---------------------------------------------------------------
 
     def goal(self, goal_id: str) -> Goal | None:
-        stored = self.journal.load("goal:" + goal_id)
-        return goal_from_stored(stored) if stored is not None else None
+        return reads.read_goal(self.journal, goal_id)
 
     def run_rows(self, goal_id: str) -> list[RunRow]:
         goal = self.goal(goal_id)
         if goal is None:
             return []
-        ids = [f"run:{goal_id}.r{n}" for n in range(1, goal.round + 1)]
         rows = []
-        stored = self.journal.load_many(ids)
-        for agg in ids:
-            if agg not in stored:
-                continue
-            run = run_from_stored(stored[agg])
-            first = self.journal.history(agg, 0, 1)
+        for run, submitted_at in reads.runs_of(self.journal, goal):
             cancel = ""
             if run.cancel_requested and not run.terminal:
                 cancel = f"cancelling… ({run.cancel_requested.get('reason', '')})"
@@ -246,24 +201,16 @@ class Reader:
                     status=run.status,
                     attempts=f"{len(run.attempts)}/{run.budget['max_attempts']}",
                     cancel=cancel,
-                    submitted_at=first[0].committed_at if first else None,
+                    submitted_at=submitted_at,
                 )
             )
         return rows
 
     def attempt_rows(self, run_id: str, node_id: str) -> list[AttemptRow]:
-        stored = self.journal.load("run:" + run_id)
-        if stored is None:
+        run: Run | None = reads.read_run(self.journal, run_id)
+        if run is None:
             return []
-        run = run_from_stored(stored)
-        started: dict[int, float] = {}
-        ended: dict[int, float] = {}
-        for event in self.journal.history("run:" + run_id, 0, 1000):
-            epoch = event.data.get("epoch")
-            if event.type == "attempt.claimed":
-                started[epoch] = event.committed_at
-            elif event.type in ENDINGS:
-                ended[epoch] = event.committed_at
+        started, ended = reads.attempt_times(self.journal, run_id)
         rows = []
         for a in run.attempts:
             record = self.registry.get(run_id, a.epoch) if node_id == self.node else None
@@ -295,14 +242,7 @@ class Reader:
         return record.log_path if record else str(self.registry.log_path(run_id, epoch))
 
     def history(self, run_id: str) -> list[Event]:
-        events: list[Event] = []
-        after = 0
-        while True:
-            page = self.journal.history("run:" + run_id, after, 1000)
-            events += page
-            if len(page) < 1000:
-                return events
-            after = page[-1].sequence
+        return reads.run_history(self.journal, run_id)
 
     def worker_rows(self) -> list[WorkerRow]:
         rows = []
@@ -331,15 +271,14 @@ def _observe(record: ProcessRecord):  # -> ProcessObservation | None
         return None
 
 
-def _matching(journal: Journal, text: str) -> list[Stored]:
+def _matching(journal: Journal, text: str) -> list[str]:
     """Goals whose id, title, status or node contains ``text`` (case-insensitive)."""
     needle = text.lower()
     found = []
-    for stored in journal.aggregates("goal", contains=text):
-        state = stored.state if isinstance(stored.state, dict) else {}
-        fields = (stored.aggregate_id[5:], state.get("title"), state.get("status"))
-        if any(isinstance(f, str) and needle in f.lower() for f in (*fields, state.get("node_id"))):
-            found.append(stored)
+    for goal_id, state in reads.goal_states(journal, contains=text):
+        fields = (goal_id, state.get("title"), state.get("status"), state.get("node_id"))
+        if any(isinstance(f, str) and needle in f.lower() for f in fields):
+            found.append(goal_id)
     return found[: ACTIVE_LIMIT + RECENT_LIMIT]
 
 

@@ -45,6 +45,7 @@ from store.processes import (
     log_tail,
     same_process,
 )
+from store.reads import claimed_at
 
 LOG_TAIL_LINES = 20
 # A worker records its process right after its claim commits; a claim younger than this with
@@ -316,14 +317,6 @@ def cleanup_evidence(journal: Journal, run_id: str, *, epoch: int, node: str) ->
     )
 
 
-def claimed_at(journal: Journal, run_id: str, epoch: int) -> float | None:
-    """When attempt ``epoch`` was claimed: its commit time (wall clock, informational)."""
-    for event in journal.history("run:" + run_id, 0, 1000):  # a Run has at most 20 attempts
-        if event.type == "attempt.claimed" and event.data.get("epoch") == epoch:
-            return float(event.committed_at)
-    return None
-
-
 def _evidence_sentence(
     goal: Goal, node: str, record: ProcessRecord | None, alive: bool, output_age: float | None
 ) -> str:
@@ -364,7 +357,13 @@ def needs_cleanup(journal: Journal, run: Run, *, node: str) -> bool:
     if attempt is None or goal_id is None:
         return False
     goal = Goals(journal).read(goal_id)
-    if goal is None or goal.node_id != node or goal.run_id != run.run_id:
+    return goal is not None and unproven(journal, goal, run, node=node)
+
+
+def unproven(journal: Journal, goal: Goal, run: Run, *, node: str) -> bool:
+    """``needs_cleanup`` for a Goal and its current Run the caller already holds."""
+    attempt = run.running_attempt
+    if attempt is None or goal.node_id != node or goal.run_id != run.run_id:
         return False
     record = record_of(journal, node, run.run_id, attempt.epoch)
     return record is None or not same_process(record)

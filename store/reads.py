@@ -1,0 +1,186 @@
+"""Reads for screens: what a dashboard shows, without knowing how the journal keys its records.
+
+The UI asks here for Goals with their current Run (in bulk, one snapshot), the Runs of a Goal,
+a Run's history and attempt times, and which Goals a batch of events touched; aggregate ids
+(``goal:<id>``, ``run:<id>``) stay inside the store. Every record is validated on read; a broken
+one comes back as its error, for the screen to show, never as an exception mid-list.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+
+from store.errors import RefineError
+from store.goal_model import Goal, goal_aggregate_id, goal_from_stored, goal_id_of, run_id_for
+from store.journal_api import Event, Journal
+from store.run_model import Run, attempt_id_for, run_aggregate_id, run_from_stored
+
+PAGE = 1000  # history page (a Run has at most 20 attempts: one page in practice)
+ENDINGS = frozenset({"attempt.completed", "attempt.failed", "attempt.interrupted"})
+
+
+@dataclass(frozen=True)
+class GoalAndRun:
+    """A Goal and its current Run as stored now; a corrupt one carries its error instead."""
+
+    goal_id: str
+    goal: Goal | None
+    run: Run | None = None
+    error: RefineError | None = None  # the Goal's record is corrupt
+    run_error: RefineError | None = None  # the current Run's record is corrupt
+
+
+def goals_touched(events: Iterable[Event]) -> list[str]:
+    """The Goals a batch of events changed (a Goal's own events and its Runs'), first seen first."""
+    seen: dict[str, None] = {}
+    for event in events:
+        goal_id = goal_id_of(event.aggregate_id)
+        if goal_id is not None:
+            seen[goal_id] = None
+    return list(seen)
+
+
+def goal_ids(
+    journal: Journal,
+    *,
+    status: Sequence[str] | None = None,
+    newest_first: bool = False,
+    limit: int | None = None,
+) -> list[str]:
+    """Ids of stored Goals (not parsed: a listing reads the records it shows afterwards)."""
+    statuses = list(status) if status is not None else None
+    found = journal.aggregates("goal", status=statuses, newest_first=newest_first, limit=limit)
+    return [s.aggregate_id.partition(":")[2] for s in found]
+
+
+def goal_states(
+    journal: Journal, contains: str | None = None
+) -> Iterator[tuple[str, Mapping[str, object]]]:
+    """(goal id, stored state) of every Goal, unparsed and maybe corrupt: a search's haystack.
+
+    ``contains``: only Goals whose stored record has this text somewhere (a cheap pre-filter).
+    """
+    for stored in journal.aggregates("goal", contains=contains):
+        state = stored.state if isinstance(stored.state, dict) else {}
+        yield stored.aggregate_id.partition(":")[2], state
+
+
+def goals_with_runs(journal: Journal, ids: Sequence[str]) -> dict[str, GoalAndRun | None]:
+    """These Goals with their current Runs, in one snapshot (None: no such Goal)."""
+    with journal.snapshot():
+        stored = journal.load_many([goal_aggregate_id(g) for g in ids])
+        goals: dict[str, GoalAndRun] = {}
+        for goal_id in ids:
+            record = stored.get(goal_aggregate_id(goal_id))
+            if record is None:
+                continue
+            try:
+                goals[goal_id] = GoalAndRun(goal_id, goal_from_stored(record))
+            except RefineError as exc:
+                goals[goal_id] = GoalAndRun(goal_id, None, error=exc)
+        run_ids = [e.goal.run_id for e in goals.values() if e.goal is not None]
+        runs = journal.load_many([run_aggregate_id(r) for r in run_ids])
+    found: dict[str, GoalAndRun | None] = {}
+    for goal_id in ids:
+        entry = goals.get(goal_id)
+        if entry is not None and entry.goal is not None:
+            record = runs.get(run_aggregate_id(entry.goal.run_id))
+            try:
+                run = run_from_stored(record) if record is not None else None
+                entry = GoalAndRun(goal_id, entry.goal, run)
+            except RefineError as exc:
+                entry = GoalAndRun(goal_id, entry.goal, run_error=exc)
+        found[goal_id] = entry
+    return found
+
+
+def read_goal(journal: Journal, goal_id: str) -> Goal | None:
+    stored = journal.load(goal_aggregate_id(goal_id))
+    return goal_from_stored(stored) if stored is not None else None
+
+
+def read_run(journal: Journal, run_id: str) -> Run | None:
+    stored = journal.load(run_aggregate_id(run_id))
+    return run_from_stored(stored) if stored is not None else None
+
+
+def runs_of(journal: Journal, goal: Goal) -> list[tuple[Run, float | None]]:
+    """The Runs of every round of a Goal, oldest first, each with its submission time."""
+    ids = [run_aggregate_id(run_id_for(goal.goal_id, n)) for n in range(1, goal.round + 1)]
+    stored = journal.load_many(ids)
+    runs = []
+    for agg in ids:
+        if agg in stored:
+            first = journal.history(agg, 0, 1)
+            runs.append((run_from_stored(stored[agg]), first[0].committed_at if first else None))
+    return runs
+
+
+def run_history(journal: Journal, run_id: str, after: int = 0) -> list[Event]:
+    """Every event of a Run after sequence ``after``, oldest first."""
+    return _history(journal, run_aggregate_id(run_id), after)
+
+
+def goal_history(journal: Journal, goal_id: str) -> list[Event]:
+    """Every event of a Goal itself (not its Runs'), oldest first."""
+    return _history(journal, goal_aggregate_id(goal_id), 0)
+
+
+def _history(journal: Journal, aggregate_id: str, after: int) -> list[Event]:
+    events: list[Event] = []
+    while True:
+        page = journal.history(aggregate_id, after, PAGE)
+        events += page
+        if len(page) < PAGE:
+            return events
+        after = page[-1].sequence
+
+
+def attempt_times(journal: Journal, run_id: str) -> tuple[dict[int, float], dict[int, float]]:
+    """When each attempt of a Run was claimed and when it ended ({epoch: commit time} each)."""
+    started: dict[int, float] = {}
+    ended: dict[int, float] = {}
+    for event in journal.history(run_aggregate_id(run_id), 0, PAGE):  # ≤ 20 attempts
+        epoch = event.data.get("epoch")
+        if not isinstance(epoch, int):
+            continue
+        if event.type == "attempt.claimed":
+            started[epoch] = event.committed_at
+        elif event.type in ENDINGS:
+            ended[epoch] = event.committed_at
+    return started, ended
+
+
+class ClaimTimes:
+    """When running attempts were claimed, learned from the events a reader already polled.
+
+    A claim seen in a batch costs nothing more; one that predates the reader (its first full
+    read) is looked up once in its Run's history and remembered.
+    """
+
+    LIMIT = 100_000  # forget everything past this many (a long-lived dashboard's bound)
+
+    def __init__(self) -> None:
+        self._at: dict[str, float] = {}
+
+    def learn(self, events: Iterable[Event]) -> None:
+        for event in events:
+            if event.type == "attempt.claimed":
+                if len(self._at) >= self.LIMIT:
+                    self._at.clear()
+                self._at[str(event.data.get("attempt_id"))] = float(event.committed_at)
+
+    def get(self, journal: Journal, run_id: str, epoch: int) -> float | None:
+        key = attempt_id_for(run_id, epoch)
+        if key not in self._at:
+            at = claimed_at(journal, run_id, epoch)
+            if at is None:
+                return None
+            self._at[key] = at
+        return self._at[key]
+
+
+def claimed_at(journal: Journal, run_id: str, epoch: int) -> float | None:
+    """When attempt ``epoch`` was claimed: its commit time (wall clock, informational)."""
+    return attempt_times(journal, run_id)[0].get(epoch)
