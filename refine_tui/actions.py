@@ -22,6 +22,7 @@ from textual.screen import Screen
 from textual.widgets import Input
 
 from refine_tui import format as fmt
+from refine_tui.live import LiveReader
 from refine_tui.rows import GoalRow, Reader
 from refine_tui.screens.confirm import CancelModal, ConfirmModal
 from refine_tui.widgets.status_header import HeaderState
@@ -73,7 +74,7 @@ class OperatorActions(_AppBase):
     header_state: HeaderState
     journal_path: Path | str
     feed: ChangeFeed
-    _reader: Reader | None
+    live: LiveReader
     _writer: JournalHandle
 
     if TYPE_CHECKING:
@@ -219,7 +220,7 @@ class OperatorActions(_AppBase):
 
     def attempt_now(self, goal_id: str) -> tuple[str, str | None, int | None]:
         """(thread) The goal's status, run and running epoch as the journal has them now."""
-        reader = Reader(self.reading(), self.node) if self._reader is None else self._reader
+        reader = Reader(self.reading(), self.node) if self.live.reader is None else self.live.reader
         row = reader.goal_rows([goal_id]).get(goal_id)
         if row is None:
             return ("gone", None, None)

@@ -14,10 +14,9 @@ import asyncio
 import contextlib
 import gc
 import os
-import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any, ClassVar
 
 from rich.text import Text
@@ -31,9 +30,9 @@ from textual.widgets import ContentSwitcher, DataTable, Footer, Input, Label, St
 from refine_tui import format as fmt
 from refine_tui.actions import ACTION_KEYS, OPERATOR_ACTIONS, SELECTION_ACTIONS, OperatorActions
 from refine_tui.detail import DetailPane
-from refine_tui.goal_index import GoalIndex
+from refine_tui.live import LiveReader, ReadRequest
 from refine_tui.messages import JournalTrouble, JournalUpdate
-from refine_tui.rows import AttemptRow, GoalRow, Reader, RunRow, WorkerRow
+from refine_tui.rows import AttemptRow, GoalRow, RunRow, WorkerRow
 from refine_tui.screens.help import HelpScreen
 from refine_tui.widgets.follow_log import FollowLog
 from refine_tui.widgets.keyed_table import Column, KeyedTable
@@ -49,7 +48,6 @@ from store.journal_api import Journal, JournalHandle, WakeUps
 from store.journal_url import redact
 from store.locations import resolve_location
 from store.operator import default_node, default_operator
-from store.reads import goals_touched
 from store.watch import ChangeFeed
 
 # Widths chosen for 80 columns first: the first seven Goal columns (what an operator scans:
@@ -101,22 +99,7 @@ ATTEMPT_TABLE_WIDTH = sum(c.width or 0 for c in ATTEMPT_COLUMNS) + 2 * len(ATTEM
 LONG_TEXT = 200  # a last column sized to content shows at most this many cells (argv can be 64k)
 BASE_WIDTHS = {"title": 12, "note": 16, "worker": 7, "state": 17}
 RETRY_S = 2.0  # how often an unreadable journal is tried again (file events also wake it)
-FIRST_SCREEN = 100  # a full read shows this many rows first (more than a terminal's height)
 OBSERVE_INTERVAL_S = 5.0  # CPU/memory/liveness of this node's processes (they change silently)
-
-
-@dataclass(frozen=True)
-class ReadRequest:
-    """What the live worker should read, captured on the UI thread."""
-
-    full: bool
-    filter: str
-    view: str
-    goal_id: str | None
-    run_id: str | None
-    history_run: str | None
-    history_after: int
-    recheck: tuple[str, ...] = ()  # goals to re-read even without events (process liveness)
 
 
 class RefineApp(OperatorActions, DetailPane, App[None]):
@@ -174,8 +157,7 @@ class RefineApp(OperatorActions, DetailPane, App[None]):
         self.attempt_rows: dict[str, AttemptRow] = {}
         self.header_state = HeaderState(self.journal_label, self.node, read_only)
         self.feed = ChangeFeed(self.journal_path)
-        self._reader: Reader | None = None
-        self._generation = 0
+        self.live = LiveReader(self.feed, self.node)  # the read thread's own state
         self._writer = JournalHandle(self.journal_path)
         self._history_after = 0
         self._log_file: str | None = None
@@ -187,10 +169,6 @@ class RefineApp(OperatorActions, DetailPane, App[None]):
         self._observed: dict[tuple[str, int], AttemptRow] = {}  # last row that had a pid
         self._full_pending = True
         self._watcher: WakeUps | None = None
-        self._goal_total: int | None = None  # (read thread) the last count of Goals
-        self._index: tuple[int, GoalIndex] | None = None  # (read thread) feed generation, index
-        self._listed: str | None = None  # (read thread) the filter of the last full read
-        self._first_shown = threading.Event()  # a partial update was painted
         self._why_text: str | None = None  # what the hint line last showed
         self._row_text: str | None = None  # what the selected row's line last showed
         self._enabled: tuple[bool, ...] = ()  # which actions the footer last showed enabled
@@ -273,7 +251,7 @@ class RefineApp(OperatorActions, DetailPane, App[None]):
             while True:
                 if not self.paused:
                     await self.read_and_post()
-                    if self._index is None and not self._full_pending:
+                    if not self.live.indexed and not self._full_pending:
                         await self.build_index()
                 # A lock can go away without touching the files: while the journal is
                 # unreadable, also retry now and then.
@@ -289,13 +267,8 @@ class RefineApp(OperatorActions, DetailPane, App[None]):
     async def build_index(self) -> None:
         """After the first paint: the filter's in-memory index (read thread, under the lock)."""
         async with self._read_lock:
-            journal, generation = self.feed.journal, self.feed.generation
-            if journal is None:
-                return
             with contextlib.suppress(RefineError):  # unreadable now: the next round tries again
-                index = await asyncio.to_thread(GoalIndex.build, journal)
-                if generation == self.feed.generation:
-                    self._index = (generation, index)
+                await asyncio.to_thread(self.live.build_index)
             # What is alive now (widgets, index, first rows) lives as long as the app: out of
             # the cyclic GC's way, so a full collection during a read costs ≈ 5 ms, not ≈ 100.
             gc.collect()
@@ -319,7 +292,7 @@ class RefineApp(OperatorActions, DetailPane, App[None]):
         request = self.read_request(recheck)
         self._full_pending = False
         try:
-            update = await asyncio.to_thread(self.read_changes, request)
+            update = await asyncio.to_thread(self.live.read, request, self.post_message)
         except StorageError as exc:
             self._full_pending = True
             self.post_message(self.trouble_for(exc))
@@ -331,6 +304,7 @@ class RefineApp(OperatorActions, DetailPane, App[None]):
             self.post_message(update)
 
     def read_request(self, recheck: tuple[str, ...] = ()) -> ReadRequest:
+        focused = self.goal_rows.get(self.focus_goal) if self.focus_goal else None
         return ReadRequest(
             full=self._full_pending,
             filter=self.filter_text,
@@ -340,57 +314,8 @@ class RefineApp(OperatorActions, DetailPane, App[None]):
             history_run=self.detail_run if self.detail == "history" else None,
             history_after=self._history_after,
             recheck=recheck,
+            goal_node=focused.node_id if focused else None,
         )
-
-    def read_changes(self, req: ReadRequest) -> JournalUpdate | None:
-        """(thread) Poll the feed and read the rows the new events touched."""
-        events = self.feed.poll()
-        journal = self.feed.journal
-        assert journal is not None
-        full = req.full or self.feed.generation != self._generation
-        if self._reader is None or self._reader.journal is not journal:
-            self._reader = Reader(journal, self.node)
-        if self._index is not None and self._index[0] != self.feed.generation:
-            self._index = None  # another file: another journal
-        reader = self._reader
-        self._generation = self.feed.generation
-        reader.learn(events)
-        touched = set(goals_touched(events)) | set(req.recheck)
-        if not full and not touched:
-            return None
-        index = self._index[1] if self._index is not None else None
-        if full:
-            ids, total = reader.visible_goal_ids(req.filter, index.matching if index else None)
-        else:
-            ids, total = sorted(touched), self._goal_total
-            # Counting is O(Goals) (≈ 2 ms at 100k, on every commit): only a creation changes it.
-            if total is None or any(e.type == "goal.created" for e in events):
-                total = journal.count("goal")
-        self._goal_total = total
-        if full and len(ids) > FIRST_SCREEN and req.view == "goals" and req.filter != self._listed:
-            # A new list (first load, new filter): the rows a screen shows first, the other
-            # ~1,100 after. A reload of the same list keeps the cursor where it is instead.
-            first = reader.goal_rows(ids[:FIRST_SCREEN])
-            seq, at = journal.last_commit()
-            self._first_shown.clear()
-            if self.post_message(JournalUpdate(True, first, total, seq, at, partial=True)):
-                self._first_shown.wait(1.0)  # painted before the rest competes for the GIL
-        if full:
-            self._listed = req.filter
-        goals = reader.goal_rows(ids)
-        if index is not None:
-            index.update(goals)
-        seq, at = journal.last_commit()
-        update = JournalUpdate(full, goals, total, seq, at)
-        if req.goal_id and (full or req.goal_id in touched):
-            update.runs = reader.run_rows(req.goal_id)
-            if req.run_id:
-                goal = goals.get(req.goal_id) or self.goal_rows.get(req.goal_id)
-                update.attempts = reader.attempt_rows(req.run_id, goal.node_id if goal else "")
-        if req.history_run:
-            after = 0 if full else req.history_after
-            update.history = [e for e in reader.history(req.history_run) if e.sequence > after]
-        return update
 
     def trouble_for(self, exc: StorageError) -> JournalTrouble:
         if isinstance(exc, JournalMissingError):
@@ -443,8 +368,8 @@ class RefineApp(OperatorActions, DetailPane, App[None]):
             self.show_header()
         self.selection_changed()
         self.show_log_liveness()  # the attempt in the log pane may have ended
-        if update.partial:
-            self.call_after_refresh(self._first_shown.set)
+        if update.painted is not None:
+            self.call_after_refresh(update.painted.set)
         if update.full and self._reload_asked and not update.partial:
             self._reload_asked = False
             self.notify(
@@ -633,7 +558,7 @@ class RefineApp(OperatorActions, DetailPane, App[None]):
         """Processes die without commits: check this node's, re-read only rows that changed."""
         if self.paused or not self.is_running or self.header_state.state != "live":
             return
-        reader = self._reader
+        reader = self.live.reader
         if reader is None:
             return
         running = [r for r in self.watched_rows() if r.status == "running"]

@@ -14,7 +14,8 @@ from textual import work
 from textual.app import App
 
 from refine_tui import format as fmt
-from refine_tui.rows import GoalRow, Reader
+from refine_tui.live import LiveReader
+from refine_tui.rows import GoalRow
 from refine_tui.widgets.follow_log import FollowLog
 from store.errors import RefineError
 
@@ -37,7 +38,7 @@ class DetailPane(_AppBase):
     detail: str | None
     detail_run: str | None
     detail_epoch: int | None
-    _reader: Reader | None
+    live: LiveReader
     _history_after: int
     _log_file: str | None
     _log_offset: int
@@ -131,11 +132,11 @@ class DetailPane(_AppBase):
         log = self.query_one("#detail", FollowLog)
         run_id, epoch = self.detail_run, self.detail_epoch
         goal = self.goal_rows.get(self.focus_goal or "") or self.selected_goal()
-        if run_id is None or epoch is None or self._reader is None:
+        if run_id is None or epoch is None or self.live.reader is None:
             log.write_line("No attempt selected (a run's attempts start with the first claim).")
             return
         node = goal.node_id if goal else self.node
-        reader = self._reader
+        reader = self.live.reader
         try:
             path = await asyncio.to_thread(reader.log_path, run_id, epoch, node)
         except (RefineError, OSError) as exc:

@@ -7,6 +7,7 @@ previous one was applied (Dolphie's rule), so updates never overlap.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 
 from textual.message import Message
@@ -29,6 +30,7 @@ class JournalUpdate(Message):
     workers: list[WorkerRow] | None = None
     history: list[Event] = field(default_factory=list)  # new events of the detail pane's Run
     partial: bool = False  # a full read's first screen: the whole set follows at once
+    painted: threading.Event | None = None  # (partial) set once the first screen is painted
 
 
 @dataclass

@@ -260,7 +260,7 @@ async def test_filter_index_follows_commits_and_long_lists_arrive_whole(tmp_path
     app = RefineApp(journal=path, node=NODE)
     async with app.run_test(size=SIZE) as pilot:
         await loaded(pilot)
-        await until(pilot, lambda: app._index is not None)  # built after the first paint
+        await until(pilot, lambda: app.live.indexed)  # built after the first paint
         commit_in_process(
             path,
             "goals.create(goal_id='late', title='Zebra crossing', node_id='n9', argv=['true'])\n"
