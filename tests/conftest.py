@@ -9,13 +9,18 @@ suite), the way eventsourcing reuses one recorder test case per backend.
 from __future__ import annotations
 
 import os
+import urllib.parse
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from store.journal_api import Journal
-from tests.helpers.postgres_server import PostgresServer, ServerUnavailable, server_from_environment
+from tests.helpers.postgres_server import (
+    PostgresServer,
+    ServerUnavailable,
+    server_from_environment,
+)
 
 _server: PostgresServer | None = None
 _server_error: str | None = None
@@ -62,7 +67,25 @@ def sqlite_location(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[
     yield str(tmp_path / "journal.db")
 
 
-JOURNAL_BACKENDS: dict[str, LocationFactory] = {"sqlite": sqlite_location}
+def postgres_location(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A fresh database (a template copy) on the session's server, dropped after the test.
+
+    The password also goes by ``$PGPASSWORD`` (libpq's convention), so a test can hand a
+    journal's printable location (``journal.location``, no password) to a child process; node
+    files go under the test's own ``$XDG_STATE_HOME``."""
+    server: PostgresServer = request.getfixturevalue("postgres_server")
+    monkeypatch: pytest.MonkeyPatch = request.getfixturevalue("monkeypatch")
+    url = server.create_database()
+    monkeypatch.setenv("PGPASSWORD", urllib.parse.urlsplit(url).password or "")
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg-state"))
+    yield url
+    server.drop_database(url)
+
+
+JOURNAL_BACKENDS: dict[str, LocationFactory] = {
+    "sqlite": sqlite_location,
+    "postgresql": postgres_location,
+}
 
 
 @pytest.fixture(params=list(JOURNAL_BACKENDS))

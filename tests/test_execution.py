@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 
 from store.errors import (
@@ -36,6 +37,7 @@ from store.execution import (
     validate_run_command,
 )
 from store.journal import Journal, Stored
+from store.journal_url import is_postgres_url
 from tests.helpers.run_support import (
     PINS,
     Child,
@@ -178,8 +180,8 @@ def test_a_replaced_owner_cannot_report(ex: Execution, journal: Journal) -> None
     assert_consistent(journal)
 
 
-def test_a_killed_worker_keeps_its_attempt_until_cleanup(tmp_path: Path) -> None:
-    path = tmp_path / "journal.db"
+def test_a_killed_worker_keeps_its_attempt_until_cleanup(journal_location: str) -> None:
+    path = journal_location
     with Journal.open(path) as journal:
         ex = Execution(journal)
         submit(ex)
@@ -469,8 +471,8 @@ def _bad_inputs() -> Iterator[tuple[str, dict[str, Any]]]:
     yield "interrupt", {**GOOD["interrupt"], "cleanup": _Attrs(CLEANUP)}
 
 
-def test_bad_input_is_refused_before_storage_is_touched(tmp_path: Path) -> None:
-    path = tmp_path / "journal.db"
+def test_bad_input_is_refused_before_storage_is_touched(journal_location: str) -> None:
+    path = journal_location
     with Journal.open(path) as journal:
         ex = Execution(journal)
         submit(ex)
@@ -548,8 +550,8 @@ def test_reads_check_their_input(ex: Execution) -> None:
 # --- journal refusals ------------------------------------------------------------------------
 
 
-def test_read_only_reads_but_refuses_every_command_even_a_replay(tmp_path: Path) -> None:
-    path = tmp_path / "journal.db"
+def test_read_only_reads_but_refuses_every_command_even_a_replay(journal_location: str) -> None:
+    path = journal_location
     with Journal.open(path) as journal:
         ex = Execution(journal)
         submit(ex)
@@ -565,8 +567,8 @@ def test_read_only_reads_but_refuses_every_command_even_a_replay(tmp_path: Path)
                 call()
 
 
-def test_closed_journal(tmp_path: Path) -> None:
-    journal = Journal.open(tmp_path / "journal.db")
+def test_closed_journal(journal_location: str) -> None:
+    journal = Journal.open(journal_location)
     ex = Execution(journal)
     submit(ex)
     journal.close()
@@ -710,8 +712,16 @@ def test_decide_run_is_the_seed_decision() -> None:
 # --- corrupt and old records -----------------------------------------------------------------
 
 
-def _write_raw(path: Path, run_id: str, state_text: str) -> None:
-    conn = sqlite3.connect(path)
+def _write_raw(location: Path | str, run_id: str, state_text: str) -> None:
+    """Tamper with a stored run behind the journal's back (either backend)."""
+    if is_postgres_url(location):
+        with psycopg.connect(str(location), autocommit=True) as pg:
+            pg.execute(
+                "UPDATE refine.aggregates SET state = %s WHERE aggregate_id = %s",
+                (state_text, "run:" + run_id),
+            )
+        return
+    conn = sqlite3.connect(location)
     with conn:
         conn.execute(
             "UPDATE aggregates SET state = ? WHERE aggregate_id = ?", (state_text, "run:" + run_id)
@@ -751,8 +761,8 @@ def _corruptions(state: dict[str, Any]) -> Iterator[Any]:
     }  # queued with no attempt left
 
 
-def test_corrupt_records_are_refused_and_never_interpreted(tmp_path: Path) -> None:
-    path = tmp_path / "journal.db"
+def test_corrupt_records_are_refused_and_never_interpreted(journal_location: str) -> None:
+    path = journal_location
     with Journal.open(path) as journal:
         ex = Execution(journal)
         submit(ex)
@@ -789,9 +799,9 @@ def test_corrupt_records_are_refused_and_never_interpreted(tmp_path: Path) -> No
             run_from_stored(Stored("run:r1", 0, good))  # versions start at 1
 
 
-def test_records_without_optional_fields_stay_readable(tmp_path: Path) -> None:
+def test_records_without_optional_fields_stay_readable(journal_location: str) -> None:
     """A record written before cancel_requested existed: no optional key at all."""
-    path = tmp_path / "journal.db"
+    path = journal_location
     with Journal.open(path) as journal:
         ex = Execution(journal)
         submit(ex)

@@ -189,8 +189,8 @@ def _finish_after(ex: Execution, winner: str, version: int) -> None:
         assert (ended.status, ended.cancel_reason) == ("cancelled", REASON)
 
 
-def test_racing_claims_across_processes_have_one_winner(tmp_path: Path) -> None:
-    path = tmp_path / "journal.db"
+def test_racing_claims_across_processes_have_one_winner(journal_location: str) -> None:
+    path = journal_location
     runs = [f"r{n}" for n in range(5)]
     with Journal.open(path) as journal:
         ex = Execution(journal)

@@ -3,8 +3,6 @@ bypassed; it ends only as cancelled with its own reason, never as queued or exha
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from store.errors import (
@@ -212,8 +210,8 @@ def test_a_replay_does_not_clear_it(ex: Execution) -> None:
     assert current(ex).cancel_requested == {"reason": REASON}  # current state keeps it
 
 
-def test_it_survives_reopening_the_journal(tmp_path: Path) -> None:
-    path = tmp_path / "journal.db"
+def test_it_survives_reopening_the_journal(journal_location: str) -> None:
+    path = journal_location
     with Journal.open(path) as journal:
         pending(Execution(journal))
     with Journal.open(path) as journal:

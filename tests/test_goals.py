@@ -246,12 +246,14 @@ with Journal.open(sys.argv[1]) as j:
 """
 
 
-def test_racing_starts_across_processes_have_one_winner(journal: Journal) -> None:
+def test_racing_starts_across_processes_have_one_winner(
+    journal: Journal, journal_location: str
+) -> None:
     goals = Goals(journal)
     add(goals, goal_id="race")
     procs = [
         subprocess.Popen(
-            [sys.executable, "-c", RACER, journal.location, str(i)],
+            [sys.executable, "-c", RACER, journal_location, str(i)],
             stdout=subprocess.PIPE,
             text=True,
         )

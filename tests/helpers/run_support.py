@@ -5,14 +5,14 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 from store.execution import Execution, fold_run
-from store.journal import Journal
+from store.journal_api import Journal
+from store.journal_core import COPY_TABLES
 
 ROOT = Path(__file__).resolve().parents[2]
 CHILD = Path(__file__).with_name("execution_child.py")
@@ -49,20 +49,13 @@ def claim(ex: Execution, run_id: str = "r1", worker: str = "w1") -> tuple[int, i
 
 
 def footprint(journal: Journal) -> tuple[Any, ...]:
-    """Everything a command could write, compared before and after a refusal."""
-    conn = sqlite3.connect(journal.path)
-    try:
+    """Everything a command could write (every stored table, on any backend), compared before
+    and after a refusal."""
+    with journal.snapshot():
         return tuple(
-            conn.execute(sql).fetchall()
-            for sql in (
-                "SELECT * FROM aggregates ORDER BY aggregate_id",
-                "SELECT * FROM events ORDER BY sequence",
-                "SELECT * FROM receipts ORDER BY command_id",
-                "SELECT * FROM outbox ORDER BY sequence",
-            )
+            tuple(row for batch in journal.export_rows(table) for row in batch)  # type: ignore[attr-defined]
+            for table, _, _ in COPY_TABLES
         )
-    finally:
-        conn.close()
 
 
 def assert_consistent(journal: Journal) -> None:
@@ -82,7 +75,7 @@ def assert_consistent(journal: Journal) -> None:
 class Child:
     """A child process running execution_child.py; talks JSON lines."""
 
-    def __init__(self, journal_path: Path, spec: dict[str, Any]) -> None:
+    def __init__(self, journal_path: Path | str, spec: dict[str, Any]) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, str(CHILD), str(journal_path), json.dumps(spec)],
             stdin=subprocess.PIPE,
