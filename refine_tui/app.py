@@ -29,12 +29,11 @@ from textual.widgets import ContentSwitcher, DataTable, Footer, Input, Label, St
 
 from refine_tui import format as fmt
 from refine_tui.actions import ACTION_KEYS, OPERATOR_ACTIONS, SELECTION_ACTIONS, OperatorActions
-from refine_tui.detail import DetailPane
+from refine_tui.detail import DetailPane, DetailTarget
 from refine_tui.live import LiveReader, ReadRequest
 from refine_tui.messages import JournalTrouble, JournalUpdate
 from refine_tui.rows import AttemptRow, GoalRow, RunRow, WorkerRow
 from refine_tui.screens.help import HelpScreen
-from refine_tui.widgets.follow_log import FollowLog
 from refine_tui.widgets.keyed_table import Column, KeyedTable
 from refine_tui.widgets.status_header import HeaderState, StatusHeader
 from store.errors import (
@@ -102,7 +101,7 @@ RETRY_S = 2.0  # how often an unreadable journal is tried again (file events als
 OBSERVE_INTERVAL_S = 5.0  # CPU/memory/liveness of this node's processes (they change silently)
 
 
-class RefineApp(OperatorActions, DetailPane, App[None]):
+class RefineApp(OperatorActions, App[None]):
     """The dashboard. ``RefineApp(journal=PATH, node=NAME, read_only=False)``."""
 
     CSS_PATH = "app.tcss"
@@ -149,9 +148,6 @@ class RefineApp(OperatorActions, DetailPane, App[None]):
         self.filter_text = ""
         self.focus_goal: str | None = None
         self.focus_run: str | None = None
-        self.detail: str | None = None  # None | "history" | "log"
-        self.detail_run: str | None = None
-        self.detail_epoch: int | None = None
         self.goal_rows: dict[str, GoalRow] = {}
         self.run_rows: dict[str, RunRow] = {}
         self.attempt_rows: dict[str, AttemptRow] = {}
@@ -159,9 +155,6 @@ class RefineApp(OperatorActions, DetailPane, App[None]):
         self.feed = ChangeFeed(self.journal_path)
         self.live = LiveReader(self.feed, self.node)  # the read thread's own state
         self._writer = JournalHandle(self.journal_path)
-        self._history_after = 0
-        self._log_file: str | None = None
-        self._log_offset = 0
         self._wake = asyncio.Event()
         self._read_lock = asyncio.Lock()
         # Grown on wide terminals (on_resize); the attempt State fits "interrupted (… by dana@n1)".
@@ -187,7 +180,7 @@ class RefineApp(OperatorActions, DetailPane, App[None]):
                 yield KeyedTable(ATTEMPT_COLUMNS, id="attempts")
                 yield KeyedTable(WORKER_COLUMNS, id="workers")
             yield Static("", id="rowline")
-            yield FollowLog(id="detail", max_lines=5000)
+            yield DetailPane(self.find_log, id="detail", max_lines=5000)
         yield Input(placeholder="filter goals: id, title, status or node (enter)", id="filter")
         yield Label("", id="why")
         yield Footer(compact=True, show_command_palette=False)
@@ -198,7 +191,6 @@ class RefineApp(OperatorActions, DetailPane, App[None]):
         self.set_interval(1.0, self.tick)
         self.watch(self.query_one("#goals", KeyedTable), "scroll_y", self._scrolled, init=False)
         self.set_interval(OBSERVE_INTERVAL_S, self.observe_processes)
-        self.set_interval(0.5, self.follow_log_file)
         self.follow_journal()
 
     def _scrolled(self) -> None:
@@ -305,14 +297,15 @@ class RefineApp(OperatorActions, DetailPane, App[None]):
 
     def read_request(self, recheck: tuple[str, ...] = ()) -> ReadRequest:
         focused = self.goal_rows.get(self.focus_goal) if self.focus_goal else None
+        history_run, history_after = self.query_one(DetailPane).history_wanted()
         return ReadRequest(
             full=self._full_pending,
             filter=self.filter_text,
             view=self.view,
             goal_id=self.focus_goal,
             run_id=self.focus_run,
-            history_run=self.detail_run if self.detail == "history" else None,
-            history_after=self._history_after,
+            history_run=history_run,
+            history_after=history_after,
             recheck=recheck,
             goal_node=focused.node_id if focused else None,
         )
@@ -354,7 +347,7 @@ class RefineApp(OperatorActions, DetailPane, App[None]):
             if update.attempts is not None:
                 self.show_attempts(update.attempts)
             if update.history:
-                self.append_history(update.history)
+                self.query_one(DetailPane).append_history(update.history)
         header = self._header(
             state="paused" if self.paused else "live",
             last_sequence=update.last_sequence,
@@ -367,7 +360,7 @@ class RefineApp(OperatorActions, DetailPane, App[None]):
             self.header_state = header
             self.show_header()
         self.selection_changed()
-        self.show_log_liveness()  # the attempt in the log pane may have ended
+        self.tell_detail(retarget=False)  # the attempt in the log pane may have ended
         if update.painted is not None:
             self.call_after_refresh(update.painted.set)
         if update.full and self._reload_asked and not update.partial:
@@ -616,8 +609,8 @@ class RefineApp(OperatorActions, DetailPane, App[None]):
         if not self.is_running:  # shutting down: the tables may already be gone
             return
         self.selection_changed()
-        if self.detail is not None and event.data_table.id in ("goals", "runs", "attempts"):
-            self.retarget_detail()
+        if event.data_table.id in ("goals", "runs", "attempts"):
+            self.tell_detail()
 
     def selection_changed(self) -> None:
         # Only when an action became (un)available: Textual 8.2's Footer keeps every key widget
@@ -734,6 +727,58 @@ class RefineApp(OperatorActions, DetailPane, App[None]):
         self.switch_view("workers", f"Workers on node {self.node}   (escape: back)")
         self.observe_processes()
 
+    # --- the detail pane -------------------------------------------------------------------------
+
+    @property
+    def detail(self) -> str | None:
+        """What the detail pane shows: None, "history" or "log"."""
+        return self.query_one(DetailPane).mode if self.is_running else None
+
+    def action_history(self) -> None:
+        self.toggle_detail("history")
+
+    def action_log(self) -> None:
+        self.toggle_detail("log")
+
+    def toggle_detail(self, mode: str) -> None:
+        pane = self.query_one(DetailPane)
+        if pane.mode == mode:
+            self.close_detail()
+            return
+        pane.open(mode, self.detail_target())
+        self.add_class("with-detail")
+        pane.focus()  # the keys scroll it; tab goes back to the table
+
+    def close_detail(self) -> None:
+        self.query_one(DetailPane).close()
+        self.remove_class("with-detail")
+        self.current_table().focus()
+
+    def tell_detail(self, retarget: bool = True) -> None:
+        """Tell an open detail pane the selection (or only whether its attempt still runs)."""
+        pane = self.query_one(DetailPane)
+        if pane.mode is not None:
+            pane.post_message(DetailPane.Selected(self.detail_target(), retarget))
+
+    def detail_target(self) -> DetailTarget:
+        goal = self.goal_rows.get(self.focus_goal or "") or self.selected_goal()
+        return DetailTarget(
+            run_id=self.selected_run(),
+            attempt=self.selected_attempt(),
+            node_id=goal.node_id if goal else self.node,
+            running=(goal.run_id, goal.running_epoch) if goal else None,
+        )
+
+    def find_log(self, run_id: str, epoch: int, node_id: str) -> str | None:
+        """(thread) The attempt's local log file (None: it ran on another node)."""
+        reader = self.live.reader
+        if reader is None:
+            raise StorageError("the journal is not read yet")
+        return reader.log_path(run_id, epoch, node_id)
+
+    def on_detail_pane_history_wanted(self) -> None:
+        self.wake(full=True)
+
     # --- actions: view -------------------------------------------------------------------------
 
     def action_filter(self) -> None:
@@ -760,6 +805,7 @@ class RefineApp(OperatorActions, DetailPane, App[None]):
 
     def action_pause(self) -> None:
         self.paused = not self.paused
+        self.query_one(DetailPane).paused = self.paused
         self.header_state = self._header(state="paused" if self.paused else "live")
         self.show_header()
         if not self.paused:

@@ -1,165 +1,171 @@
 """The detail pane: the selected Run's event history, or the selected Attempt's log, followed live.
 
-``DetailPane`` is a mixin of ``RefineApp``: history arrives with the journal updates
-(``append_history``); a local log file is followed by polling its size (``follow_log_file``).
+A widget that owns its state (what it shows, how far it has read) and its log timer; it hears
+about the selection by message (``DetailPane.Selected``). History arrives with the journal
+updates (``append_history``); when it needs the history from the start it asks the App with
+``HistoryWanted``. A local log file is followed by polling its size; where the file is comes
+from ``find_log``, run in a thread.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 from textual import work
-from textual.app import App
+from textual.message import Message
 
 from refine_tui import format as fmt
-from refine_tui.live import LiveReader
-from refine_tui.rows import GoalRow
 from refine_tui.widgets.follow_log import FollowLog
 from store.errors import RefineError
+from store.journal_api import Event
 
-if TYPE_CHECKING:
-    from refine_tui.widgets.keyed_table import KeyedTable
-
-    _AppBase = App[None]  # type checkers see an App (query_one, add_class, ...)
-else:
-    _AppBase = object  # at run time a plain class in front of App in RefineApp's bases
+LOG_POLL_S = 0.5
+LOG_WINDOW = 256 * 1024  # at most this much of a log is read per look
 
 
-class DetailPane(_AppBase):
-    """Open, retarget and close the detail pane; fill it from the journal or the log file."""
+@dataclass(frozen=True)
+class DetailTarget:
+    """The selection as the pane needs it."""
 
-    # Provided by RefineApp.
-    node: str
-    paused: bool
-    focus_goal: str | None
-    goal_rows: dict[str, GoalRow]
-    detail: str | None
-    detail_run: str | None
-    detail_epoch: int | None
-    live: LiveReader
-    _history_after: int
-    _log_file: str | None
-    _log_offset: int
+    run_id: str | None  # the selected Run (history)
+    attempt: tuple[str, int] | None  # the selected Attempt, (run_id, epoch) (log)
+    node_id: str  # the node the selected Goal runs on (where its logs are)
+    running: tuple[str | None, int | None] | None  # the Goal's (run_id, running epoch)
 
-    if TYPE_CHECKING:
 
-        def current_table(self) -> KeyedTable: ...
-        def selected_goal(self) -> GoalRow | None: ...
-        def selected_attempt(self) -> tuple[str, int] | None: ...
-        def selected_run(self) -> str | None: ...
-        def wake(self, full: bool = False) -> None: ...
+FindLog = Callable[[str, int, str], "str | None"]  # (run_id, epoch, node) → local log file
 
-    def action_history(self) -> None:
-        self.toggle_detail("history")
 
-    def action_log(self) -> None:
-        self.toggle_detail("log")
+class DetailPane(FollowLog):
+    """Open on history or log, retarget with the selection, close."""
 
-    def toggle_detail(self, mode: str) -> None:
-        if self.detail == mode:
-            self.close_detail()
-            return
-        self.detail = mode
-        pane = self.query_one("#detail", FollowLog)
-        pane.display = True
-        self.add_class("with-detail")
-        self.retarget_detail(force=True)
-        pane.focus()  # the keys scroll it; tab goes back to the table
+    @dataclass
+    class Selected(Message, bubble=False):
+        """The selection changed (``retarget``) or only what it says did (liveness)."""
 
-    def close_detail(self) -> None:
-        self.detail = self.detail_run = self._log_file = None
-        self.query_one("#detail").display = False
-        self.remove_class("with-detail")
-        self.current_table().focus()
+        target: DetailTarget
+        retarget: bool = True
 
-    def retarget_detail(self, force: bool = False) -> None:
+    class HistoryWanted(Message):
+        """The pane shows a new Run's history: read it from the start."""
+
+    def __init__(self, find_log: FindLog, **kwargs: object) -> None:
+        super().__init__(**kwargs)
+        self.find_log = find_log
+        self.mode: str | None = None  # None | "history" | "log"
+        self.paused = False  # the dashboard is paused: the log is not followed meanwhile
+        self.run_id: str | None = None
+        self.epoch: int | None = None
+        self.history_after = 0
+        self._target: DetailTarget | None = None
+        self._log_file: str | None = None
+        self._log_offset = 0
+
+    def on_mount(self) -> None:
+        super().on_mount()
+        self.set_interval(LOG_POLL_S, self.follow_log_file)
+
+    # --- opening, retargeting, closing ---------------------------------------------------------
+
+    def open(self, mode: str, target: DetailTarget) -> None:
+        self.mode, self._target = mode, target
+        self.display = True
+        self.retarget(force=True)
+
+    def close(self) -> None:
+        self.mode = self.run_id = self._log_file = None
+        self.display = False
+
+    def on_detail_pane_selected(self, message: Selected) -> None:
+        self._target = message.target
+        if message.retarget:
+            self.retarget()
+        self.show_liveness()
+
+    def history_wanted(self) -> tuple[str | None, int]:
+        """(run_id, last sequence shown) while the pane shows a history, else (None, 0)."""
+        return (self.run_id, self.history_after) if self.mode == "history" else (None, 0)
+
+    def retarget(self, force: bool = False) -> None:
         """Point the pane at the selected Run (history) or Attempt (log)."""
-        log = self.query_one("#detail", FollowLog)
-        if self.detail == "history":
-            run_id = self.selected_run()
-            if run_id == self.detail_run and not force:
+        target = self._target
+        if target is None:
+            return
+        if self.mode == "history":
+            run_id = target.run_id
+            if run_id == self.run_id and not force:
                 return
-            self.detail_run, self._history_after = run_id, 0
-            log.clear()
-            log.border_title = f"History of {run_id}" if run_id else "History"
+            self.run_id, self.history_after = run_id, 0
+            self.clear()
+            self.border_title = f"History of {run_id}" if run_id else "History"
             if run_id is None:
-                log.write_line("No run selected.")
+                self.write_line("No run selected.")
                 return
-            self.wake(full=True)
-        elif self.detail == "log":
-            target = self.selected_attempt()
-            key = f"{target[0]}/{target[1]}" if target else None
+            self.post_message(self.HistoryWanted())
+        elif self.mode == "log":
+            key = f"{target.attempt[0]}/{target.attempt[1]}" if target.attempt else None
             if key == self._log_key() and not force:
                 return
-            self.detail_run, self.detail_epoch = target if target else (None, None)
-            log.clear()
-            log.border_title = f"Log of attempt {key}" if key else "Log"
+            self.run_id, self.epoch = target.attempt if target.attempt else (None, None)
+            self.clear()
+            self.border_title = f"Log of attempt {key}" if key else "Log"
             self._log_file, self._log_offset = None, 0
-            self.show_log_liveness()
+            self.show_liveness()
             self.load_log_path()
 
-    def show_log_liveness(self) -> None:
+    def show_liveness(self) -> None:
         """The pane says "following" only while its attempt runs (nothing more comes after)."""
-        if self.detail != "log":
+        if self.mode != "log" or self._target is None:
             return
-        goal = self.goal_rows.get(self.focus_goal or "") or self.selected_goal()
-        live = goal is not None and (goal.run_id, goal.running_epoch) == (
-            self.detail_run,
-            self.detail_epoch,
-        )
-        log = self.query_one("#detail", FollowLog)
-        if log.source_live != live:
-            log.set_source_live(live)
+        live = self._target.running == (self.run_id, self.epoch)
+        if self.source_live != live:
+            self.set_source_live(live)
 
     def _log_key(self) -> str | None:
-        if self.detail_run is None:
-            return None
-        return f"{self.detail_run}/{self.detail_epoch}"
+        return None if self.run_id is None else f"{self.run_id}/{self.epoch}"
 
-    def append_history(self, events: list[Any]) -> None:
-        log = self.query_one("#detail", FollowLog)
+    # --- filling it ------------------------------------------------------------------------------
+
+    def append_history(self, events: Iterable[Event]) -> None:
         for e in events:
-            if e.sequence <= self._history_after:
+            if e.sequence <= self.history_after:
                 continue
             when = fmt.clock(e.committed_at)
-            log.write_line(f"#{e.sequence:<6} {when}  {e.type:<21} {fmt.event_data(e.data)}")
-            self._history_after = e.sequence
+            self.write_line(f"#{e.sequence:<6} {when}  {e.type:<21} {fmt.event_data(e.data)}")
+            self.history_after = e.sequence
 
     @work(exclusive=True, group="log", exit_on_error=False)
     async def load_log_path(self) -> None:
-        log = self.query_one("#detail", FollowLog)
-        run_id, epoch = self.detail_run, self.detail_epoch
-        goal = self.goal_rows.get(self.focus_goal or "") or self.selected_goal()
-        if run_id is None or epoch is None or self.live.reader is None:
-            log.write_line("No attempt selected (a run's attempts start with the first claim).")
+        run_id, epoch = self.run_id, self.epoch
+        if run_id is None or epoch is None or self._target is None:
+            self.write_line("No attempt selected (a run's attempts start with the first claim).")
             return
-        node = goal.node_id if goal else self.node
-        reader = self.live.reader
+        node = self._target.node_id
         try:
-            path = await asyncio.to_thread(reader.log_path, run_id, epoch, node)
+            path = await asyncio.to_thread(self.find_log, run_id, epoch, node)
         except (RefineError, OSError) as exc:
-            log.write_line(f"Cannot find the log: {exc}")
+            self.write_line(f"Cannot find the log: {exc}")
             return
         if path is None:
-            log.write_line(f"This attempt ran on node {node}; its log is on that machine.")
+            self.write_line(f"This attempt ran on node {node}; its log is on that machine.")
             return
         self._log_file, self._log_offset = path, 0
         self.follow_log_file()
 
     def follow_log_file(self) -> None:
         """Append what the log file gained since the last look (bounded, local file)."""
-        if self.detail != "log" or self._log_file is None or self.paused or not self.is_running:
+        if self.mode != "log" or self._log_file is None or self.paused or not self.is_attached:
             return
-        log = self.query_one("#detail", FollowLog)
         try:
             with open(self._log_file, "rb") as f:
                 end = f.seek(0, os.SEEK_END)
                 if end < self._log_offset:  # truncated or replaced: start over
-                    log.clear()
+                    self.clear()
                     self._log_offset = 0
-                start = max(self._log_offset, end - 256 * 1024)
+                start = max(self._log_offset, end - LOG_WINDOW)
                 f.seek(start)
                 data = f.read(end - start)
         except FileNotFoundError:
@@ -169,14 +175,13 @@ class DetailPane(_AppBase):
         if cut == 0:
             self._log_placeholder("(no output yet)")
             return
-        if log.placeholder:  # it goes when the first line comes
-            log.clear()
+        if self.placeholder:  # it goes when the first line comes
+            self.clear()
         self._log_offset = start + cut
-        log.write_lines(data[:cut].decode("utf-8", "replace").splitlines())
+        self.write_lines(data[:cut].decode("utf-8", "replace").splitlines())
 
     def _log_placeholder(self, text: str) -> None:
         """Say why the pane is empty, until the first line comes."""
-        log = self.query_one("#detail", FollowLog)
-        if self._log_offset == 0 and not log.line_count:
-            log.write_line(text)
-            log.placeholder = True
+        if self._log_offset == 0 and not self.line_count:
+            self.write_line(text)
+            self.placeholder = True

@@ -17,6 +17,7 @@ from textual.widgets import Button, Input, Label
 
 from refine_tui.app import RefineApp
 from refine_tui.demo import populate
+from refine_tui.detail import DetailPane
 from refine_tui.screens.confirm import CancelModal, ConfirmModal
 from refine_tui.screens.help import HelpScreen
 from refine_tui.widgets.keyed_table import KeyedTable
@@ -810,9 +811,10 @@ async def test_timers_firing_during_shutdown_touch_no_removed_widget(journal_pat
         await select(pilot, "nightly-report")
         await pilot.press("l")
         await until(pilot, lambda: app.detail == "log")
+        pane = app.query_one(DetailPane)
     assert not app.is_running
     app.tick()  # the widgets are gone: each periodic callback must see that and do nothing
-    app.follow_log_file()
+    pane.follow_log_file()
 
 
 async def test_header_counts_one_goal_in_the_singular(tmp_path: Path) -> None:
