@@ -1,31 +1,26 @@
 """Operator actions: what applies to the selection (and, in words, why not), and the Stop /
 Cancel / Confirm cleanup / Release flows.
 
-``OperatorActions`` is a mixin of ``RefineApp``: it reads the selection and the journal through the
-App, calls ``store.operator`` in threads and reports back as notifications. ``check_action`` greys
-what does not apply and ``why_not`` says why.
+``why`` is a pure function of a ``Selection`` (what the screen has selected, and the journal's
+state): the App greys keys with it and says why. ``OperatorFlows`` is a small controller: each
+flow takes typed inputs (a goal id, a run id and epoch), calls ``store.operator`` in threads,
+asks the operator through modals and reports back as notifications, through a ``Dashboard``.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
 
 from rich.text import Text
-from textual import work
-from textual.app import App, SystemCommand
-from textual.binding import Binding
-from textual.events import Key
+from textual.notifications import SeverityLevel
 from textual.screen import Screen
-from textual.widgets import Input
 
 from refine_tui import format as fmt
-from refine_tui.live import LiveReader
 from refine_tui.rows import GoalRow, Reader
 from refine_tui.screens.confirm import CancelModal, ConfirmModal
-from refine_tui.widgets.status_header import HeaderState
 from store.errors import RefineError, StorageError
 from store.journal_api import Journal, JournalHandle
 from store.operator import (
@@ -39,7 +34,6 @@ from store.operator import (
     release_goal,
     stop_goal,
 )
-from store.watch import ChangeFeed
 
 OPERATOR_ACTIONS = ("stop", "cancel_goal", "cleanup", "release")
 SELECTION_ACTIONS = ("log", "history")
@@ -52,157 +46,158 @@ ACTION_TITLES = {
     "history": "History",
 }
 ACTION_KEYS = {"stop": "s", "cancel_goal": "c", "cleanup": "x", "release": "R"}
+SYSTEM_COMMANDS = (
+    ("Stop", "Stop the selected goal's attempt (s)", "stop"),
+    ("Cancel goal", "Cancel the selected goal, with a reason (c)", "cancel_goal"),
+    ("Confirm cleanup", "Confirm a silent attempt's work has ended (x)", "cleanup"),
+    ("Release", "Make a held goal actionable again (R)", "release"),
+    ("Log", "Show / hide the attempt's log (l)", "log"),
+    ("History", "Show / hide the run's event history (h)", "history"),
+    ("Workers", "This node's worker processes (w)", "workers"),
+    ("Filter goals", "Filter by id, title, status or node (/)", "filter"),
+    ("Pause / resume", "Pause live updates (p)", "pause"),
+    ("Refresh", "Reload everything from the journal (r)", "refresh"),
+    ("Help", "All keys (?)", "help"),
+)
 
-# Type checkers see the mixins as Apps (for notify, push_screen_wait, super() ...); at run time
-# they are plain classes in front of App in RefineApp's bases.
-if TYPE_CHECKING:
-    _AppBase = App[None]
-else:
-    _AppBase = object
+T = TypeVar("T")
 
 
-class OperatorActions(_AppBase):
-    """Action availability and the operator commands, on the App's selection and journal."""
+# --- what applies ------------------------------------------------------------------------------
 
-    # Provided by RefineApp.
-    node: str
+
+@dataclass(frozen=True)
+class Selection:
+    """What the screen has selected, and what the actions depend on besides."""
+
+    node: str  # this dashboard's node
     read_only: bool
-    operator: str
-    grace_s: float
-    clock: Callable[[], float]
-    view: str
-    header_state: HeaderState
-    journal_path: Path | str
-    feed: ChangeFeed
-    live: LiveReader
-    _writer: JournalHandle
+    journal_state: str  # the header's state: live, paused, missing, broken, connecting, ...
+    view: str  # goals | runs | attempts | workers
+    goal: GoalRow | None
+    attempt: tuple[str, int] | None  # (run_id, epoch) the attempt-level actions apply to
+    run_id: str | None
 
-    if TYPE_CHECKING:
 
-        def selected_goal(self) -> GoalRow | None: ...
-        def selected_attempt(self) -> tuple[str, int] | None: ...
-        def selected_run(self) -> str | None: ...
-        def wake(self, full: bool = False) -> None: ...
+def why(action: str, sel: Selection) -> tuple[str, str] | None:
+    """(short, long) reason ``action`` is greyed: short for the hint line, long to notify."""
+    if action in OPERATOR_ACTIONS:
+        if sel.read_only:
+            return "read-only", "the journal is open read-only"
+        if sel.journal_state in ("missing", "broken", "connecting"):
+            return "no journal", "the journal is unavailable"
+    if sel.view == "workers":
+        return "n/a here", "not in the Workers view (escape goes back)"
+    goal = sel.goal
+    if goal is None:
+        return "no goal", "no goal selected"
+    if goal.status == "corrupt":
+        return "corrupt", "the goal's record is corrupt"
+    if action == "stop":
+        if goal.status != "running":
+            return f"{goal.status}", f"goal is {goal.status}, nothing runs"
+        if goal.node_id != sel.node:
+            return (
+                f"on {goal.node_id}",
+                f"it runs on node {goal.node_id}; Stop works on this node ({sel.node}) only",
+            )
+    elif action == "cancel_goal":
+        if goal.terminal:
+            return f"{goal.status}", f"goal is already {goal.status}"
+    elif action == "cleanup":
+        target = sel.attempt
+        if goal.running_epoch is None or target is None:
+            return "nothing running", "the goal has no running attempt"
+        if target != (goal.run_id, goal.running_epoch):
+            return "not running", f"attempt {target[1]} of {target[0]} is not running"
+    elif action == "release":
+        if goal.status != "held":
+            return "not held", f"goal is {goal.status}; only a held goal is released"
+    elif action == "history" and sel.run_id is None:
+        return "no run", "no run selected"
+    return None
 
-    # --- actions: availability -----------------------------------------------------------------
 
-    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action in OPERATOR_ACTIONS or action in SELECTION_ACTIONS:
-            return True if self.why_not(action) is None else None
-        return True
+# --- the flows ---------------------------------------------------------------------------------
 
-    def why_not(self, action: str) -> str | None:
-        """Why ``action`` does not apply to the selection now, in words (None: it does)."""
-        why = self._why(action)
-        return why[1] if why else None
 
-    def _why(self, action: str) -> tuple[str, str] | None:
-        """(short, long) reason ``action`` is greyed: short for the hint line, long to notify."""
-        if action in OPERATOR_ACTIONS:
-            if self.read_only:
-                return "read-only", "the journal is open read-only"
-            if self.header_state.state in ("missing", "broken", "connecting"):
-                return "no journal", "the journal is unavailable"
-        if self.view == "workers":
-            return "n/a here", "not in the Workers view (escape goes back)"
-        goal = self.selected_goal()
-        if goal is None:
-            return "no goal", "no goal selected"
-        if goal.status == "corrupt":
-            return "corrupt", "the goal's record is corrupt"
-        if action == "stop":
-            if goal.status != "running":
-                return f"{goal.status}", f"goal is {goal.status}, nothing runs"
-            if goal.node_id != self.node:
-                return (
-                    f"on {goal.node_id}",
-                    f"it runs on node {goal.node_id}; Stop works on this node ({self.node}) only",
-                )
-        elif action == "cancel_goal":
-            if goal.terminal:
-                return f"{goal.status}", f"goal is already {goal.status}"
-        elif action == "cleanup":
-            target = self.selected_attempt()
-            if goal.running_epoch is None or target is None:
-                return "nothing running", "the goal has no running attempt"
-            if target != (goal.run_id, goal.running_epoch):
-                return "not running", f"attempt {target[1]} of {target[0]} is not running"
-        elif action == "release":
-            if goal.status != "held":
-                return "not held", f"goal is {goal.status}; only a held goal is released"
-        elif action == "history" and self.selected_run() is None:
-            return "no run", "no run selected"
-        return None
+class Dashboard(Protocol):
+    """What the flows need from the screen they run on."""
 
-    def on_key(self, event: Key) -> None:
-        """A greyed key says why instead of doing nothing."""
-        if self.screen is not self.screen_stack[0] or isinstance(self.focused, Input):
-            return
-        for binding in self.BINDINGS:
-            if isinstance(binding, Binding) and event.key in binding.key.split(","):
-                why = self.why_not(binding.action) if binding.action in ACTION_TITLES else None
-                if why is not None:
-                    self.notify(f"{ACTION_TITLES[binding.action]}: {why}", severity="warning")
-                    event.stop()
-                return
+    def notify(
+        self,
+        message: str,
+        *,
+        title: str = "",
+        severity: SeverityLevel = "information",
+        timeout: float | None = None,
+        markup: bool = False,
+    ) -> None: ...
 
-    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
-        yield from super().get_system_commands(screen)
-        commands = [
-            ("Stop", "Stop the selected goal's attempt (s)", "stop"),
-            ("Cancel goal", "Cancel the selected goal, with a reason (c)", "cancel_goal"),
-            ("Confirm cleanup", "Confirm a silent attempt's work has ended (x)", "cleanup"),
-            ("Release", "Make a held goal actionable again (R)", "release"),
-            ("Log", "Show / hide the attempt's log (l)", "log"),
-            ("History", "Show / hide the run's event history (h)", "history"),
-            ("Workers", "This node's worker processes (w)", "workers"),
-            ("Filter goals", "Filter by id, title, status or node (/)", "filter"),
-            ("Pause / resume", "Pause live updates (p)", "pause"),
-            ("Refresh", "Reload everything from the journal (r)", "refresh"),
-            ("Help", "All keys (?)", "help"),
-        ]
-        for title, help_text, action in commands:
-            yield SystemCommand(title, help_text, lambda a=action: self.run_checked(a))
+    async def push_screen_wait(self, screen: Screen[Any]) -> Any: ...
 
-    async def run_checked(self, action: str) -> None:
-        why = self.why_not(action) if action in ACTION_TITLES else None
-        if why is not None:
-            self.notify(f"{ACTION_TITLES[action]}: {why}", severity="warning")
-            return
-        await self.run_action(action)
+    def wake(self, full: bool = False) -> None: ...
 
-    # --- actions: operator commands ------------------------------------------------------------
+
+class OperatorFlows:
+    """Stop, Cancel, Confirm cleanup and Release, each: sentence, modal, command, notification.
+
+    Run each flow as a worker of the Dashboard (a modal waits inside a worker).
+    """
+
+    def __init__(
+        self,
+        ui: Dashboard,
+        *,
+        node: str,
+        operator: str,
+        grace_s: float,
+        clock: Callable[[], float],
+        writer: JournalHandle,
+        reading: Callable[[], Journal | None],
+        reader: Callable[[], Reader | None],
+    ) -> None:
+        self.ui = ui
+        self.node = node
+        self.operator = operator
+        self.grace_s = grace_s
+        self.clock = clock
+        self._writer = writer
+        self._reading = reading  # the read connection, if open
+        self._reader = reader  # the live reader's Reader, if one was made
 
     def writer(self) -> Journal:
         """(thread) The one writable connection, reopened if the journal was replaced."""
         return self._writer.get()
 
-    def reading(self) -> Journal:
-        journal = self.feed.journal
-        if journal is None:
-            raise StorageError("the journal is unavailable")
-        return journal
+    def attempt_now(self, goal_id: str) -> tuple[str, str | None, int | None]:
+        """(thread) The goal's status, run and running epoch as the journal has them now."""
+        reader = self._reader()
+        if reader is None:
+            journal = self._reading()
+            if journal is None:
+                raise StorageError("the journal is unavailable")
+            reader = Reader(journal, self.node)
+        row = reader.goal_rows([goal_id]).get(goal_id)
+        if row is None:
+            return ("gone", None, None)
+        return (row.status, row.run_id, row.running_epoch)
 
-    def action_stop(self) -> None:
-        goal = self.selected_goal()
-        if goal is not None:
-            self.stop_flow(goal.goal_id)
-
-    @work(group="operator", exit_on_error=False)
-    async def stop_flow(self, goal_id: str) -> None:
+    async def stop(self, goal_id: str) -> None:
         sentence = await self.call_store(
             lambda: describe_stop(self.writer(), goal_id, node=self.node, grace_s=self.grace_s)
         )
         if sentence is None:
             return
         seen = await self.call_store(lambda: self.attempt_now(goal_id))
-        if not await self.push_screen_wait(ConfirmModal(f"Stop goal {goal_id}", sentence, "Stop")):
+        modal = ConfirmModal(f"Stop goal {goal_id}", sentence, "Stop")
+        if not await self.ui.push_screen_wait(modal):
             return
         # The modal promised a particular attempt: if the goal moved on meanwhile (settled,
         # requeued and restarted, cancelled), stop nothing and say so (htop's locked selection).
         now = await self.call_store(lambda: self.attempt_now(goal_id))
         if now != seen:
-            self.notify(
+            self.ui.notify(
                 f"{goal_id} changed while the dialog was open ({describe(seen)} → "
                 f"{describe(now)}): nothing was stopped",
                 title="Stop",
@@ -218,27 +213,13 @@ class OperatorActions(_AppBase):
         )
         self.notify_report(report)
 
-    def attempt_now(self, goal_id: str) -> tuple[str, str | None, int | None]:
-        """(thread) The goal's status, run and running epoch as the journal has them now."""
-        reader = Reader(self.reading(), self.node) if self.live.reader is None else self.live.reader
-        row = reader.goal_rows([goal_id]).get(goal_id)
-        if row is None:
-            return ("gone", None, None)
-        return (row.status, row.run_id, row.running_epoch)
-
-    def action_cancel_goal(self) -> None:
-        goal = self.selected_goal()
-        if goal is not None:
-            self.cancel_flow(goal.goal_id)
-
-    @work(group="operator", exit_on_error=False)
-    async def cancel_flow(self, goal_id: str) -> None:
+    async def cancel(self, goal_id: str) -> None:
         sentence = await self.call_store(
             lambda: describe_cancel(self.writer(), goal_id, node=self.node)
         )
         if sentence is None:
             return
-        reason = await self.push_screen_wait(CancelModal(goal_id, sentence))
+        reason = await self.ui.push_screen_wait(CancelModal(goal_id, sentence))
         if reason is None:
             return
         report = await self.call_store(
@@ -254,22 +235,15 @@ class OperatorActions(_AppBase):
         )
         self.notify_report(report)
 
-    def action_cleanup(self) -> None:
-        target = self.selected_attempt()
-        if target is not None:
-            self.cleanup_flow(*target)
-
-    @work(group="operator", exit_on_error=False)
-    async def cleanup_flow(self, run_id: str, epoch: int) -> None:
+    async def cleanup(self, run_id: str, epoch: int) -> None:
         evidence = await self.call_store(
             lambda: cleanup_evidence(self.writer(), run_id, epoch=epoch, node=self.node)
         )
         if evidence is None:
             return
         title = f"Confirm cleanup of attempt {epoch} of run {run_id}"
-        if not await self.push_screen_wait(
-            ConfirmModal(title, self.cleanup_body(evidence), "Confirm cleanup")
-        ):
+        body = evidence_text(evidence, f"{self.operator}@{self.node}", self.clock())
+        if not await self.ui.push_screen_wait(ConfirmModal(title, body, "Confirm cleanup")):
             return
         report = await self.call_store(
             lambda: confirm_cleanup(
@@ -278,47 +252,37 @@ class OperatorActions(_AppBase):
         )
         self.notify_report(report)
 
-    def cleanup_body(self, evidence: CleanupEvidence) -> Text:
-        return evidence_text(evidence, f"{self.operator}@{self.node}", self.clock())
-
-    def action_release(self) -> None:
-        goal = self.selected_goal()
-        if goal is not None:
-            self.release_flow(goal)
-
-    @work(group="operator", exit_on_error=False)
-    async def release_flow(self, goal: GoalRow) -> None:
+    async def release(self, goal: GoalRow) -> None:
         body = (
             f"Release goal {goal.goal_id}: it becomes queued and node {goal.node_id} starts its "
             f"next attempt ({goal.attempts} used). Release only once the external system has "
             "been checked: this goal's recipe is not safe to redeliver blindly."
         )
-        if not await self.push_screen_wait(
-            ConfirmModal(f"Release goal {goal.goal_id}", body, "Release")
-        ):
+        modal = ConfirmModal(f"Release goal {goal.goal_id}", body, "Release")
+        if not await self.ui.push_screen_wait(modal):
             return
         report = await self.call_store(
             lambda: release_goal(self.writer(), goal.goal_id, operator=self.operator)
         )
         self.notify_report(report)
 
-    async def call_store(self, fn: Callable[[], Any], busy: str | None = None) -> Any:
+    async def call_store(self, fn: Callable[[], T], busy: str | None = None) -> T | None:
         """Run a blocking store call in a thread; a refusal becomes a notification, in words."""
         if busy:
-            self.notify(busy, timeout=2)
+            self.ui.notify(busy, timeout=2)
         try:
             return await asyncio.to_thread(fn)
         except RefineError as exc:
-            self.notify(refusal_text(exc), title="Refused", severity="error", timeout=8)
+            self.ui.notify(refusal_text(exc), title="Refused", severity="error", timeout=8)
         except Exception as exc:  # never a traceback on the operator's screen
-            self.notify(f"{type(exc).__name__}: {exc}", title="Failed", severity="error")
+            self.ui.notify(f"{type(exc).__name__}: {exc}", title="Failed", severity="error")
         return None
 
     def notify_report(self, report: ActionReport | None) -> None:
         if report is None:
             return
-        self.notify(report.text(), title=report.action.capitalize(), timeout=8)
-        self.wake()
+        self.ui.notify(report.text(), title=report.action.capitalize(), timeout=8)
+        self.ui.wake()
 
 
 def refusal_text(exc: RefineError) -> str:

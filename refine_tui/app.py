@@ -21,14 +21,24 @@ from typing import Any, ClassVar
 
 from rich.text import Text
 from textual import events, on, work
-from textual.app import App, ComposeResult
+from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.notifications import SeverityLevel
+from textual.screen import Screen
 from textual.widgets import ContentSwitcher, DataTable, Footer, Input, Label, Static
 
 from refine_tui import format as fmt
-from refine_tui.actions import ACTION_KEYS, OPERATOR_ACTIONS, SELECTION_ACTIONS, OperatorActions
+from refine_tui.actions import (
+    ACTION_KEYS,
+    ACTION_TITLES,
+    OPERATOR_ACTIONS,
+    SELECTION_ACTIONS,
+    SYSTEM_COMMANDS,
+    OperatorFlows,
+    Selection,
+    why,
+)
 from refine_tui.detail import DetailPane, DetailTarget
 from refine_tui.live import LiveReader, ReadRequest
 from refine_tui.messages import JournalTrouble, JournalUpdate
@@ -101,7 +111,7 @@ RETRY_S = 2.0  # how often an unreadable journal is tried again (file events als
 OBSERVE_INTERVAL_S = 5.0  # CPU/memory/liveness of this node's processes (they change silently)
 
 
-class RefineApp(OperatorActions, App[None]):
+class RefineApp(App[None]):
     """The dashboard. ``RefineApp(journal=PATH, node=NAME, read_only=False)``."""
 
     CSS_PATH = "app.tcss"
@@ -155,6 +165,16 @@ class RefineApp(OperatorActions, App[None]):
         self.feed = ChangeFeed(self.journal_path)
         self.live = LiveReader(self.feed, self.node)  # the read thread's own state
         self._writer = JournalHandle(self.journal_path)
+        self.flows = OperatorFlows(
+            self,
+            node=self.node,
+            operator=self.operator,
+            grace_s=grace_s,
+            clock=clock,
+            writer=self._writer,
+            reading=lambda: self.feed.journal,
+            reader=lambda: self.live.reader,
+        )
         self._wake = asyncio.Event()
         self._read_lock = asyncio.Lock()
         # Grown on wide terminals (on_resize); the attempt State fits "interrupted (… by dana@n1)".
@@ -615,7 +635,9 @@ class RefineApp(OperatorActions, App[None]):
     def selection_changed(self) -> None:
         # Only when an action became (un)available: Textual 8.2's Footer keeps every key widget
         # it recomposes on refresh_bindings(), so refreshing per journal update grows memory.
-        enabled = tuple(self.why_not(a) is None for a in (*OPERATOR_ACTIONS, *SELECTION_ACTIONS))
+        selection = self.selection()  # once: every action below is judged on it
+        actions = (*OPERATOR_ACTIONS, *SELECTION_ACTIONS)
+        enabled = tuple(why(a, selection) is None for a in actions)
         if enabled != self._enabled:
             self._enabled = enabled
             self.refresh_bindings()
@@ -627,7 +649,7 @@ class RefineApp(OperatorActions, App[None]):
             text = " · ".join(
                 f"{ACTION_KEYS[a]}: {short}"
                 for a in OPERATOR_ACTIONS
-                if (short := (self._why(a) or ("", ""))[0])
+                if (short := (why(a, selection) or ("", ""))[0])
             )
         if text != self._why_text:  # a Label update relayouts the screen: only on change
             self._why_text = text
@@ -726,6 +748,73 @@ class RefineApp(OperatorActions, App[None]):
             return
         self.switch_view("workers", f"Workers on node {self.node}   (escape: back)")
         self.observe_processes()
+
+    # --- operator actions ------------------------------------------------------------------------
+
+    def selection(self) -> Selection:
+        return Selection(
+            node=self.node,
+            read_only=self.read_only,
+            journal_state=self.header_state.state,
+            view=self.view,
+            goal=self.selected_goal(),
+            attempt=self.selected_attempt(),
+            run_id=self.selected_run(),
+        )
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action in OPERATOR_ACTIONS or action in SELECTION_ACTIONS:
+            return True if self.why_not(action) is None else None
+        return True
+
+    def why_not(self, action: str) -> str | None:
+        """Why ``action`` does not apply to the selection now, in words (None: it does)."""
+        reason = why(action, self.selection())
+        return reason[1] if reason else None
+
+    def on_key(self, event: events.Key) -> None:
+        """A greyed key says why instead of doing nothing."""
+        if self.screen is not self.screen_stack[0] or isinstance(self.focused, Input):
+            return
+        for binding in self.BINDINGS:
+            if isinstance(binding, Binding) and event.key in binding.key.split(","):
+                reason = self.why_not(binding.action) if binding.action in ACTION_TITLES else None
+                if reason is not None:
+                    self.notify(f"{ACTION_TITLES[binding.action]}: {reason}", severity="warning")
+                    event.stop()
+                return
+
+    def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
+        yield from super().get_system_commands(screen)
+        for title, help_text, action in SYSTEM_COMMANDS:
+            yield SystemCommand(title, help_text, lambda a=action: self.run_checked(a))
+
+    async def run_checked(self, action: str) -> None:
+        reason = self.why_not(action) if action in ACTION_TITLES else None
+        if reason is not None:
+            self.notify(f"{ACTION_TITLES[action]}: {reason}", severity="warning")
+            return
+        await self.run_action(action)
+
+    def action_stop(self) -> None:
+        goal = self.selected_goal()
+        if goal is not None:
+            self.run_worker(self.flows.stop(goal.goal_id), group="operator", exit_on_error=False)
+
+    def action_cancel_goal(self) -> None:
+        goal = self.selected_goal()
+        if goal is not None:
+            self.run_worker(self.flows.cancel(goal.goal_id), group="operator", exit_on_error=False)
+
+    def action_cleanup(self) -> None:
+        target = self.selected_attempt()
+        if target is not None:
+            self.run_worker(self.flows.cleanup(*target), group="operator", exit_on_error=False)
+
+    def action_release(self) -> None:
+        goal = self.selected_goal()
+        if goal is not None:
+            self.run_worker(self.flows.release(goal), group="operator", exit_on_error=False)
 
     # --- the detail pane -------------------------------------------------------------------------
 
