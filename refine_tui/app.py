@@ -3,9 +3,9 @@
 Structure: a live worker (``follow_journal``) waits on the JournalWatcher, reads what changed
 through one ChangeFeed connection in a thread, and posts one ``JournalUpdate``; handlers diff the
 rows into KeyedTables by key. This module holds the App: layout, live updates, rows → cells,
-selection and views. Mixed in: the operator actions (``refine_tui.actions``: what applies and why
-not, commands in threads reported as notifications) and the detail pane (``refine_tui.detail``:
-history and log).
+selection, views and key bindings. Beside it: the read thread's state (``refine_tui.live``), the
+operator flows and what applies (``refine_tui.actions``) and the detail pane widget
+(``refine_tui.detail``: history and log), each owning its own state.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ from store.errors import (
     StorageError,
     StorageUnreachableError,
 )
-from store.journal_api import Journal, JournalHandle, WakeUps
+from store.journal_api import Journal, JournalHandle, WakeUps, relay
 from store.journal_url import redact
 from store.locations import resolve_location
 from store.operator import default_node, default_operator
@@ -258,7 +258,7 @@ class RefineApp(App[None]):
         the previous one was applied, and it reads everything committed meanwhile.
         """
         self._watcher = watcher = Journal.watch(self.journal_path)
-        pump = asyncio.create_task(self._pump(watcher)) if self.watch_files else None
+        pump = asyncio.create_task(relay(watcher, self._wake)) if self.watch_files else None
         try:
             while True:
                 if not self.paused:
@@ -285,10 +285,6 @@ class RefineApp(App[None]):
             # the cyclic GC's way, so a full collection during a read costs ≈ 5 ms, not ≈ 100.
             gc.collect()
             gc.freeze()
-
-    async def _pump(self, watcher: WakeUps) -> None:
-        async for _ in watcher:
-            self._wake.set()
 
     def wake(self, full: bool = False) -> None:
         """Ask the live worker for a read now (``full``: reload the visible set)."""
