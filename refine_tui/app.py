@@ -186,6 +186,7 @@ class RefineApp(App[None]):
         self._row_text: str | None = None  # what the selected row's line last showed
         self._enabled: tuple[bool, ...] = ()  # which actions the footer last showed enabled
         self._reload_asked = False  # `r` pressed: confirm when the full reload is shown
+        self._held_updates: list[JournalUpdate] = []  # read while paused, shown on resume
 
     # --- layout --------------------------------------------------------------------------------
 
@@ -342,6 +343,9 @@ class RefineApp(App[None]):
 
     def on_journal_update(self, update: JournalUpdate) -> None:
         if not self.is_running:  # shutting down: the widgets are already gone
+            return
+        if self.paused:  # a read that began before `p` waits for the resume, in order
+            self._held_updates.append(update)
             return
         self.set_trouble(None)
         goals = self.query_one("#goals", KeyedTable)
@@ -894,6 +898,9 @@ class RefineApp(App[None]):
         self.header_state = self._header(state="paused" if self.paused else "live")
         self.show_header()
         if not self.paused:
+            held, self._held_updates = self._held_updates, []
+            for update in held:
+                self.on_journal_update(update)
             self.wake()
 
     def action_refresh(self) -> None:

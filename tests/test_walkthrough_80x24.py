@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import subprocess
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import psutil
 from rich.console import Console
@@ -17,7 +19,15 @@ from refine_tui.widgets.keyed_table import KeyedTable
 from store.goals import Goals
 from store.journal import Journal
 from store.processes import ProcessRecord, ProcessRegistry
-from tests.test_app import end, journal_path, loaded, row_line, select, until
+from tests.test_app import (
+    commit_in_process,
+    end,
+    journal_path,
+    loaded,
+    row_line,
+    select,
+    until,
+)
 
 __all__ = ["journal_path"]  # the fixture
 NODE = "n1"
@@ -71,3 +81,36 @@ async def test_a_stopped_attempts_row_line_is_whole(journal_path: Path) -> None:
             assert shown_lines(line) == 3
     finally:
         end(proc)
+
+
+async def test_a_read_in_flight_when_pause_is_pressed_waits_for_resume(journal_path: Path) -> None:
+    """The flaky test_pause_holds_the_screen_still: a read that started before `p` (a watcher
+    wake-up) and read a commit made after it was applied while paused. Here the read is
+    held at its start until the commit is made, as a busy machine does by chance."""
+    app = RefineApp(journal=journal_path, node=NODE)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await loaded(pilot)
+        started, go = threading.Event(), threading.Event()
+        read = app.live.read
+
+        def slow_read(*args: Any, **kwargs: Any) -> Any:
+            started.set()
+            go.wait(30)
+            return read(*args, **kwargs)
+
+        app.live.read = slow_read  # type: ignore[method-assign]
+        app.wake()
+        await until(pilot, started.is_set)
+        await pilot.press("p")
+        commit_in_process(
+            journal_path,
+            "goals.cancel(goal_id='migrate-db', reason='later', command_id='op:cancel:t2')",
+        )
+        go.set()
+        await until(pilot, lambda: not app._read_lock.locked())
+        await pilot.pause(0.2)
+        assert app.goal_rows["migrate-db"].status == "held"
+        assert app.header_state.state == "paused"
+        await pilot.press("p")
+        await until(pilot, lambda: app.goal_rows["migrate-db"].status == "cancelled")
+        assert app.header_state.state == "live"
