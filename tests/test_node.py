@@ -26,6 +26,7 @@ from store.processes import ProcessRecord, ProcessRegistry, same_process
 from store.run_model import Run
 from store.scheduler import Node, run_node
 from store.worker import EXIT_SUPERSEDED
+from tests.helpers.soak_recipes import holds
 
 T = TypeVar("T")
 PY = sys.executable
@@ -48,7 +49,7 @@ def _ours(marker: str) -> list[psutil.Process]:
     for proc in psutil.process_iter(["cmdline", "status"]):
         if proc.info["status"] == psutil.STATUS_ZOMBIE:
             continue
-        if any(marker in arg for arg in proc.info["cmdline"] or ()):
+        if holds(proc, proc.info["cmdline"], marker):  # argv, or a worker's $REFINE_JOURNAL
             found.append(proc)
     return found
 

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import psutil
 
+JOURNAL_ENV = "REFINE_JOURNAL"  # how a node hands a worker its journal (store.worker)
+
 ROOT = Path(__file__).resolve().parents[2]
 
 # argv[1] is the marker; argv[2] a directory where each process writes its pid.
@@ -55,15 +57,24 @@ def recipe_argv(kind: str, marker: str, pids_dir: Path) -> list[str]:
 
 
 def ours(marker: str) -> list[psutil.Process]:
-    """Every live (non-zombie) process whose command line holds ``marker``."""
+    """Every live (non-zombie) process whose command line holds ``marker``, or whose journal
+    (``$REFINE_JOURNAL``: how a node hands a worker its journal, never argv) does."""
     found = []
     for proc in psutil.process_iter(["cmdline", "status"]):
         with contextlib.suppress(psutil.Error):
             if proc.info["status"] == psutil.STATUS_ZOMBIE or proc.pid == os.getpid():
                 continue
-            if any(marker in arg for arg in proc.info["cmdline"] or ()):
+            if holds(proc, proc.info["cmdline"], marker):
                 found.append(proc)
     return found
+
+
+def holds(proc: psutil.Process, cmdline: list[str] | None, marker: str) -> bool:
+    if any(marker in arg for arg in cmdline or ()):
+        return True
+    with contextlib.suppress(psutil.Error):
+        return marker in proc.environ().get(JOURNAL_ENV, "")
+    return False
 
 
 def alive(pid: int) -> bool:
