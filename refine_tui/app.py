@@ -727,7 +727,10 @@ class RefineApp(App[None]):
         )
         self.wake(full=True)
 
-    def action_back(self) -> None:
+    async def action_back(self) -> None:
+        self.go_back()
+
+    def go_back(self) -> None:
         box = self.query_one("#filter", Input)
         if box.display:  # escape in the filter clears it (k9s)
             self.set_filter("")
@@ -744,7 +747,7 @@ class RefineApp(App[None]):
 
     def action_workers(self) -> None:
         if self.view == "workers":
-            self.action_back()
+            self.go_back()
             return
         self.switch_view("workers", f"Workers on node {self.node}   (escape: back)")
         self.observe_processes()

@@ -279,10 +279,10 @@ def cmd_show(args: argparse.Namespace) -> int:
         if goal is not None:
             runs = goals.runs(goal.goal_id)
             events = goal_history(journal, goal.goal_id)
-            for run in runs:
-                events += run_history(journal, run.run_id)
+            for each in runs:
+                events += run_history(journal, each.run_id)
             events.sort(key=lambda e: e.sequence)
-            data = {
+            data: dict[str, Any] = {
                 "goal": goal.to_json(),
                 "runs": [r.to_json() for r in runs],
                 "events": [event_json(e) for e in events],

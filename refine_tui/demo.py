@@ -133,7 +133,7 @@ def _orphan(goals: Goals, path: Path, node: str) -> None:
         subprocess.run(["sh", "-c", script], stdout=out, stderr=subprocess.STDOUT, check=False)
 
 
-def _queue_live(add) -> None:  # type: ignore[no-untyped-def]
+def _queue_live(add) -> None:
     """Goals the node will run while the operator watches."""
     loop = 'i=0; while true; do i=$((i+1)); echo "step $i"; sleep 1; done'
     add("soak-test", "Soak test (runs until stopped)", _sh(loop), max_attempts=5)

@@ -160,7 +160,7 @@ class RefineServer(Server):
 
     # --- pages and sockets ---------------------------------------------------------------------
 
-    async def handle_index(self, request: web.Request) -> web.StreamResponse:  # type: ignore[override]
+    async def handle_index(self, request: web.Request) -> web.StreamResponse:
         """textual-serve's page, with URLs of the host the browser asked for (not the bind)."""
         forwarded_https = request.headers.get("X-Forwarded-Proto") == "https"
         secure = request.secure or forwarded_https

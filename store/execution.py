@@ -139,7 +139,7 @@ def _current(stored: Stored | None, run_id: str) -> State:
     """The stored Run a command acts on; a stored JSON null counts as missing (seed, inv. 9)."""
     if stored is not None and stored.state is not None:
         check_run(stored.state, run_id=run_id)
-        return stored.state  # type: ignore[no-any-return]
+        return stored.state
     raise RunNotFoundError(f"Run {run_id} was never submitted", run_id=run_id)
 
 

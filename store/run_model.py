@@ -53,7 +53,7 @@ def _frozen(mapping: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
     return None if mapping is None else MappingProxyType(dict(mapping))
 
 
-class FrozenList(tuple):  # type: ignore[type-arg]
+class FrozenList(tuple):
     """An immutable sequence that compares equal to a list with the same items.
 
     Callers pass lists (``evidence=[...]``) and naturally compare with lists; the view stays

@@ -89,8 +89,8 @@ class Node:
         self._gone_since: dict[tuple[str, int], float] = {}
         self._log: IO[bytes] | None = None
         # serve() points these at its event loop, so a worker's exit wakes the node at once.
-        self.watch_fd: Callable[[int], None] = lambda fd: None
-        self.unwatch_fd: Callable[[int], None] = lambda fd: None
+        self.watch_fd: Callable[[int], object] = lambda fd: None
+        self.unwatch_fd: Callable[[int], object] = lambda fd: None
         for rec in self.registry.all():  # workers of a previous run of this node
             goal_id = goal_id_of_run(rec.run_id)
             if goal_id and same_process(rec):
@@ -213,7 +213,7 @@ class Node:
         if room <= 0:
             return []
         limit = room + len(self.launched) + len(self._refused)
-        started = []
+        started: list[str] = []
         for goal in self.goals.list(status="queued", node_id=self.node_id, limit=limit):
             if len(started) >= room:
                 break

@@ -29,6 +29,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 from store.errors import RefineError, StorageError
 from store.execution import Execution
@@ -168,12 +169,12 @@ def _own(goals: Goals, claim: Claim, goal: Goal, log_path: Path) -> int:
     return _report(goals, claim, exit_code=code, reason=reason, log=log_path)
 
 
-def _launch(goal: Goal, log: object) -> subprocess.Popen[bytes]:
+def _launch(goal: Goal, log: IO[bytes]) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         list(goal.recipe["argv"]),
         cwd=goal.recipe["cwd"],
         stdin=subprocess.DEVNULL,
-        stdout=log,  # type: ignore[arg-type]
+        stdout=log,
         stderr=subprocess.STDOUT,
         preexec_fn=_die_with_parent,  # stays in our process group (no new session)
     )

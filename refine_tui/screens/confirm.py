@@ -5,7 +5,7 @@ Titles and bodies embed journal text (titles, reasons, argv, log lines): shown l
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar, cast
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -22,9 +22,10 @@ class _Fitted:
 
     RESERVED = 7  # rows that are not the body: border, title and its gap, the buttons
 
-    def fit_body(self: ModalScreen) -> None:  # type: ignore[misc]
-        body = self.query_one("#dialog-body")
-        body.styles.max_height = max(2, min(14, self.app.size.height - self.RESERVED - 2))
+    def fit_body(self) -> None:
+        screen = cast("ModalScreen[Any]", self)  # mixed into ModalScreens only
+        body = screen.query_one("#dialog-body")
+        body.styles.max_height = max(2, min(14, screen.app.size.height - self.RESERVED - 2))
 
     def on_resize(self) -> None:
         self.fit_body()
