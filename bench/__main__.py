@@ -39,7 +39,7 @@ class Settings:
 
 
 FULL = Settings((1000, 100_000), 100, True, 60.0, 1000, 100_000, 3, 500, 5, 2000, 5)
-QUICK = Settings((1000, 10_000), 20, False, 5.0, 200, 10_000, 1, 200, 3, 300, 5)
+QUICK = Settings((1000, 10_000), 20, False, 20.0, 200, 10_000, 1, 200, 3, 300, 5)
 
 
 def _log(line: str) -> None:
