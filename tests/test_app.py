@@ -8,7 +8,6 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -25,6 +24,7 @@ from store.goals import Goals
 from store.journal import Journal
 from store.operator import default_node, default_operator
 from store.processes import ProcessRecord, ProcessRegistry
+from tests.helpers.waits import until
 
 NODE = "n1"
 SIZE = (100, 30)
@@ -34,14 +34,6 @@ OBSERVE_S = 5.5  # a little more than one of the dashboard's liveness rounds
 @pytest.fixture
 def journal_path(tmp_path: Path) -> Path:
     return populate(tmp_path / "journal.db", node=NODE, live=False)
-
-
-async def until(pilot, condition: Callable[[], bool], timeout: float = 15.0) -> None:
-    """Let the app run until ``condition`` holds (never asserting on elapsed time)."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached"
-        await pilot.pause(0.03)
 
 
 async def loaded(pilot) -> None:

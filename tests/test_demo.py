@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 
 from refine_tui.demo import DEMO_NODE, finish, populate, start_node, stop_node
@@ -11,13 +10,7 @@ from store.goals import Goals
 from store.journal import Journal
 from store.operator import cleanup_evidence
 from store.processes import ProcessRegistry, same_process
-
-
-def wait_for(condition, timeout: float = 30.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.1)
+from tests.helpers.waits import wait_until
 
 
 def test_the_orphan_really_ran_and_its_log_is_not_backdated(tmp_path: Path) -> None:
@@ -39,7 +32,7 @@ def test_quitting_the_demo_stops_and_records_what_it_started(tmp_path: Path) -> 
     registry = ProcessRegistry(path, DEMO_NODE)
     node = start_node(path, DEMO_NODE)
     try:
-        wait_for(lambda: any(r.run_id == "soak-test.r1" for r in registry.all()))
+        wait_until(lambda: any(r.run_id == "soak-test.r1" for r in registry.all()), 30.0)
         records = registry.all()
     finally:
         stop_node(node)

@@ -12,7 +12,6 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -27,6 +26,7 @@ from refine_tui.widgets.keyed_table import KeyedTable
 from store.goals import Goals
 from store.journal import Journal
 from store.processes import ProcessRecord, ProcessRegistry
+from tests.helpers.waits import until
 
 NODE = "n1"
 MARKUP = "[b]x[/b] [/] [@click=app.quit]q[/] [red on blue]r"
@@ -103,14 +103,6 @@ def hostile(tmp_path: Path):
     yield path
     proc.kill()
     proc.wait()
-
-
-async def until(pilot, condition: Callable[[], bool], timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached"
-        assert pilot.app.is_running, "the dashboard stopped"
-        await pilot.pause(0.03)
 
 
 def plain(value: object) -> str:

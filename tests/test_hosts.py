@@ -13,7 +13,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,6 +22,7 @@ import pytest
 from tests.helpers.fleet import Fleet
 from tests.helpers.host_postgres import PASSWORD, HostPostgres, ServerUnavailable
 from tests.helpers.hosts import NETNS_DIR, Hosts, open_or_skip, required
+from tests.helpers.waits import wait_until
 
 TCP_PEER = """
 import socket, sys
@@ -72,14 +72,6 @@ def marked(marker: str) -> list[psutil.Process]:
         if marker in " ".join(p.info["cmdline"] or []) and p.pid != os.getpid():
             found.append(p)
     return found
-
-
-def wait_for(predicate, what: str, timeout: float = 30) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
 
 
 def test_hosts_talk_over_their_own_link_not_through_the_root_namespace(hosts: Hosts) -> None:
@@ -175,11 +167,11 @@ def test_teardown_leaves_no_namespace_link_or_process_even_when_the_test_fails(
             # an orphan (reparented to the host's init) in a session and group of its own
             orphan = ["sh", "-c", 'setsid "$@" >/dev/null 2>&1 & exit 0', "sh"]
             host.run([*orphan, *sleeper_argv("--teardown-marker")], check=True)
-        wait_for(lambda: len(marked("--teardown-marker")) >= 4, "the sleepers")
+        wait_until(lambda: len(marked("--teardown-marker")) >= 4, 30, "the sleepers")
         raise RuntimeError("the test failed")
 
     assert not [n for n in hosts.namespaces if (NETNS_DIR / n).exists()]
-    wait_for(lambda: not marked("--teardown-marker"), "every host process to be gone")
+    wait_until(lambda: not marked("--teardown-marker"), 30, "every host process to be gone")
     assert root_links() == links_before
 
 
@@ -196,7 +188,7 @@ def test_namespaces_left_by_a_crashed_run_are_removed(tmp_path: Path) -> None:
     leftover = subprocess.Popen(["ip", "netns", "exec", stale, *sleeper_argv("--stale-marker")])
     try:
         # `ip netns exec` enters the namespace, then execs: the marker shows once it is inside.
-        wait_for(lambda: bool(marked("--stale-marker")), "the leftover process")
+        wait_until(lambda: bool(marked("--stale-marker")), 30, "the leftover process")
         with open_or_skip(Hosts(["a"], base_dir=tmp_path)):
             assert not (NETNS_DIR / stale).exists()
         assert leftover.wait(30) == -9

@@ -11,8 +11,7 @@ import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TypeVar
 
@@ -27,21 +26,10 @@ from store.run_model import Run
 from store.scheduler import Node, run_node
 from store.worker import EXIT_SUPERSEDED
 from tests.helpers.soak_recipes import holds
+from tests.helpers.waits import wait_until
 
 T = TypeVar("T")
 PY = sys.executable
-
-
-def wait_until(fn: Callable[[], T], timeout: float = 20.0, what: str = "condition") -> T:
-    """Poll ``fn`` until it returns something truthy; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = fn()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        time.sleep(0.03)
 
 
 def _ours(marker: str) -> list[psutil.Process]:

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import subprocess
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from tests.helpers.waits import wait_until
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -89,9 +90,4 @@ def read_url(proc: subprocess.Popen[str], lines: list[str], timeout: float = 90.
 
 def wait_for(condition: Callable[[], Any], what: str, timeout: float = 90.0) -> Any:
     """Poll until ``condition()`` is truthy; generous, and ends as soon as it holds."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if value := condition():
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
+    return wait_until(condition, timeout, what, step=0.2)

@@ -13,11 +13,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psutil
+
+from tests.helpers.waits import wait_until
 
 JOURNAL_ENV = "REFINE_JOURNAL"  # how a node hands a worker its journal (store.worker)
 
@@ -86,13 +87,7 @@ def alive(pid: int) -> bool:
 
 def wait_for(predicate: Callable[[], object], timeout: float = 10.0, what: str = "") -> object:
     """Poll until ``predicate()`` is truthy; AssertionError after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what or predicate}"
-        time.sleep(0.02)
+    return wait_until(predicate, timeout, what or str(predicate), step=0.02)
 
 
 # --- a journal locked by a long writer ---------------------------------------------------------
