@@ -248,7 +248,7 @@ def test_stop_ends_the_whole_group_of_a_stubborn_recipe(tmp_path: Path, kind: st
             node_id="n1",
             argv=recipe_argv(kind, marker, pids_dir),
         )
-        worker = start_worker(path, "n1", "stubborn", "t1")
+        worker = start_worker(path, "n1", "stubborn")
         try:
             registry = ProcessRegistry(path, "n1")
             wait_for(lambda: registry.get("stubborn.r1", 1), what="the worker's process record")
@@ -287,7 +287,7 @@ def start_grandchildren(
             argv=recipe_argv("grandchildren", str(tmp_path / "marker"), pids_dir),
             **goal,  # type: ignore[arg-type]
         )
-    worker = start_worker(path, "n1", "family", "t1")
+    worker = start_worker(path, "n1", "family")
     wait_for(lambda: ProcessRegistry(path, "n1").get("family.r1", 1), what="the worker's record")
     wait_for(lambda: len(pids_in(pids_dir)) == 3, what="the recipe and its grandchildren")
     return path, pids_dir, worker

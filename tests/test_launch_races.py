@@ -37,7 +37,8 @@ def test_no_recipe_starts_after_a_cancellation_committed_inside_the_launch_windo
 ) -> None:
     env.goal("g", COUNT_RUNS)
     gate = env.dir / "gate"
-    args = ["--journal", str(env.path), "--node", "n1", "--goal", "g", "--token", "t1"]
+    token = env.token("t1")
+    args = ["--journal", str(env.path), "--node", "n1", "--goal", "g", "--token", token]
     worker = subprocess.Popen([PY, GATED, str(gate), *args], start_new_session=True)
     env.started.append(worker)
     wait_until(lambda: env.running_record("g"), what="the worker's process record")
@@ -48,7 +49,7 @@ def test_no_recipe_starts_after_a_cancellation_committed_inside_the_launch_windo
     assert runs_of_recipe(env) == 0, "the recipe started after its cancellation committed"
     goal, run = env.read("g")
     assert goal.status == "cancelled" and run.status == "cancelled"
-    assert run.attempts[0].cleanup["confirmed_by"] == "n1/t1"  # the worker's own confirmation
+    assert run.attempts[0].cleanup["confirmed_by"] == f"n1/{token}"  # the worker's own
 
 
 def test_a_replayed_claim_never_launches_the_recipe_again(env: Env) -> None:

@@ -25,7 +25,7 @@ from store.processes import ProcessRecord, ProcessRegistry, same_process
 from store.run_model import Run
 from store.scheduler import Node, run_node
 from store.worker import EXIT_SUPERSEDED
-from tests.helpers.soak_recipes import holds
+from tests.helpers.soak_recipes import holds, unique_token
 from tests.helpers.waits import wait_until
 
 T = TypeVar("T")
@@ -52,6 +52,7 @@ class Env:
         self.journal = Journal.open(self.path)
         self.goals = Goals(self.journal)
         self.started: list[subprocess.Popen[bytes]] = []
+        self.tag = unique_token("env")  # tokens unique to this test, same label same token
 
     # --- processes -----------------------------------------------------------------------------
 
@@ -61,10 +62,14 @@ class Env:
         self.started.append(proc)
         return proc
 
+    def token(self, label: str) -> str:
+        """``label`` made unique on this machine: live workers are found by their token."""
+        return f"{label}-{self.tag}"
+
     def worker(self, goal_id: str, token: str, node_id: str = "n1") -> subprocess.Popen[bytes]:
         argv = ["--journal", str(self.path), "--node", node_id, "--goal", goal_id]
         proc = subprocess.Popen(
-            [PY, "-m", "store.worker", *argv, "--token", token],
+            [PY, "-m", "store.worker", *argv, "--token", self.token(token)],
             start_new_session=True,
             stderr=subprocess.DEVNULL,
         )

@@ -41,6 +41,7 @@ from store.operator import (
     stop_goal,
 )
 from store.processes import ProcessRecord, ProcessRegistry
+from tests.helpers.soak_recipes import unique_token
 
 # A worker stand-in: a process group leader with a grandchild; it prints the grandchild's pid.
 # With "ignore" it ignores SIGTERM (so Stop needs SIGKILL); with "fail"/"cancel" it changes the
@@ -434,7 +435,7 @@ def test_stop_of_a_real_worker_interrupts_it_and_the_goal_starts_again(journal: 
             "--goal",
             "loop",
             "--token",
-            "t1",
+            unique_token(),
         ],
         start_new_session=True,
     )

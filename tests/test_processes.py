@@ -18,6 +18,7 @@ import pytest
 from store.processes import (
     ProcessRecord,
     ProcessRegistry,
+    live_worker,
     log_tail,
     observe,
     same_process,
@@ -161,6 +162,34 @@ def test_our_zombie_child_is_not_the_process_and_gets_reaped() -> None:
     assert (out.signals, out.outcome) == ((), "not-running")
     assert not psutil.pid_exists(proc.pid)
     proc.wait(timeout=5)  # Popen copes with a child someone else reaped
+
+
+def test_a_live_worker_is_found_by_its_node_and_token_only() -> None:
+    """Confirm cleanup's machine-wide look-up: any live ``store.worker`` with the attempt's node
+    and token is its worker, so claim tokens must be unique (tests used a fixed "t1" and one
+    test's live worker refused another test's cleanup with PROCESS_ALIVE under load)."""
+    from tests.helpers.soak_recipes import unique_token
+
+    token = unique_token()
+    code = "import sys, time; print(flush=True); time.sleep(60)"
+    argv = [sys.executable, "-c", code, "store.worker", "--node", "n1", "--token", token]
+    proc = subprocess.Popen(argv, start_new_session=True, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == "\n"
+        found = live_worker(f"n1/{token}")
+        assert found is not None and found.pid == proc.pid
+        assert live_worker(f"n2/{token}") is None
+        assert live_worker(f"n1/{unique_token()}") is None
+        proc.kill()
+        deadline = time.monotonic() + 10
+        while not _gone(proc.pid):
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        assert live_worker(f"n1/{token}") is None  # a zombie is no live worker
+    finally:
+        proc.kill()
+        proc.wait(timeout=5)
+        proc.stdout.close()  # type: ignore[union-attr]
 
 
 def test_a_changed_process_group_is_not_signalled_as_a_group(spawn: Spawn) -> None:

@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -175,8 +176,18 @@ class Decoys:
 # --- workers, started as the node starts them ---------------------------------------------------
 
 
-def start_worker(journal: Path, node: str, goal: str, token: str) -> subprocess.Popen[bytes]:
-    """``python -m store.worker`` in its own session (process group), as ``refine node`` does."""
+def unique_token(label: str = "t") -> str:
+    """A claim token no other worker on this machine carries, as the node's uuid4 tokens are:
+    Confirm cleanup looks for a live ``store.worker`` by its node and token on the whole machine,
+    so a fixed token ("t1") matched another test's live worker (PROCESS_ALIVE under load)."""
+    return f"{label}-{uuid.uuid4().hex[:12]}"
+
+
+def start_worker(
+    journal: Path, node: str, goal: str, token: str | None = None
+) -> subprocess.Popen[bytes]:
+    """``python -m store.worker`` in its own session (process group), as ``refine node`` does;
+    its token is unique unless given."""
     return subprocess.Popen(
         [
             sys.executable,
@@ -189,7 +200,7 @@ def start_worker(journal: Path, node: str, goal: str, token: str) -> subprocess.
             "--goal",
             goal,
             "--token",
-            token,
+            token or unique_token(),
         ],
         cwd=ROOT,
         start_new_session=True,
