@@ -829,6 +829,7 @@ async def test_elapsed_tick_repaints_only_visible_rows_whose_text_changed(tmp_pa
             gid = f"run{n:02d}"
             goals.create(goal_id=gid, title=gid, node_id="other", argv=["true"])
             goals.start(goal_id=gid, node_id="other", worker=f"w{n}", token=f"t{n}")
+            __import__("time").sleep(0.03)
         started = j.last_commit()[1]
     now = [started + 30.2]
     app = RefineApp(journal=path, node=NODE, clock=lambda: now[0])
@@ -852,11 +853,16 @@ async def test_elapsed_tick_repaints_only_visible_rows_whose_text_changed(tmp_pa
             app.tick()  # the 1 s timer may have run it first: then this one writes nothing
             return sorted(repainted)
 
+        # Each row ticks from its own claim time, which is earlier than the last commit by as
+        # long as the 60 starts took (over 0.8 s under load: "32s"): count from this row's.
+        claimed = app.goal_rows[visible[0]].started_at
+        assert claimed is not None and started - 60 < claimed <= started
+        now[0] = claimed + 30.2
         step(0)
         assert step(0) == []  # same text: nothing written
         assert step(1) == sorted(table.get_row_index(k) for k in visible)  # visible rows only
         assert table.get_row(visible[0])[3].plain == "31s"
-        now[0] = started + 7205.2  # past an hour the text shows minutes
+        now[0] = claimed + 7205.2  # past an hour the text shows minutes
         step(0)
         assert step(1) == [] and step(1) == []  # 2h00m twice: no repaint
         assert table.get_row(visible[0])[3].plain == "2h00m"
