@@ -26,6 +26,7 @@ from textual.binding import Binding
 from textual.containers import Vertical
 from textual.notifications import SeverityLevel
 from textual.screen import Screen
+from textual.timer import Timer
 from textual.widgets import ContentSwitcher, DataTable, Footer, Input, Label, Static
 
 from refine_tui import format as fmt
@@ -57,6 +58,7 @@ from store.journal_api import Journal, JournalHandle, WakeUps, relay
 from store.journal_url import redact
 from store.locations import resolve_location
 from store.operator import default_node, default_operator
+from store.reads import launch_ends
 from store.watch import ChangeFeed
 
 # Widths chosen for 80 columns first: the first seven Goal columns (what an operator scans:
@@ -187,6 +189,8 @@ class RefineApp(App[None]):
         self._enabled: tuple[bool, ...] = ()  # which actions the footer last showed enabled
         self._reload_asked = False  # `r` pressed: confirm when the full reload is shown
         self._held_updates: list[JournalUpdate] = []  # read while paused, shown on resume
+        self._launching: dict[str, float] = {}  # starting rows → when their launch window ends
+        self._launch_timer: Timer | None = None
 
     # --- layout --------------------------------------------------------------------------------
 
@@ -381,6 +385,7 @@ class RefineApp(App[None]):
             self.show_header()
         self.selection_changed()
         self.tell_detail(retarget=False)  # the attempt in the log pane may have ended
+        self.note_launches(update)
         if update.painted is not None:
             self.call_after_refresh(update.painted.set)
         if update.full and self._reload_asked and not update.partial:
@@ -542,7 +547,7 @@ class RefineApp(App[None]):
     def tick(self) -> None:
         """Elapsed times tick once a second: only the visible elapsed cells whose text changed.
 
-        The text shows seconds under an hour and minutes after that; a cell whose text did not
+        The text shows seconds for ten minutes and minutes after that; a cell whose text did not
         change is not written, so nothing repaints. Rows scrolled into view catch up at once.
         """
         if self.paused or not self.is_running:  # a timer can fire while the widgets are removed
@@ -558,6 +563,42 @@ class RefineApp(App[None]):
             for key, a in self.attempt_rows.items():
                 if a.running:
                     table.upsert(key, self.attempt_cells(a))
+
+    def note_launches(self, update: JournalUpdate) -> None:
+        """Rows still starting (no process record yet) are read again when their window ends:
+        then their process proves them, or they need cleanup."""
+        if update.full:
+            self._launching.clear()
+        for key, row in update.goals.items():
+            if row is not None and row.starting and row.started_at is not None:
+                self._launching[key] = launch_ends(row.started_at)
+            else:
+                self._launching.pop(key, None)
+        self.arm_launch_timer()
+
+    def arm_launch_timer(self, at_least: float = 0.1) -> None:
+        if not self._launching or self._launch_timer is not None:
+            return
+        delay = max(at_least, min(self._launching.values()) - time.time() + 0.1)
+        self._launch_timer = self.set_timer(delay, self.launch_window_ended)
+
+    def launch_window_ended(self) -> None:
+        self._launch_timer = None
+        if not self.is_running:
+            return
+        now = time.time()
+        due = [key for key, end in self._launching.items() if end <= now]
+        if self.paused or not due:
+            self.arm_launch_timer(at_least=1.0)
+            return
+        for key in due:
+            del self._launching[key]  # back with the re-read row if it is still starting
+        self.recheck_launches(due)
+        self.arm_launch_timer(at_least=1.0)
+
+    @work(group="launch", exit_on_error=False)
+    async def recheck_launches(self, goal_ids: list[str]) -> None:
+        await self.read_and_post(recheck=goal_ids)
 
     def watched_rows(self) -> list[GoalRow]:
         """The rows a liveness look covers: the visible Goals and the one the views focus on."""

@@ -81,14 +81,20 @@ def note_text(note: str) -> Text:
 
 
 def duration(seconds: float | None) -> str:
-    """``42s``, ``3m05s``, ``2h14m``, ``3d02h``: short and fixed-ish width."""
+    """``42s``, ``3m05s``, ``42m``, ``2h14m``, ``3d02h``: short and fixed-ish width.
+
+    Seconds show for the first ten minutes only (as ``kubectl`` ages do): past that they are
+    noise, and a ticking elapsed time then repaints once a minute instead of every second.
+    """
     if seconds is None:
         return ""
     s = max(0, int(seconds))
     if s < 60:
         return f"{s}s"
-    if s < 3600:
+    if s < 600:
         return f"{s // 60}m{s % 60:02d}s"
+    if s < 3600:
+        return f"{s // 60}m"
     if s < 86400:
         return f"{s // 3600}h{s % 3600 // 60:02d}m"
     return f"{s // 86400}d{s % 86400 // 3600:02d}h"

@@ -17,7 +17,6 @@ from store import reads
 from store.errors import RefineError
 from store.goals import Goal, ended_by_words
 from store.journal_api import Event, Journal
-from store.operator_evidence import unproven
 from store.processes import ProcessRecord, ProcessRegistry, observe, same_process
 from store.reads import ClaimTimes, GoalAndRun
 from store.run_model import Run
@@ -43,6 +42,7 @@ class GoalRow:
     redelivery: str = "safe"
     running_epoch: int | None = None
     needs_cleanup: bool = False
+    starting: bool = False  # claimed here moments ago, its process not recorded yet
     cancelling: bool = False
 
     @property
@@ -138,11 +138,12 @@ class Reader:
         budget = int(goal.budget.get("max_attempts", 0))
         attempt = run.running_attempt if run else None
         started_at = None
-        orphan = False
+        orphan = starting = False
         if run is not None and attempt is not None:
             started_at = self.claims.get(self.journal, run.run_id, attempt.epoch)
-            with contextlib.suppress(RefineError, OSError):
-                orphan = unproven(self.journal, goal, run, node=self.node)
+            if goal.node_id == self.node:
+                with contextlib.suppress(RefineError, OSError):
+                    orphan, starting = self.proof(run.run_id, attempt.epoch, started_at)
         cancelling = bool(run and run.cancel_requested and not run.terminal)
         note = note or _note(goal, cancelling, orphan)
         return GoalRow(
@@ -159,11 +160,26 @@ class Reader:
             redelivery=goal.redelivery,
             running_epoch=attempt.epoch if attempt else None,
             needs_cleanup=orphan,
+            starting=starting,
             cancelling=cancelling,
         )
 
+    def proof(self, run_id: str, epoch: int, claimed: float | None) -> tuple[bool, bool]:
+        """(needs cleanup, starting) for this node's running attempt ``epoch`` of ``run_id``.
+
+        A live recorded process proves it; a dead one does not; with no record yet, a young
+        claim is starting (``reads.launching``: the rule Stop's advice follows too).
+        """
+        record = self.registry.get(run_id, epoch)
+        if record is not None:
+            return not same_process(record), False
+        has_log = self.registry.log_path(run_id, epoch).exists()
+        starting = reads.launching(claimed, has_log=has_log)
+        return not starting, starting
+
     def liveness_changed(self, rows: Sequence[GoalRow]) -> list[str]:
-        """This node's running rows whose `needs cleanup` marker no longer matches the processes.
+        """This node's running rows whose `needs cleanup` / starting marker no longer matches
+        the processes.
 
         A process can die without any commit; checking its record and pid here (no journal
         read) keeps the periodic look cheap, and only rows that flipped are read again.
@@ -172,10 +188,9 @@ class Reader:
         for row in rows:
             if row.node_id != self.node or row.run_id is None or row.running_epoch is None:
                 continue
-            with contextlib.suppress(OSError):
-                record = self.registry.get(row.run_id, row.running_epoch)
-                orphan = record is None or not same_process(record)
-                if orphan != row.needs_cleanup:
+            with contextlib.suppress(OSError, RefineError):
+                now = self.proof(row.run_id, row.running_epoch, row.started_at)
+                if now != (row.needs_cleanup, row.starting):
                     changed.append(row.goal_id)
         return changed
 

@@ -45,12 +45,9 @@ from store.processes import (
     log_tail,
     same_process,
 )
-from store.reads import claimed_at
+from store.reads import claimed_at, launching
 
 LOG_TAIL_LINES = 20
-# A worker records its process right after its claim commits; a claim younger than this with
-# no record yet is taken to be starting (the advice differs, nothing else does).
-LAUNCH_WINDOW_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -155,7 +152,7 @@ def stop_target(journal: Journal, goal_id: str, node: str) -> Target:
     record = record_of(journal, node, run.run_id, attempt.epoch)
     if record is None:
         which = f"attempt {attempt.epoch} of run {run.run_id}"
-        if _starting(journal, run.run_id, attempt):
+        if _starting(journal, node, run.run_id, attempt):
             advice = f"{which} is starting (no process record yet); try again in a moment"
         else:
             advice = (
@@ -166,12 +163,12 @@ def stop_target(journal: Journal, goal_id: str, node: str) -> Target:
     return Target(goal, run, attempt.epoch, record)
 
 
-def _starting(journal: Journal, run_id: str, attempt: Attempt) -> bool:
-    """Inside the claim → record window: its worker runs here, or the claim is that young."""
+def _starting(journal: Journal, node: str, run_id: str, attempt: Attempt) -> bool:
+    """Inside the claim → record window: its worker runs here, or ``reads.launching``."""
     if live_worker(attempt.worker) is not None:
         return True
-    claimed = claimed_at(journal, run_id, attempt.epoch)
-    return claimed is not None and time.time() - claimed < LAUNCH_WINDOW_S
+    has_log = registry_of(journal, node).log_path(run_id, attempt.epoch).exists()
+    return launching(claimed_at(journal, run_id, attempt.epoch), has_log=has_log)
 
 
 # --- sentences -------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ one comes back as its error, for the screen to show, never as an exception mid-l
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -18,6 +19,9 @@ from store.run_model import Run, attempt_id_for, run_aggregate_id, run_from_stor
 
 PAGE = 1000  # history page (a Run has at most 20 attempts: one page in practice)
 ENDINGS = frozenset({"attempt.completed", "attempt.failed", "attempt.interrupted"})
+# A worker records its process right after its claim commits, then opens its log: an attempt
+# with neither, claimed less than this ago, is starting (not gone: no cleanup, no Stop yet).
+LAUNCH_WINDOW_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -184,3 +188,19 @@ class ClaimTimes:
 def claimed_at(journal: Journal, run_id: str, epoch: int) -> float | None:
     """When attempt ``epoch`` was claimed: its commit time (wall clock, informational)."""
     return attempt_times(journal, run_id)[0].get(epoch)
+
+
+def launching(claimed: float | None, *, has_log: bool, now: float | None = None) -> bool:
+    """An attempt with no process record is *starting* while its claim (commit time) is younger
+    than the launch window and its log does not exist yet; otherwise nothing proves it runs.
+
+    The one rule behind Stop's "starting" advice and the dashboard's `needs cleanup` marker.
+    """
+    if claimed is None or has_log:
+        return False
+    return (time.time() if now is None else now) - claimed < LAUNCH_WINDOW_S
+
+
+def launch_ends(claimed: float) -> float:
+    """When an attempt claimed at ``claimed`` stops counting as starting (wall clock)."""
+    return claimed + LAUNCH_WINDOW_S

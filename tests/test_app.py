@@ -862,7 +862,11 @@ async def test_elapsed_tick_repaints_only_visible_rows_whose_text_changed(tmp_pa
         assert step(0) == []  # same text: nothing written
         assert step(1) == sorted(table.get_row_index(k) for k in visible)  # visible rows only
         assert table.get_row(visible[0])[3].plain == "31s"
-        now[0] = claimed + 7205.2  # past an hour the text shows minutes
+        now[0] = claimed + 1805.2  # past ten minutes the text shows minutes
+        step(0)
+        assert step(1) == [] and step(1) == []  # 30m twice: no repaint
+        assert table.get_row(visible[0])[3].plain == "30m"
+        now[0] = claimed + 7205.2  # and past an hour, hours and minutes
         step(0)
         assert step(1) == [] and step(1) == []  # 2h00m twice: no repaint
         assert table.get_row(visible[0])[3].plain == "2h00m"
@@ -870,3 +874,43 @@ async def test_elapsed_tick_repaints_only_visible_rows_whose_text_changed(tmp_pa
         await until(pilot, lambda: table.visible_keys() != visible)
         last = table.visible_keys()[-1]
         await until(pilot, lambda: table.get_row(last)[3].plain == "2h00m")  # caught up at once
+
+
+async def test_a_goal_just_claimed_is_starting_not_needs_cleanup(
+    journal_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Between a claim's commit and its worker's process record the row is starting: never
+    `needs cleanup`. When the launch window ends it is read again: the record proves one, the
+    other (no record ever) needs cleanup then, without any commit."""
+    from store import reads
+
+    monkeypatch.setattr(reads, "LAUNCH_WINDOW_S", 3.0)  # the same rule, a shorter wait
+    with Journal.open(journal_path) as j:
+        goals = Goals(j)
+        for goal_id in ("fresh", "lost"):
+            goals.create(goal_id=goal_id, title=goal_id, node_id=NODE, argv=["sleep", "60"])
+            goals.start(goal_id=goal_id, node_id=NODE, worker=f"w-{goal_id}", token="t")
+    proc = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    app = RefineApp(journal=journal_path, node=NODE)
+    marked: set[str] = set()
+
+    def watch() -> bool:
+        marked.update(k for k in ("fresh", "lost") if app.goal_rows[k].needs_cleanup)
+        return "lost" in marked
+
+    try:
+        async with app.run_test(size=SIZE) as pilot:
+            await until(pilot, lambda: {"fresh", "lost"} <= set(app.goal_rows))
+            assert app.goal_rows["fresh"].starting and app.goal_rows["lost"].starting
+            assert not app.goal_rows["lost"].needs_cleanup
+            assert "needs cleanup" not in str(goals_table(app).get_cell("lost", "note"))
+            record_process(journal_path, "fresh.r1", proc)  # its worker records itself
+            sequence = app.header_state.last_sequence
+            await until(pilot, watch, timeout=15)
+            assert marked == {"lost"}  # the recorded one never showed the marker
+            assert "needs cleanup" in str(goals_table(app).get_cell("lost", "note"))
+            await until(pilot, lambda: not app.goal_rows["fresh"].starting)
+            assert not app.goal_rows["fresh"].needs_cleanup
+            assert app.header_state.last_sequence == sequence  # no commit told it
+    finally:
+        end(proc)

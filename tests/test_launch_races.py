@@ -66,14 +66,14 @@ def test_a_replayed_claim_never_launches_the_recipe_again(env: Env) -> None:
 def test_stop_inside_the_claim_to_record_window_says_starting(
     env: Env, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from store import operator, operator_evidence
+    from store import operator, reads
     from store.errors import NoProcessRecordError
 
     env.goal("g", COUNT_RUNS)
     env.goals.start(goal_id="g", node_id="n1", worker="n1/t1", token="t1")  # no record yet
     with pytest.raises(NoProcessRecordError, match=r"starting.*try again in a moment"):
         operator.stop_goal(env.journal, "g", node="n1", operator="dana")
-    monkeypatch.setattr(operator_evidence, "LAUNCH_WINDOW_S", 0.0)  # the claim is now "old"
+    monkeypatch.setattr(reads, "LAUNCH_WINDOW_S", 0.0)  # the claim is now "old"
     with pytest.raises(NoProcessRecordError, match="confirm cleanup instead"):
         operator.stop_goal(env.journal, "g", node="n1", operator="dana")
     assert runs_of_recipe(env) == 0
