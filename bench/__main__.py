@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from bench import attempts, claims, cli, commands, idle, latency, lifecycle, scale
+from bench import attempts, claims, cli, commands, idle, latency, lifecycle, postgres, scale
 from bench.common import cores
 
 Row = tuple[str, str, str]
@@ -68,6 +68,11 @@ def run_lifecycle(s: Settings) -> list[Row]:
     return out
 
 
+def run_postgres(s: Settings) -> list[Row]:
+    jobs = s.lifecycle_jobs // 4
+    return postgres.rows(postgres.measure(jobs, 3, log=_log), jobs, False)
+
+
 def run_cli(s: Settings) -> list[Row]:
     return cli.rows(cli.measure(30 if s.samples >= 100 else 15))
 
@@ -99,6 +104,7 @@ def run_scale(s: Settings) -> list[Row]:
 BENCHMARKS: dict[str, Callable[[Settings], list[Row]]] = {
     "commands": run_commands,
     "lifecycle": run_lifecycle,
+    "postgres": run_postgres,
     "cli": run_cli,
     "attempts": run_attempts,
     "latency": run_latency,

@@ -132,7 +132,9 @@ def decide_run(op: str, stored: Stored | None, inputs: Mapping[str, Any]) -> Cha
     except CorruptRunError as exc:
         raise DecisionError(f"decision broke an invariant: {exc.message}", run_id=run_id) from exc
     check_transition(before, after)
-    return Change(aggregate_id, after, [(t, {"run_id": run_id, **d}) for t, d in events])
+    return Change(
+        aggregate_id, after, [(t, {"run_id": run_id, **d}) for t, d in events], folded=True
+    )
 
 
 def _current(stored: Stored | None, run_id: str) -> State:

@@ -18,6 +18,7 @@ from store import run_rules
 from store.canonical import canonical_json
 from store.errors import CorruptGoalError, InvalidInputError
 from store.journal_api import Event, Stored
+from store.journal_core import register_fold
 from store.run_rules import EXECUTION_LIMITS
 
 GOAL_STATUSES = ("queued", "held", "running", "completed", "exhausted", "cancelled")
@@ -371,3 +372,6 @@ GOAL_EVENT_STATUS = {
     "goal.completed": "completed",
     "goal.exhausted": "exhausted",
 }
+
+
+register_fold("goal", fold_goal)

@@ -138,7 +138,10 @@ def _goal_change(goal: Goal, event: str, data: Mapping[str, Any], **fields: Any)
             f"decision broke a goal rule: {exc.message}", goal_id=goal.goal_id
         ) from exc
     return Change(
-        goal_aggregate_id(goal.goal_id), state, [(event, {"goal_id": goal.goal_id, **data})]
+        goal_aggregate_id(goal.goal_id),
+        state,
+        [(event, {"goal_id": goal.goal_id, **data})],
+        folded=True,
     )
 
 
@@ -163,7 +166,12 @@ def _decide_create(state: dict[str, Any], submit: dict[str, Any], loaded: Any) -
     run = decide_run("submit", loaded[run_aggregate_id(submit["run_id"])], submit)
     data = {k: v for k, v in state.items() if k not in ("goal_id", "status", "cancel_reason")}
     return [
-        Change(goal_aggregate_id(goal_id), state, [("goal.created", {"goal_id": goal_id, **data})]),
+        Change(
+            goal_aggregate_id(goal_id),
+            state,
+            [("goal.created", {"goal_id": goal_id, **data})],
+            folded=True,
+        ),
         run,
     ]
 

@@ -48,6 +48,7 @@ from store.journal_core import (
     copy_table,
     event_row,
     first_ids,
+    key_digest,
     run_command,
     stored_row,
 )
@@ -66,7 +67,7 @@ __all__ = [
     "aggregate_kind",
 ]
 
-SCHEMA_VERSION = 2  # 2: the meta table with the journal id
+SCHEMA_VERSION = 3  # 2: the meta table with the journal id; 3: receipts hold a payload digest
 APPLICATION_ID = 0x52464E31  # "RFN1": tells our journals from any other SQLite file
 
 Synchronous = Literal["FULL", "NORMAL"]
@@ -575,6 +576,9 @@ def _migrate(conn: sqlite3.Connection) -> None:
             conn.execute(
                 "INSERT INTO meta (key, value) VALUES ('journal_id', ?)", (str(uuid.uuid4()),)
             )
+        if 0 < version < 3:  # a receipt keeps the digest of its command's canonical text
+            conn.create_function("refine_key_digest", 1, key_digest, deterministic=True)
+            conn.execute("UPDATE receipts SET payload = refine_key_digest(payload)")
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         conn.execute("COMMIT")
     except BaseException:
@@ -604,29 +608,52 @@ class _SqliteCommand:
         self.conn = conn
 
     def load(self, aggregate_ids: Sequence[str]) -> dict[str, Stored | None]:
-        return {agg: SqliteJournal._load(self.conn, agg) for agg in aggregate_ids}
+        if len(aggregate_ids) == 1:
+            return {aggregate_ids[0]: SqliteJournal._load(self.conn, aggregate_ids[0])}
+        rows = self.conn.execute(
+            "SELECT aggregate_id, version, state FROM aggregates"
+            f" WHERE aggregate_id IN ({','.join('?' * len(aggregate_ids))})",
+            list(aggregate_ids),
+        )
+        found = {str(row[0]): stored_row(row) for row in rows}
+        return {agg: found.get(agg) for agg in aggregate_ids}
 
     def receipt(self, command_id: str) -> tuple[str, str] | None:
         return self.conn.execute(
             "SELECT payload, result FROM receipts WHERE command_id = ?", (command_id,)
         ).fetchone()
 
+    def events_of(self, aggregate_id: str, up_to_version: int) -> list[Event]:
+        rows = self.conn.execute(
+            "SELECT sequence, aggregate_id, version, type, data, committed_at FROM events"
+            " WHERE aggregate_id = ? AND version <= ? ORDER BY sequence",
+            (aggregate_id, up_to_version),
+        )
+        return [event_row(row) for row in rows]
+
     def append(
         self, events: Sequence[tuple[str, int, str, str]], now: float, command_id: str
     ) -> list[int]:
-        sequences = []
-        for aggregate_id, version, type_, data in events:
-            cur = self.conn.execute(
-                "INSERT INTO events (aggregate_id, version, type, data, committed_at,"
-                " command_id) VALUES (?, ?, ?, ?, ?, ?)",
-                (aggregate_id, version, type_, data, now, command_id),
-            )
-            sequence = int(cur.lastrowid or 0)
-            self.conn.execute(
-                "INSERT INTO outbox (sequence, aggregate_id, topic) VALUES (?, ?, ?)",
-                (sequence, aggregate_id, type_),
-            )
-            sequences.append(sequence)
+        if not events:
+            return []
+        # One statement each for the events and their outbox rows (rowids are consecutive under
+        # BEGIN IMMEDIATE; RETURNING's order is unspecified, so sort them).
+        marks = ",".join(["(?, ?, ?, ?, ?, ?)"] * len(events))
+        args = [x for agg, version, type_, data in events
+                for x in (agg, version, type_, data, now, command_id)]  # fmt: skip
+        sequences = sorted(
+            int(row[0])
+            for row in self.conn.execute(
+                "INSERT INTO events (aggregate_id, version, type, data, committed_at, command_id)"
+                f" VALUES {marks} RETURNING sequence",
+                args,
+            ).fetchall()
+        )
+        self.conn.execute(
+            "INSERT INTO outbox (sequence, aggregate_id, topic)"
+            f" VALUES {','.join(['(?, ?, ?)'] * len(events))}",
+            [x for seq, ev in zip(sequences, events, strict=True) for x in (seq, ev[0], ev[2])],
+        )
         return sequences
 
     def put(self, row: AggregateRow) -> None:

@@ -7,6 +7,7 @@ the receipt text are written once, and SQLite and PostgreSQL cannot drift apart.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -52,6 +53,9 @@ class Change:
     aggregate_id: str
     state: Mapping[str, Any]
     events: Sequence[tuple[str, Mapping[str, Any]]]
+    # True when ``state`` is the fold (``FOLDS[kind]``) of the aggregate's events: the receipt
+    # then keeps only the version, and a replay re-derives the state from the events.
+    folded: bool = False
 
 
 @dataclass(frozen=True)
@@ -64,6 +68,15 @@ class Outcome:
 
 
 Decide = Callable[[Mapping[str, Stored | None]], Sequence[Change]]
+
+# An aggregate kind's fold: its events (oldest first) → the state they imply. Registered by the
+# models (run_model, goal_model); a replay uses it to rebuild a compact receipt's state.
+Fold = Callable[[list[Event]], Any]
+FOLDS: dict[str, Fold] = {}
+
+
+def register_fold(kind: str, fold: Fold) -> None:
+    FOLDS[kind] = fold
 
 
 @dataclass(frozen=True)
@@ -87,7 +100,10 @@ class CommandTx(Protocol):
         """The aggregates, locked against other writers until commit (absent ones: None)."""
 
     def receipt(self, command_id: str) -> tuple[str, str] | None:
-        """The receipt's ``(payload key, result text)`` of an earlier command with this id."""
+        """The receipt's ``(payload digest, result text)`` of an earlier command with this id."""
+
+    def events_of(self, aggregate_id: str, up_to_version: int) -> list[Event]:
+        """One aggregate's events up to ``up_to_version``, oldest first."""
 
     def append(
         self, events: Sequence[tuple[str, int, str, str]], now: float, command_id: str
@@ -101,8 +117,14 @@ class CommandTx(Protocol):
 
 
 def command_key(payload: Mapping[str, Any], expected: Mapping[str, int | None]) -> str:
-    """The text two uses of one command id must share to be the same command."""
-    return canonical_json({"payload": payload, "expected": dict(expected)})
+    """What two uses of one command id must share to be the same command: the digest of the
+    canonical text of payload and expected versions (a receipt stores this digest)."""
+    return key_digest(canonical_json({"payload": payload, "expected": dict(expected)}))
+
+
+def key_digest(text: str) -> str:
+    """128 bits of SHA-256 in hex (PostgreSQL's migration computes the same with ``sha256``)."""
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
 def run_command(
@@ -124,7 +146,7 @@ def run_command(
                 f"command {command_id} was already used for a different command",
                 **first_ids(expected),
             )
-        return Outcome(replayed=True, states=parse_result(receipt[1]), events=())
+        return Outcome(replayed=True, states=_replayed(tx, loaded, receipt[1]), events=())
     for agg, version in expected.items():
         found = loaded[agg]
         actual = found.version if found is not None else 0
@@ -169,7 +191,7 @@ def _write(
     )
     last_of = {event.aggregate_id: event.sequence for event in events}
     states: dict[str, Stored] = {}
-    texts: dict[str, tuple[int, str]] = {}
+    entries: list[tuple[str, str]] = []
     for change in changes:
         agg, version = change.aggregate_id, versions[change.aggregate_id]
         state_text = canonical_json(change.state)
@@ -185,13 +207,12 @@ def _write(
                 loaded[agg] is None,
             )
         )
-        texts[agg] = (version, state_text)
-        states[agg] = Stored(agg, version, json.loads(state_text))
-    # The receipt holds each changed state as written: reuse its text, don't re-encode it.
-    result = ",".join(
-        f'{json.dumps(agg, ensure_ascii=False)}:{{"state":{text},"version":{version}}}'
-        for agg, (version, text) in sorted(texts.items())
-    )
+        # The state as decided is the state written (canonical JSON round-trips plain data).
+        states[agg] = Stored(agg, version, change.state)
+        # A folded state is rebuilt from the events on replay: the receipt keeps its version.
+        entry = str(version) if change.folded else f'{{"state":{state_text},"version":{version}}}'
+        entries.append((agg, entry))
+    result = ",".join(f"{json.dumps(agg, ensure_ascii=False)}:{e}" for agg, e in sorted(entries))
     tx.add_receipt(command_id, key, "{" + result + "}", now)
     return Outcome(replayed=False, states=states, events=events)
 
@@ -246,9 +267,40 @@ def event_row(row: Sequence[Any]) -> Event:
     return Event(int(row[0]), str(row[1]), int(row[2]), str(row[3]), json.loads(row[4]), row[5])
 
 
-def parse_result(text: str) -> dict[str, Stored]:
+def parse_result(text: str) -> dict[str, Any]:
+    """A receipt's result: per aggregate its version (compact) or ``{"state", "version"}``."""
     result = json.loads(text)
-    return {agg: Stored(agg, int(v["version"]), v["state"]) for agg, v in result.items()}
+    if not isinstance(result, dict):
+        raise ValueError("a receipt's result is not an object")
+    return result
+
+
+def _replayed(tx: CommandTx, loaded: Mapping[str, Stored | None], text: str) -> dict[str, Stored]:
+    """The states a receipt's command left: stored whole, or (compact) the aggregate's current
+    state when it is still at that version, else the fold of its events up to that version."""
+    states = {}
+    for agg, entry in parse_result(text).items():
+        if isinstance(entry, dict):
+            states[agg] = Stored(agg, int(entry["version"]), entry["state"])
+            continue
+        version, now = int(entry), loaded.get(agg)
+        if now is not None and now.version == version:
+            states[agg] = now
+        else:
+            states[agg] = Stored(agg, version, _fold(agg, tx.events_of(agg, version)))
+    return states
+
+
+def _fold(aggregate_id: str, events: list[Event]) -> Any:
+    """The fold of these events; events that do not fold stay Unreadable (the caller's
+    validation refuses them as a corrupt record)."""
+    fold = FOLDS.get(aggregate_kind(aggregate_id))
+    try:
+        if fold is None:
+            raise ValueError(f"no fold for {aggregate_id}")
+        return fold(events)
+    except (RefineError, ValueError, KeyError, TypeError) as exc:
+        return Unreadable(f"receipt state does not fold: {exc}")
 
 
 class Unreadable(str):

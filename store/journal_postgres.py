@@ -58,7 +58,7 @@ from store.journal_url import DEFAULT_SCHEMA, redact, split_schema, valid_schema
 from store.locations import server_journal_dir
 
 Synchronous = Literal["FULL", "NORMAL"]
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 APPLICATION = "refine-journal"
 CHANNEL = "refine_journal"
 _RETRIES = 8  # a lost race on a new row, a deadlock or a serialization failure: run it again
@@ -114,6 +114,12 @@ CREATE TABLE {s}.outbox (
     topic         text NOT NULL,
     published     integer NOT NULL DEFAULT 0
 );
+""",
+    # 2: a receipt keeps the digest of its command's canonical text (``key_digest``), and the
+    # state only of aggregates whose state is not the fold of their events.
+    2: """
+UPDATE {s}.receipts SET payload = left(encode(sha256(convert_to(payload, 'UTF8')), 'hex'), 32)
+    WHERE payload LIKE '{{%%';
 """,
 }
 
@@ -536,6 +542,14 @@ class _PostgresCommand:
             f"SELECT payload, result FROM {self.s}.receipts WHERE command_id = %s", (command_id,)
         ).fetchone()
         return (str(row[0]), str(row[1])) if row else None
+
+    def events_of(self, aggregate_id: str, up_to_version: int) -> list[Event]:
+        rows = self.conn.execute(
+            "SELECT sequence, aggregate_id, version, type, data, committed_at"
+            f" FROM {self.s}.events WHERE aggregate_id = %s AND version <= %s ORDER BY sequence",
+            (aggregate_id, up_to_version),
+        ).fetchall()
+        return [event_row(row) for row in rows]
 
     def append(
         self, events: Sequence[tuple[str, int, str, str]], now: float, command_id: str

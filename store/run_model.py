@@ -20,6 +20,7 @@ from typing import Any
 from store import run_rules as rules
 from store.errors import CorruptRunError, DecisionError
 from store.journal_api import Event, Stored
+from store.journal_core import register_fold
 from store.run_rules import EXECUTION_LIMITS, Invalid
 
 RUN_STATUSES = ("queued", "running", "completed", "exhausted", "cancelled")
@@ -411,3 +412,6 @@ __all__ = [
     "run_from_stored",
     "run_view",
 ]
+
+
+register_fold("run", fold_run)

@@ -53,3 +53,12 @@ def test_lifecycle_runs_every_system_and_counts_pages() -> None:
     for figures in m.values():  # every job writes pages and spends CPU
         assert figures["pages"] > 0 and figures["cpu_ms"] > 0
     assert len(lifecycle.rows(m, "NORMAL")) == 3
+
+
+def test_postgres_bench_runs_every_contender_on_its_own_server() -> None:
+    from bench import postgres
+
+    m = postgres.measure(jobs=3, rounds=1)
+    assert set(m) == set(postgres.CONTENDERS)
+    assert all(wall > 0 for timings in m.values() for wall, _cpu in timings)
+    assert len(postgres.rows(m, 3, False)) == 2

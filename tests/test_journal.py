@@ -17,6 +17,7 @@ from store import journal_api
 from store.errors import (
     BackendUnavailableError,
     CommandConflictError,
+    CorruptRunError,
     DecisionError,
     DiskFullError,
     InvalidInputError,
@@ -243,6 +244,58 @@ def test_newer_schema_is_not_a_journal_we_can_read(tmp_path: Path) -> None:
     conn.close()
     with pytest.raises(NotAJournalError, match="newer"):
         Journal.open(path)
+
+
+def test_a_schema_2_journal_migrates_its_receipts_to_digests_and_still_replays(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "j.db"
+    cmd = dict(command_id="c1", payload={"op": "s"}, expected={"run:a": None})
+    with Journal.open(path) as j:
+        j.execute(**cmd, decide=submit)  # type: ignore[arg-type]
+    conn = sqlite3.connect(path)  # as schema 2 stored it: the canonical text itself
+    conn.execute(
+        "UPDATE receipts SET payload = ?",
+        ('{"expected":{"run:a":null},"payload":{"op":"s"}}',),
+    )
+    conn.execute("PRAGMA user_version = 2")
+    conn.commit()
+    conn.close()
+    with Journal.open(path) as j:
+        again = j.execute(**cmd, decide=submit)  # type: ignore[arg-type]
+        assert again.replayed and again.states["run:a"].state == {"status": "queued"}
+        with pytest.raises(CommandConflictError):
+            j.execute(**{**cmd, "payload": {"op": "t"}}, decide=submit)  # type: ignore[arg-type]
+    conn = sqlite3.connect(path)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == 3
+    (payload,) = conn.execute("SELECT payload FROM receipts").fetchone()
+    assert len(payload) == 32 and not payload.startswith("{")
+    conn.close()
+
+
+def test_a_folded_state_keeps_only_its_version_in_the_receipt_and_replays_by_fold(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "j.db"
+    with Journal.open(path) as j:
+        ex = Execution(j)
+        BUDGET = {"max_attempts": 2, "attempt_timeout_ms": 60_000}
+        pins = {"candidate_digest": "sha256:" + "ab" * 32, "recipe_revision": "r",
+                "scenario_revision": "s"}  # fmt: skip
+        first = ex.submit(command_id="s1", run_id="r1", pins=pins, budget=BUDGET)
+        ex.claim(command_id="c1", run_id="r1", expected_version=1, worker="w1")
+        conn = sqlite3.connect(path)
+        assert conn.execute("SELECT result FROM receipts WHERE command_id = 's1'").fetchone() == (
+            '{"run:r1":1}',
+        )
+        again = ex.submit(command_id="s1", run_id="r1", pins=pins, budget=BUDGET)
+        assert again.replayed and again.run == first.run  # folded from version 1's events
+        # Events that no longer fold are a corrupt record, never a replay of something else.
+        conn.execute("UPDATE events SET data = '{}' WHERE version = 1")
+        conn.commit()
+        conn.close()
+        with pytest.raises(CorruptRunError):
+            ex.submit(command_id="s1", run_id="r1", pins=pins, budget=BUDGET)
 
 
 def test_a_writer_holding_the_lock_is_journal_locked(tmp_path: Path) -> None:

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from store.goals import Goals
-from store.journal import Journal
+from store.journal import SCHEMA_VERSION, Journal
 from store.processes import ProcessRegistry, same_process
 from store.watch import ChangeFeed
 from tests.test_node import HANG, PY, Env, wait_until
@@ -129,7 +129,7 @@ def test_init_writes_a_journal_id_and_older_journals_get_one_on_first_writable_o
     assert migrated and migrated != first
     with Journal.open(path, create=False) as journal:
         assert journal.journal_id == migrated
-    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == 2
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
 
 
 # --- symlinks and process records (real nodes, workers and `refine` processes) ---------------

@@ -149,17 +149,40 @@ def test_a_newer_journal_is_refused_and_an_older_one_migrates_forward(
     with PostgresJournal.connect(postgres_url) as j:
         add(j, "run:a")
         journal_id = j.journal_id
-    monkeypatch.setattr(journal_postgres, "SCHEMA_VERSION", 2)
+    current = journal_postgres.SCHEMA_VERSION
+    monkeypatch.setattr(journal_postgres, "SCHEMA_VERSION", current + 1)
     monkeypatch.setitem(
-        journal_postgres.MIGRATIONS, 2, "ALTER TABLE {s}.events ADD COLUMN note text"
+        journal_postgres.MIGRATIONS, current + 1, "ALTER TABLE {s}.events ADD COLUMN note text"
     )
     with pytest.raises(NotAJournalError, match="migrate"):
         PostgresJournal.connect(postgres_url, read_only=True)
     with PostgresJournal.connect(postgres_url) as j:  # writable: migrated on open
         assert j.journal_id == journal_id and len(j.events_after(0)) == 1
-    monkeypatch.setattr(journal_postgres, "SCHEMA_VERSION", 1)
+    monkeypatch.setattr(journal_postgres, "SCHEMA_VERSION", current)
     with pytest.raises(NotAJournalError, match="newer"):
         PostgresJournal.connect(postgres_url)
+
+
+def test_a_schema_1_journal_migrates_its_receipts_to_digests_and_still_replays(
+    postgres_url: str,
+) -> None:
+    cmd = dict(command_id="c1", payload={"op": "s"}, expected={"run:a": None})
+    with PostgresJournal.connect(postgres_url) as j:
+        j.execute(**cmd, decide=create("run:a"))  # type: ignore[arg-type]
+    with psycopg.connect(postgres_url, autocommit=True) as conn:  # as schema 1 stored it
+        conn.execute(
+            "UPDATE refine.receipts SET payload = %s",
+            ('{"expected":{"run:a":null},"payload":{"op":"s"}}',),
+        )
+        conn.execute("DELETE FROM refine.schema_version WHERE version > 1")
+    with PostgresJournal.connect(postgres_url) as j:
+        again = j.execute(**cmd, decide=create("run:a"))  # type: ignore[arg-type]
+        assert again.replayed and again.states["run:a"].state == {"status": "queued"}
+        with pytest.raises(CommandConflictError):
+            j.execute(**{**cmd, "payload": {"op": "t"}}, decide=create("run:a"))  # type: ignore[arg-type]
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        row = conn.execute("SELECT payload FROM refine.receipts").fetchone()
+        assert row is not None and len(row[0]) == 32 and not row[0].startswith("{")
 
 
 def test_a_viewer_role_with_only_select_reads_and_every_command_is_refused(
