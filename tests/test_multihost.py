@@ -1,0 +1,262 @@
+"""Several machines (issue 12, DESIGN §12): real PostgreSQL in a server host, real nodes and
+workers on hosts a and b, each in its own network and PID namespace (tests/helpers/hosts.py).
+
+The dashboard is a Pilot RefineApp in this process, its threads inside host a's network
+(``net_entered``), as node a. Every command runs with ``refine`` inside a host; every byte of
+traffic stays on the hosts' private subnet. One set of hosts and one server serve the module;
+each test gets a fresh database and leaves no process on a or b. The password never appears in
+any output.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from refine_tui.app import RefineApp
+from store.goals import Goals
+from store.journal_api import Journal
+from store.run_model import Run
+from tests.helpers.fleet import Fleet
+from tests.helpers.host_postgres import PASSWORD, HostPostgres, ServerUnavailable
+from tests.helpers.hosts import Host, HostProcess, Hosts, open_or_skip, required
+from tests.helpers.soak_recipes import _DECOY
+from tests.helpers.waits import until
+
+pytestmark = pytest.mark.postgres
+PY = sys.executable
+# argv[1]: the goal's own folder (shared filesystem): the recipe finishes once <dir>/go exists.
+WAIT_FOR_GO = (
+    "import os, sys, time\n"
+    "while not os.path.exists(os.path.join(sys.argv[1], 'go')):\n"
+    "    time.sleep(0.05)\n"
+)
+HANG = "import time; time.sleep(600)"
+SIZE = (140, 30)
+
+
+class Cluster:
+    """The module's hosts and server."""
+
+    def __init__(self, hosts: Hosts, pg: HostPostgres) -> None:
+        self.hosts, self.pg = hosts, pg
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    hosts = open_or_skip(Hosts(["server", "a", "b"], base_dir=tmp_path_factory.mktemp("hosts")))
+    try:
+        try:
+            pg = HostPostgres.start_in(hosts["server"], allow=hosts.subnet)
+        except ServerUnavailable as exc:
+            pytest.fail(str(exc)) if required() else pytest.skip(str(exc))
+        try:
+            yield Cluster(hosts, pg)
+        finally:
+            pg.destroy()
+    finally:
+        hosts.close()
+
+
+class World:
+    """One test's journal (a fresh database), its fleet, and what it starts on a and b."""
+
+    def __init__(self, cluster: Cluster, tmp_path: Path) -> None:
+        self.hosts, self.pg, self.dir = cluster.hosts, cluster.pg, tmp_path
+        self.url = self.pg.client_url(self.pg.create_database())
+        self.fleet = Fleet(self.hosts, self.url, self.pg.client_env)
+        self.fleet.refine("a", "init")
+        self.decoys: list[tuple[HostProcess, Path]] = []
+
+    @property
+    def a(self) -> Host:
+        return self.hosts["a"]
+
+    @property
+    def b(self) -> Host:
+        return self.hosts["b"]
+
+    def add(self, host: str, goal_id: str, code: str, *options: str) -> Path:
+        """A goal of node ``host`` (added there: its node is its hostname); its folder."""
+        folder = self.dir / goal_id
+        folder.mkdir()
+        self.fleet.refine(
+            host, "goal", "add", "--title", f"{goal_id} on {host}", "--id", goal_id, *options,
+            "--", PY, "-c", code, str(folder),
+        )  # fmt: skip
+        return folder
+
+    def recipe_pid(self, host: Host, goal_id: str) -> int | None:
+        """The ns pid of ``goal_id``'s recipe in ``host`` (its argv names the goal's folder)."""
+        folder = str(self.dir / goal_id)
+        for p in host.processes():
+            if folder in p.cmdline and "-c" in p.cmdline and p.status != "zombie":
+                return p.ns_pid
+        return None
+
+    def decoy_at(self, host: Host, ns_pid: int) -> HostProcess:
+        """A process at exactly ``ns_pid`` in ``host`` that logs every signal it receives."""
+        log = self.dir / f"decoy-{host.name}-{ns_pid}.log"
+        proc = host.start_at_pid([PY, "-c", _DECOY, str(log)], ns_pid)
+        self.decoys.append((proc, log))
+        return proc
+
+    def decoys_untouched(self) -> bool:
+        return all(p.running() and not _read(log) for p, log in self.decoys)
+
+    @contextlib.contextmanager
+    def journal(self) -> Iterator[Journal]:
+        """The journal, read from inside host a's network."""
+        with self.a.net_entered(), Journal.open(self.url, read_only=True) as journal:
+            yield journal
+
+    def run_of(self, goal_id: str) -> Run:
+        with self.journal() as journal:
+            goals = Goals(journal)
+            goal = goals.read(goal_id)
+            assert goal is not None
+            run = goals.current_run(goal)
+            assert run is not None
+            return run
+
+    def status(self, goal_id: str) -> str:
+        return str(self.fleet.goals("a")[goal_id]["status"])
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.fleet.stop_nodes()
+        for host in (self.a, self.b):
+            host.kill_all()
+            host.started.clear()
+        with contextlib.suppress(Exception):
+            self.pg.drop_database(self.url)
+
+    def never_printed_a_password(self) -> None:
+        texts = self.fleet.outputs + [self.fleet.node_output(h) for h in ("a", "b")]
+        texts += [p.read_text(errors="replace") for p in self.hosts.base_dir.rglob("*.log")]
+        assert not [t for t in texts if PASSWORD in t]
+
+
+def _read(path: Path) -> str:
+    return path.read_text() if path.exists() else ""
+
+
+@pytest.fixture(name="w")
+def world(cluster: Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
+    # The in-process dashboard is node a: host a's state dir, the password by environment.
+    monkeypatch.setenv("PGPASSWORD", PASSWORD)
+    monkeypatch.setenv("XDG_STATE_HOME", str(cluster.hosts["a"].state_home))
+    for name in ("REFINE_JOURNAL", "REFINE_STATE_DIR", "REFINE_NODE"):
+        monkeypatch.delenv(name, raising=False)
+    w = World(cluster, tmp_path)
+    try:
+        yield w
+    finally:
+        w.close()
+
+
+def dashboard(w: World, body: Callable[[RefineApp, Any], Any]) -> None:
+    """Run ``body(app, pilot)`` on a dashboard of node a, inside host a's network."""
+
+    async def main() -> None:
+        app = RefineApp(journal=w.url, node="a", operator="dana")
+        async with app.run_test(size=SIZE) as pilot:
+            await until(pilot, lambda: app.header_state.state == "live", timeout=30)
+            assert PASSWORD not in app.header_state.journal
+            await body(app, pilot)
+
+    with w.a.net_entered():
+        asyncio.run(main())
+
+
+async def select(pilot: Any, goal_id: str) -> None:
+    from refine_tui.widgets.keyed_table import KeyedTable
+
+    pilot.app.query_one("#goals", KeyedTable).select(goal_id)
+    await pilot.pause()
+    assert pilot.app.selected_goal().goal_id == goal_id
+
+
+def notes(app: RefineApp) -> list[str]:
+    return [n.message for n in app._notifications]
+
+
+async def in_thread(call: Callable[..., Any], *args: Any) -> Any:
+    return await asyncio.to_thread(call, *args)
+
+
+# --- 1. both nodes, one dashboard --------------------------------------------------------------
+
+
+def test_goals_on_both_nodes_complete_and_the_dashboard_shows_both_live(w: World) -> None:
+    folders = {name: w.add(name, f"g{name}", WAIT_FOR_GO) for name in ("a", "b")}
+    seen: dict[str, list[tuple[str, str]]] = {"ga": [], "gb": []}
+
+    def note_rows(app: RefineApp) -> bool:
+        for goal_id, history in seen.items():
+            row = app.goal_rows.get(goal_id)
+            if row is not None and (not history or history[-1] != (row.status, row.node_id)):
+                history.append((row.status, row.node_id))
+        return True
+
+    async def body(app: RefineApp, pilot: Any) -> None:
+        await until(pilot, lambda: set(app.goal_rows) == {"ga", "gb"}, timeout=30)
+        for name in ("a", "b"):
+            await in_thread(w.fleet.start_node, name, "--capacity", "2")
+
+        async def watching(condition: Callable[[], bool]) -> None:
+            await until(pilot, lambda: note_rows(app) and condition(), timeout=60)
+
+        await watching(lambda: all(app.goal_rows[g].status == "running" for g in seen))
+        for folder in folders.values():
+            (folder / "go").touch()
+        await watching(lambda: all(app.goal_rows[g].status == "completed" for g in seen))
+
+    dashboard(w, body)
+    # Each row went queued → running → completed live, its node column telling whose it is.
+    for name in ("a", "b"):
+        assert seen[f"g{name}"] == [("queued", name), ("running", name), ("completed", name)]
+    goals = w.fleet.goals("b")
+    assert {g: goals[g]["node_id"] for g in goals} == {"ga": "a", "gb": "b"}
+    assert w.fleet.refine("b", "check").returncode == 0
+    w.fleet.stop_nodes()
+    assert not w.a.processes() and not w.b.processes()
+    w.never_printed_a_password()
+
+
+# --- 3. Stop from a of b's goal ----------------------------------------------------------------
+
+
+def test_stop_from_a_of_bs_goal_is_refused_naming_b_and_signals_nothing(w: World) -> None:
+    w.add("b", "gb", HANG)
+    w.fleet.start_node("b", "--capacity", "2")
+    w.fleet.wait_for(lambda: w.recipe_pid(w.b, "gb"), "b's recipe to run")
+    pid = w.recipe_pid(w.b, "gb")
+    assert pid is not None
+    decoy = w.decoy_at(w.a, pid)  # a's process with the very pid number of b's recipe
+    assert decoy.ns_pid == pid
+
+    refused = w.fleet.refine("a", "stop", "gb", "--grace", "1", check=False)
+    assert refused.returncode == 1 and refused.stdout == ""
+    assert refused.stderr.count("\n") == 1 and "node b" in refused.stderr, refused.stderr
+
+    async def body(app: RefineApp, pilot: Any) -> None:
+        await until(
+            pilot, lambda: "gb" in app.goal_rows and app.goal_rows["gb"].status == "running"
+        )
+        await select(pilot, "gb")
+        await pilot.press("s")
+        await until(pilot, lambda: any("node b" in n for n in notes(app)))
+        await pilot.pause(0.5)  # anything a Stop would have started has had time to act
+
+    dashboard(w, body)
+    assert w.b.ns_pid_running(pid) and w.recipe_pid(w.b, "gb") == pid  # b's recipe runs on
+    assert w.status("gb") == "running" and len(w.run_of("gb").attempts) == 1
+    assert decoy.running() and w.decoys_untouched()  # a's same-numbered process: no signal
+    w.never_printed_a_password()
