@@ -15,16 +15,19 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from store.errors import RefineError
 from store.goals import Goals
 from store.journal_api import Journal
+from store.locations import resolve_location
 from store.operator import stop_goal
-from store.processes import ProcessRegistry, stop_process
+from store.processes import ProcessRegistry, node_workers, stop_process
 
 DEMO_NODE = "n1"
 OTHER_NODE = "n2"
+RECORD_WAIT_S = 20.0  # a launched worker records itself within this, however busy the box
 
 
 def _sh(script: str) -> list[str]:
@@ -176,11 +179,25 @@ def stop_node(proc: subprocess.Popen[bytes]) -> None:
             proc.wait()
 
 
+def _await_records(path: Path, node: str, registry: ProcessRegistry) -> None:
+    """Wait until each worker the stopped node launched has recorded itself (or ended): it
+    claims and records a moment after its launch (seconds on a busy machine), and one that
+    Stop missed would run on, its goal `running`, after the demo quit."""
+    journal = str(resolve_location(path))
+    deadline = time.monotonic() + RECORD_WAIT_S
+    while time.monotonic() < deadline:
+        recorded = {r.pid for r in registry.all()}
+        if all(p.pid in recorded for p in node_workers(journal, node)):
+            return
+        time.sleep(0.05)
+
+
 def finish(path: Path, node: str, operator: str) -> list[str]:
     """Leave the journal truthful on quit: Stop every attempt the demo's node started (recorded
     as an operator's Stop, so the goals are requeued or held), and say what is left."""
     lines = []
     registry = ProcessRegistry(path, node)
+    _await_records(path, node, registry)
     with Journal.open(path, create=False) as journal:
         for record in registry.all():
             goal_id = record.run_id.rpartition(".r")[0]

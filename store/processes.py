@@ -326,6 +326,22 @@ def live_worker(worker: str) -> psutil.Process | None:
     return None
 
 
+def node_workers(journal: str, node: str) -> list[psutil.Process]:
+    """The live ``store.worker`` processes of ``node`` on ``journal`` (its canonical location,
+    as a node hands it by ``--journal`` or ``$REFINE_JOURNAL``), recorded or not yet."""
+    found = []
+    for proc in psutil.process_iter(["cmdline", "status"]):
+        argv = proc.info["cmdline"] or []
+        if proc.info["status"] == psutil.STATUS_ZOMBIE or "store.worker" not in argv:
+            continue
+        if _option(argv, "--node") != node:
+            continue
+        with contextlib.suppress(psutil.Error):
+            if (_option(argv, "--journal") or proc.environ().get("REFINE_JOURNAL")) == journal:
+                found.append(proc)
+    return found
+
+
 def _option(argv: list[str], name: str) -> str | None:
     try:
         return argv[argv.index(name) + 1]

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 from pathlib import Path
 
 from refine_tui.demo import DEMO_NODE, finish, populate, start_node, stop_node
 from store.goals import Goals
 from store.journal import Journal
+from store.locations import resolve_location
 from store.operator import cleanup_evidence
-from store.processes import ProcessRegistry, same_process
+from store.processes import ProcessRegistry, node_workers, same_process
 from tests.helpers.waits import wait_until
 
 
@@ -48,3 +51,25 @@ def test_quitting_the_demo_stops_and_records_what_it_started(tmp_path: Path) -> 
         "nightly-report is still running" in line and "cleanup nightly-report.r1 --epoch 1" in line
         for line in lines
     ), lines
+
+
+def test_quitting_while_its_workers_are_still_starting_stops_them_too(tmp_path: Path) -> None:
+    """Quit at once: workers launched before the node stopped record themselves only later (on
+    a busy machine); the demo Stopped only the recorded ones and left the rest running."""
+    path = populate(tmp_path / "journal.db")
+    journal = str(resolve_location(path))
+    node = start_node(path, DEMO_NODE)
+    try:
+        wait_until(lambda: node_workers(journal, DEMO_NODE), 30.0, what="a launched worker")
+    finally:
+        stop_node(node)
+    try:
+        lines = finish(path, DEMO_NODE, "dana")
+        assert node_workers(journal, DEMO_NODE) == [], lines
+    finally:  # a failure must not leave them running
+        for proc in node_workers(journal, DEMO_NODE):
+            with contextlib.suppress(OSError):
+                os.killpg(proc.pid, signal.SIGKILL)
+    with Journal.open(path, read_only=True) as j:
+        running = {g.goal_id for g in Goals(j).list(status="running")}
+    assert running == {"nightly-report", "gpu-train"}, lines
