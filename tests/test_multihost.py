@@ -260,3 +260,114 @@ def test_stop_from_a_of_bs_goal_is_refused_naming_b_and_signals_nothing(w: World
     assert w.status("gb") == "running" and len(w.run_of("gb").attempts) == 1
     assert decoy.running() and w.decoys_untouched()  # a's same-numbered process: no signal
     w.never_printed_a_password()
+
+
+# --- 2. Cancel from the dashboard of b's goal --------------------------------------------------
+
+
+def test_cancel_from_the_dashboard_of_bs_goal_is_cleaned_up_by_b(w: World) -> None:
+    from refine_tui.screens.confirm import CancelModal
+
+    w.add("b", "gb", HANG)
+    w.fleet.start_node("b", "--capacity", "2")
+    w.fleet.wait_for(lambda: w.recipe_pid(w.b, "gb"), "b's recipe to run")
+    pid = w.recipe_pid(w.b, "gb")
+    assert pid is not None
+
+    async def body(app: RefineApp, pilot: Any) -> None:
+        await until(
+            pilot, lambda: "gb" in app.goal_rows and app.goal_rows["gb"].status == "running"
+        )
+        await select(pilot, "gb")
+        await pilot.press("c")
+        await until(pilot, lambda: isinstance(app.screen, CancelModal))
+        await pilot.press(*"not needed", "enter")
+        await until(pilot, lambda: app.goal_rows["gb"].status == "cancelled")
+        # b's node stops its process and records the cancellation with its cleanup
+        await until(pilot, lambda: app.goal_rows["gb"].worker == "", timeout=30)
+
+    dashboard(w, body)
+    w.fleet.wait_for(lambda: not w.b.ns_pid_running(pid), "b's recipe gone in b's namespace")
+    run = w.run_of("gb")
+    assert run.status == "cancelled" and run.cancel_reason == "not needed"
+    (attempt,) = run.attempts
+    cleanup = attempt.cleanup or {}
+    assert cleanup.get("confirmed_by", "").endswith("@b"), cleanup  # b's node cleaned up
+    assert "cancel cleanup by node b" in cleanup.get("method", ""), cleanup
+    shown = w.fleet.refine("a", "show", "gb").stdout
+    assert "cancel cleanup by node b" in shown, shown
+    w.never_printed_a_password()
+
+
+# --- 5. the server restarts mid-run ------------------------------------------------------------
+
+
+def test_a_server_restart_mid_run_under_two_nodes_and_a_dashboard(w: World) -> None:
+    folders = {g: w.add(g[-1], g, WAIT_FOR_GO) for g in ("w1a", "w2a", "w1b", "w2b")}
+    go = [folder / "go" for folder in folders.values()]
+    nodes = {name: w.fleet.start_node(name, "--capacity", "2") for name in ("a", "b")}
+    for goal_id in folders:
+        w.fleet.wait_for(lambda g=goal_id: w.recipe_pid(w.hosts[g[-1]], g), f"{goal_id} to run")
+    workers_before = {g: w.run_of(g).attempts[0].worker for g in folders}
+    down = False
+
+    def outage_commands() -> None:
+        for name, args in (("a", ("goals",)), ("b", ("goal", "add", "--title", "x", "--", "true"))):
+            done = w.fleet.refine(name, *args, check=False)
+            assert done.returncode == 3 and done.stdout == "", done.stderr
+            assert done.stderr.startswith("refine: STORAGE: ") and done.stderr.count("\n") == 1
+
+    async def body(app: RefineApp, pilot: Any) -> None:
+        nonlocal down
+        await until(pilot, lambda: len(app.goal_rows) == 4)
+        states: list[str] = []
+
+        async def watching(condition: Callable[[], bool], timeout: float = 60) -> None:
+            def seen() -> bool:
+                if not states or states[-1] != app.header_state.state:
+                    states.append(app.header_state.state)
+                return condition()
+
+            await until(pilot, seen, timeout=timeout)
+
+        down = True
+        await in_thread(w.pg.stop, "immediate")
+        await in_thread(outage_commands)
+        for path in go:  # the recipes end while the server is down; reports wait for it
+            path.touch()
+        await watching(lambda: app.header_state.state == "reconnecting")
+        await pilot.pause(1.0)
+        await in_thread(w.pg.start_on_same_port)
+        down = False
+        await watching(lambda: app.header_state.state == "live")
+        await in_thread(w.pg.restart)  # pg_ctl restart: a clean shutdown, the same port
+        await watching(lambda: all(r.status == "completed" for r in app.goal_rows.values()))
+        # scheduling resumed on both nodes: new goals run and complete
+        for name in ("a", "b"):
+            await in_thread(w.add, name, f"after{name}", "pass")
+        await watching(
+            lambda: (
+                len(app.goal_rows) == 6
+                and all(r.status == "completed" for r in app.goal_rows.values())
+                and app.header_state.state == "live"
+            )
+        )
+        assert "reconnecting" in states and states[-1] == "live", states
+        with Journal.open(w.url, read_only=True) as journal:
+            await until(pilot, lambda: app.header_state.last_sequence == journal.last_sequence())
+            stored = {g.goal_id: (g.status, g.round, g.node_id) for g in Goals(journal).list()}
+        assert {k: (r.status, r.round, r.node_id) for k, r in app.goal_rows.items()} == stored
+
+    try:
+        dashboard(w, body)
+    finally:
+        if down:
+            w.pg.start_on_same_port()
+    assert all(node.running() for node in nodes.values())  # the nodes rode it out
+    for goal_id, worker in workers_before.items():  # each worker reported once, after the outage
+        run = w.run_of(goal_id)
+        assert [(a.state, a.worker) for a in run.attempts] == [("completed", worker)]
+    assert "clean" in w.fleet.refine("b", "check").stdout
+    w.fleet.stop_nodes()
+    assert not w.a.processes() and not w.b.processes()
+    w.never_printed_a_password()
