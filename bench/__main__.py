@@ -79,7 +79,9 @@ def run_cli(s: Settings) -> list[Row]:
 
 def run_attempts(s: Settings) -> list[Row]:
     counts = [1, 100] if s.samples >= 100 else [1, 20]
-    return attempts.rows([attempts.measure_one(n, min(s.idle_s, 10.0)) for n in counts])
+    idle_s = min(s.idle_s, 10.0)
+    modes = ("forked", "fresh")
+    return attempts.rows([attempts.measure_one(n, idle_s, m) for n in counts for m in modes])
 
 
 def run_latency(s: Settings) -> list[Row]:

@@ -1,13 +1,14 @@
-"""Running attempts on one node (DESIGN §9), measured as the design is today (no tuning).
+"""Running attempts on one node (DESIGN §9): workers forked by the node's forkserver against
+workers started as fresh processes (``REFINE_FORKSERVER=0``, the design before), side by side.
 
-    python -m bench.attempts [--counts 1 100] [--idle 5]
+    python -m bench.attempts [--counts 1 100 1000] [--idle 5] [--modes forked fresh]
 
 For each count N: a fresh journal, a real ``refine node --capacity N``, then N ``refine goal
 add`` commits (through the Goals API, in this process) of a recipe that sleeps. Once every
 recipe runs:
 - USS per attempt: the unique memory (psutil ``memory_full_info().uss``) of each attempt's
   worker process (the recipe itself, a ``sleep``, is the user's work and not counted), median;
-- node RSS: the ``refine node`` process;
+- node RSS: the ``refine node`` process, and its forkserver's (shared with the workers);
 - launch: from the Goal's ``goal.created`` commit (its ``committed_at``) to the recipe
   process's create time (psutil, put on the wall clock by a probe process; ±10 ms), p50, p95;
 - idle CPU of the node over ``--idle`` seconds while the N attempts sleep (% of one core).
@@ -16,6 +17,7 @@ recipe runs:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import subprocess
@@ -25,24 +27,34 @@ import time
 from pathlib import Path
 from typing import Any
 
-import psutil  # type: ignore[import-untyped]
+import psutil
 
 from bench.common import percentile
 from store.goals import Goals
 from store.journal import Journal
+from store.scheduler import FORKSERVER_ENV
 
 NODE = "bench-node"
 SLEEP_S = 600
 
 
-def _node(path: Path, capacity: int) -> subprocess.Popen[bytes]:
+def _node(path: Path, capacity: int, mode: str) -> subprocess.Popen[bytes]:
     command = [sys.executable, "-m", "refine_tui.cli", "--journal", str(path), "--node", NODE]
     return subprocess.Popen(
         [*command, "node", "--capacity", str(capacity)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
+        env={**os.environ, FORKSERVER_ENV: "1" if mode == "forked" else "0"},
     )
+
+
+def _forkserver_rss(node: psutil.Process) -> float:
+    for proc in node.children():
+        with contextlib.suppress(psutil.Error):
+            if "store.forkserver" in proc.cmdline():
+                return float(proc.memory_info().rss) / 2**20
+    return 0.0
 
 
 def _recipes(node: psutil.Process) -> dict[int, psutil.Process]:
@@ -69,14 +81,16 @@ def _clock_offset() -> float:
         probe.wait()
 
 
-def measure_one(count: int, idle_s: float, timeout_s: float = 300.0) -> dict[str, Any]:
+def measure_one(
+    count: int, idle_s: float, mode: str = "forked", timeout_s: float = 600.0
+) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="refine-attempts-") as scratch:
         path = Path(scratch) / "journal.db"
         Journal.open(path).close()
-        proc = _node(path, count)
+        proc = _node(path, count, mode)
         node = psutil.Process(proc.pid)
         try:
-            time.sleep(1.0)  # the node is up and watching before the first commit
+            time.sleep(3.0)  # the node (and its forkserver) is up and watching before the commit
             with Journal.open(path) as journal:
                 goals = Goals(journal)
                 for n in range(count):
@@ -106,6 +120,8 @@ def measure_one(count: int, idle_s: float, timeout_s: float = 300.0) -> dict[str
             busy = (after.user - before.user) + (after.system - before.system)
             return {
                 "count": count,
+                "mode": mode,
+                "forkserver_rss_mb": _forkserver_rss(node),
                 "uss_mb": sorted(uss)[len(uss) // 2],
                 "node_rss_mb": node.memory_info().rss / 2**20,
                 "launch_p50_ms": percentile(launches, 50),
@@ -126,8 +142,9 @@ def measure_one(count: int, idle_s: float, timeout_s: float = 300.0) -> dict[str
 def rows(results: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
     return [
         (
-            f"{r['count']:,} sleeping attempt(s) on one node",
-            f"USS {r['uss_mb']:.1f} MB per attempt (worker); node RSS {r['node_rss_mb']:.0f} MB;"
+            f"{r['count']:,} sleeping attempt(s), {r['mode']} workers",
+            f"USS {r['uss_mb']:.1f} MB per attempt (worker); node RSS {r['node_rss_mb']:.0f} MB"
+            f" (+ forkserver {r['forkserver_rss_mb']:.0f} MB);"
             f" launch p50 {r['launch_p50_ms']:.0f} ms p95 {r['launch_p95_ms']:.0f} ms;"
             f" node idle CPU {r['idle_cpu_pct']:.2f} %",
             "≤ 4 MB USS, launch p95 ≤ 50 ms",
@@ -140,8 +157,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--counts", type=int, nargs="+", default=[1, 100])
     parser.add_argument("--idle", type=float, default=5.0)
+    parser.add_argument("--modes", nargs="+", default=["forked", "fresh"])
     args = parser.parse_args(argv)
-    for row in rows([measure_one(n, args.idle) for n in args.counts]):
+    results = [measure_one(n, args.idle, mode) for n in args.counts for mode in args.modes]
+    for row in rows(results):
         print(" | ".join(row))
     return 0
 

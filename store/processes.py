@@ -99,11 +99,19 @@ class ProcessRecord:
             run_id=run_id,
             epoch=epoch,
             worker=worker,
-            argv=tuple(me.cmdline()),
+            argv=_argv(me),
             log_path=str(log_path),
             started_at=time.time(),
             journal_id=journal_id,
         )
+
+
+def _argv(proc: psutil.Process) -> tuple[str, ...]:
+    """The command line, without the blank tail a forked worker's may have (store.forkserver)."""
+    argv = list(proc.cmdline())
+    while argv and not argv[-1]:
+        argv.pop()
+    return tuple(argv)
 
 
 class ProcessRegistry:
@@ -234,9 +242,13 @@ def _read_record(path: Path) -> ProcessRecord | None:
 
 def _process(rec: ProcessRecord) -> psutil.Process | None:
     """The live, non-zombie process the record names, or None (gone, zombie or pid reused)."""
+    return _live(rec.pid, rec.create_time)
+
+
+def _live(pid: int, create_time: float) -> psutil.Process | None:
     try:
-        proc = psutil.Process(rec.pid)
-        if proc.create_time() != rec.create_time:
+        proc = psutil.Process(pid)
+        if proc.create_time() != create_time:
             return None
         if proc.status() == psutil.STATUS_ZOMBIE:
             return None
@@ -248,6 +260,11 @@ def _process(rec: ProcessRecord) -> psutil.Process | None:
 def same_process(rec: ProcessRecord) -> bool:
     """True when ``rec.pid`` is alive, not a zombie, with exactly the recorded create time."""
     return _process(rec) is not None
+
+
+def same_pid(pid: int, create_time: float) -> bool:
+    """``same_process`` for a pid and create time not (yet) in a record."""
+    return _live(pid, create_time) is not None
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,9 @@
 """``refine node``: this node's scheduler.
 
 It launches a worker (``python -m store.worker``) for each queued Goal that names this node,
-within a soft capacity, and cleans up after work the journal says has ended:
+within a soft capacity — with ``REFINE_FORKSERVER=1`` forked from its warm forkserver
+(``store.forkserver``), else (or when the forkserver cannot) started as a fresh process —
+and cleans up after work the journal says has ended:
 
 - reconciliation: a running attempt whose local process record proves the process gone (pid
   absent, or another create time) is interrupted with method ``process-exited``. Where there is
@@ -32,14 +34,25 @@ from typing import IO
 
 from store.errors import InvalidInputError, RefineError, VersionConflictError
 from store.execution import Execution
-from store.goal_model import PROCESS_GONE_METHOD
+from store.forkserver import Forkserver, cmdline
+from store.goal_model import MAX_NAME, PROCESS_GONE_METHOD
 from store.goals import Goal, GoalResult, Goals, check_name, goal_id_of_run
 from store.journal_api import Journal, JournalHandle, relay
 from store.locations import resolve_location
-from store.processes import ProcessRecord, ProcessRegistry, same_process, stop_process
+from store.processes import (
+    ProcessRecord,
+    ProcessRegistry,
+    same_pid,
+    same_process,
+    stop_process,
+)
 from store.run_model import Run
 from store.worker import EXIT_REFUSED, JOURNAL_ENV
 
+# "1": fork workers from the forkserver (opt-in until its gate passes on PostgreSQL under load);
+# otherwise every worker is a fresh process.
+FORKSERVER_ENV = "REFINE_FORKSERVER"
+EXIT_REPORT_S = 1.0  # how long to wait for the forkserver's word on a forked worker's exit
 SAFETY_POLL_S = 2.0  # ticks happen on journal changes, and at least this often
 GONE_GRACE_S = 3.0  # while running, an exited worker is reconciled after this long (see tick)
 STOP_GRACE_S = 5.0
@@ -47,17 +60,21 @@ STOP_GRACE_S = 5.0
 
 @dataclass
 class _Launch:
-    """A worker this node started (``proc``) or found running at startup (``record`` only)."""
+    """A worker this node started (``proc``), forked (``forked``: pid and create time) or
+    found running at startup (``record`` only)."""
 
     goal_id: str
     goal_version: int
     proc: subprocess.Popen[bytes] | None = None
     record: ProcessRecord | None = None
-    pidfd: int | None = None  # readable once ``proc`` exited: wakes the loop to reap it
+    pidfd: int | None = None  # readable once the worker exited: wakes the loop to reap it
+    forked: tuple[int, float] | None = None
 
     def alive(self) -> bool:
         if self.proc is not None:
             return self.proc.poll() is None
+        if self.forked is not None:
+            return same_pid(*self.forked)
         return self.record is not None and same_process(self.record)
 
 
@@ -88,6 +105,7 @@ class Node:
         self._refused: dict[str, int] = {}  # goal → version whose start was refused
         self._gone_since: dict[tuple[str, int], float] = {}
         self._log: IO[bytes] | None = None
+        self._forkserver: Forkserver | None = None
         # serve() points these at its event loop, so a worker's exit wakes the node at once.
         self.watch_fd: Callable[[int], object] = lambda fd: None
         self.unwatch_fd: Callable[[int], object] = lambda fd: None
@@ -97,7 +115,9 @@ class Node:
                 self.launched[goal_id] = _Launch(goal_id, 0, record=rec)
 
     def close(self) -> None:
-        """Close the journal and the node log; running workers are left running."""
+        """Close the journal, the forkserver and the node log; running workers run on."""
+        if self._forkserver is not None:
+            self._forkserver.close()
         for launch in self.launched.values():
             if launch.pidfd is not None:
                 os.close(launch.pidfd)
@@ -141,7 +161,7 @@ class Node:
             if launch.pidfd is not None:
                 self.unwatch_fd(launch.pidfd)
                 os.close(launch.pidfd)
-            if launch.proc is not None and launch.proc.returncode == EXIT_REFUSED:
+            if self._exit_code(launch) == EXIT_REFUSED:
                 self._refused[goal_id] = launch.goal_version
 
     def reconcile(self, *, settle_s: float = 0.0) -> list[GoalResult]:
@@ -229,10 +249,29 @@ class Node:
     # --- plumbing ------------------------------------------------------------------------------
 
     def _launch(self, goal: Goal) -> None:
-        # A URL goes by the environment, never argv: it may hold a password (ps shows argv).
-        env = {**os.environ, JOURNAL_ENV: str(self.journal_path)}
+        env = self._worker_env()
+        argv = self._worker_argv(goal.goal_id, uuid.uuid4().hex, goal.round)
+        log = self._node_log()
+        forked = self._forkserver_for(env, log).launch(argv) if _forking() else None
+        if forked is not None:
+            launch = _Launch(goal.goal_id, goal.version, forked=forked, pidfd=_pidfd(forked[0]))
+        else:  # no forkserver for now: a fresh process (the same worker, only slower)
+            proc = subprocess.Popen(
+                argv,
+                start_new_session=True,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                env=env,
+            )
+            launch = _Launch(goal.goal_id, goal.version, proc=proc, pidfd=_pidfd(proc.pid))
+        self.launched[goal.goal_id] = launch
+        if launch.pidfd is not None:
+            self.watch_fd(launch.pidfd)
+
+    def _worker_argv(self, goal_id: str, token: str, round: int) -> list[str]:
         where = [] if isinstance(self.journal_path, str) else ["--journal", str(self.journal_path)]
-        argv = [
+        return [
             sys.executable,
             "-m",
             "store.worker",
@@ -240,25 +279,30 @@ class Node:
             "--node",
             self.node_id,
             "--goal",
-            goal.goal_id,
+            goal_id,
             "--token",
-            uuid.uuid4().hex,
+            token,
             "--round",
-            str(goal.round),
+            str(round),
         ]
-        log = self._node_log()
-        proc = subprocess.Popen(
-            argv,
-            start_new_session=True,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=log,
-            env=env,
-        )
-        pidfd = _pidfd(proc.pid)
-        self.launched[goal.goal_id] = _Launch(goal.goal_id, goal.version, proc=proc, pidfd=pidfd)
-        if pidfd is not None:
-            self.watch_fd(pidfd)
+
+    def _worker_env(self) -> dict[str, str]:
+        # A URL goes by the environment, never argv: it may hold a password (ps shows argv).
+        return {**os.environ, JOURNAL_ENV: str(self.journal_path)}
+
+    def _forkserver_for(self, env: dict[str, str], log: IO[bytes]) -> Forkserver:
+        if self._forkserver is None:
+            longest = self._worker_argv("g" * MAX_NAME, "t" * 32, 10**18)
+            self._forkserver = Forkserver(env, log, len(cmdline(longest)))
+        return self._forkserver
+
+    def _exit_code(self, launch: _Launch) -> int | None:
+        """An exited worker's code, if known (a forked one's comes from the forkserver)."""
+        if launch.proc is not None:
+            return launch.proc.returncode
+        if launch.forked is not None and self._forkserver is not None:
+            return self._forkserver.exit_code(launch.forked[0], EXIT_REPORT_S)
+        return None
 
     def _node_log(self) -> IO[bytes]:
         if self._log is None:
@@ -323,6 +367,9 @@ class Node:
         for launch in self.launched.values():
             if launch.pidfd is not None:
                 self.watch_fd(launch.pidfd)
+        # Warm the forkserver now, so the first Goal does not wait for it.
+        if _forking():
+            self._forkserver_for(self._worker_env(), self._node_log()).start()
         watcher = Journal.watch(self.journal_path)
         pump = asyncio.create_task(relay(watcher, wake))
         try:
@@ -350,6 +397,10 @@ class Node:
             step()
         except RefineError as exc:  # e.g. the journal is locked for a while: try again later
             self._say(f"{exc}")
+
+
+def _forking() -> bool:
+    return os.environ.get(FORKSERVER_ENV) == "1"
 
 
 def _pidfd(pid: int) -> int | None:

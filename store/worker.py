@@ -66,7 +66,7 @@ def worker_name(node_id: str, token: str) -> str:
     return f"{node_id}/{token}"
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m store.worker")
     # A postgresql:// URL comes by $REFINE_JOURNAL, not argv: it may hold a password (ps).
     parser.add_argument("--journal", default=os.environ.get(JOURNAL_ENV))
@@ -74,9 +74,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--goal", required=True)
     parser.add_argument("--token", required=True)
     parser.add_argument("--round", type=int, default=None)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None, parser_: argparse.ArgumentParser | None = None) -> int:
+    """``parser_``: one built before (the forkserver's, shared by its children)."""
+    parser_ = parser_ or parser()
+    args = parser_.parse_args(argv)
     if not args.journal:
-        parser.error(f"--journal or ${JOURNAL_ENV} is required")
+        parser_.error(f"--journal or ${JOURNAL_ENV} is required")
     try:
         journal = Journal.open(args.journal, create=False)
     except RefineError as exc:

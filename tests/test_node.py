@@ -42,6 +42,17 @@ def _ours(marker: str) -> list[psutil.Process]:
     return found
 
 
+def _workers_and_recipes(marker: str, node_pid: int) -> list[int]:
+    """Our processes but the node and the forkserver it started (store.forkserver)."""
+    found = []
+    for proc in _ours(marker):
+        with contextlib.suppress(psutil.Error):
+            zygote = proc.ppid() == node_pid and "store.forkserver" in proc.cmdline()
+            if proc.pid != node_pid and not zygote:
+                found.append(proc.pid)
+    return found
+
+
 class Env:
     """A journal in tmp_path, a reading connection, and every process the test starts."""
 
@@ -191,8 +202,8 @@ def test_a_goal_runs_and_completes_end_to_end(env: Env) -> None:
     log = env.registry().log_path(run.run_id, 1)
     assert "hello from the recipe" in log.read_text()
     wait_until(lambda: env.registry().all() == [], what="the worker's record removed")
-    # Only the node is left: the worker and its recipe are gone.
-    wait_until(lambda: [p.pid for p in _ours(env.marker)] == [node.pid], what="only the node")
+    # Only the node (and its forkserver) is left: the worker and its recipe are gone.
+    wait_until(lambda: _workers_and_recipes(env.marker, node.pid) == [], what="only the node")
 
 
 def test_a_failing_recipe_retries_then_exhausts(env: Env) -> None:
@@ -444,3 +455,68 @@ def test_a_worker_that_cannot_record_its_process_reports_failed_as_owner(tmp_pat
         assert run.status == "exhausted"
         assert "cannot record the worker process" in (run.attempts[0].reason or "")
         assert goals.read("g").status == "exhausted"
+
+
+# --- the forkserver ----------------------------------------------------------------------------
+
+
+def test_the_node_forks_its_workers_from_a_forkserver_whose_death_harms_no_attempt(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from store.processes import live_worker
+    from store.scheduler import FORKSERVER_ENV
+
+    monkeypatch.setenv(FORKSERVER_ENV, "1")  # opt-in for now
+
+    env.goal("forked", WAIT_FOR_GO)
+    node = env.node()
+    rec = wait_until(lambda: env.running_record("forked"), what="a running, recorded attempt")
+
+    worker = psutil.Process(rec.pid)
+    zygote = worker.parent()
+    assert zygote is not None and "store.forkserver" in zygote.cmdline()
+    assert zygote.ppid() == node.pid
+    assert os.getsid(rec.pid) == rec.pid == rec.pgid  # its own session, as Popen would give
+    assert rec.argv[1:3] == ("-m", "store.worker") and rec.argv[-2] == "--round"
+    _, run = env.read("forked")
+    found = live_worker(run.attempts[0].worker)  # found by its token, as a started worker is
+    assert found is not None and found.pid == rec.pid
+
+    zygote.kill()  # the forkserver crashes: its worker runs on, and the node carries on
+    wait_until(lambda: not same_process(rec) or _dead(zygote), what="the forkserver dead")
+    assert same_process(rec)
+    env.goal("after", QUICK)
+    wait_until(lambda: _completed(env, "after"), what="a goal launched after the crash")
+    (env.dir / "go").touch()
+    wait_until(lambda: _completed(env, "forked"), what="the orphaned worker completes")
+    assert len(env.read("forked")[1].attempts) == 1
+
+
+def test_the_forkserver_reports_exit_codes_and_outlives_a_crashing_worker(env: Env) -> None:
+    from store.forkserver import Forkserver, cmdline
+    from store.worker import EXIT_REFUSED
+
+    env.goal("ok", QUICK)
+    with open(env.dir / "node.log", "ab") as log:
+        server = Forkserver({**os.environ, "REFINE_JOURNAL": str(env.path)}, log, 600)
+        try:
+            head = [PY, "-m", "store.worker", "--node", "n1"]
+            bad = server.launch([*head, "--goal"])  # argparse refuses: exit 2
+            refused = server.launch([*head, "--goal", "nosuch", "--token", "t1"])
+            assert bad is not None and refused is not None
+            assert server.exit_code(bad[0], 20) == 2
+            assert server.exit_code(refused[0], 20) == EXIT_REFUSED
+            done = server.launch([*head, "--goal", "ok", "--token", "t2"])
+            assert done is not None and server.exit_code(done[0], 20) == 0
+            assert _completed(env, "ok")
+            assert server.launch([*head, "x" * 600]) is None  # too long to show: Popen instead
+            assert len(cmdline([*head, "x" * 600])) > 600
+        finally:
+            server.close()
+
+
+def _dead(proc: psutil.Process) -> bool:
+    try:
+        return proc.status() == psutil.STATUS_ZOMBIE  # the node reaps it when it next launches
+    except psutil.NoSuchProcess:
+        return True
