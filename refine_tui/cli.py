@@ -116,8 +116,14 @@ def cmd_init(args: argparse.Namespace) -> int:
 
     path = journal_path(args)
     if isinstance(path, str):  # a URL is never a file name: create the schema there
-        with Journal.open(path, read_only=False, create=True) as journal:
-            created = journal.last_sequence() == 0
+        from store.errors import JournalMissingError
+
+        try:  # an existing journal, even an empty one, was not created now
+            Journal.open(path, read_only=False, create=False).close()
+            created = False
+        except JournalMissingError:
+            Journal.open(path, read_only=False, create=True).close()
+            created = True
         shown = redact(path)
         emit(args, {"journal": shown, "created": created}, f"journal ready: {shown}")
         return EXIT_OK

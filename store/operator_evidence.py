@@ -318,7 +318,10 @@ def _evidence_sentence(
     goal: Goal, node: str, record: ProcessRecord | None, alive: bool, output_age: float | None
 ) -> str:
     parts: list[str] = []
-    if record is None:
+    if record is None and goal.node_id != node:
+        # Its records live on its own machine: their absence here proves nothing.
+        parts.append(f"it runs on node {goal.node_id}: no process record can be checked from here")
+    elif record is None:
         parts.append(f"no process record on node {goal.node_id}")
     else:
         started = time.strftime("%H:%M", time.localtime(record.started_at))

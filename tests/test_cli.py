@@ -44,6 +44,17 @@ def test_init_creates_file_and_folder_idempotently(tmp_path: Path, capsys) -> No
     assert code == 0 and json.loads(out)["created"] is False
 
 
+@pytest.mark.postgres
+def test_init_on_postgresql_says_created_once_even_for_an_empty_journal(
+    postgres_url: str, capsys
+) -> None:
+    first = refine(capsys, postgres_url, "init", "--json")  # type: ignore[arg-type]
+    again = refine(capsys, postgres_url, "init", "--json")  # type: ignore[arg-type]
+    assert first[0] == again[0] == 0
+    assert json.loads(first[1])["created"] is True
+    assert json.loads(again[1])["created"] is False  # it exists, though no event was written
+
+
 def test_goal_add_list_show_json_shapes(journal: Path, capsys) -> None:
     code, out, _ = refine(
         capsys,

@@ -157,6 +157,18 @@ def refused(journal: Journal, error: type[RefineError], call) -> RefineError:
     return info.value
 
 
+def test_cleanup_evidence_away_from_the_goals_node_claims_no_record_it_cannot_see(
+    journal: Journal,
+) -> None:
+    running_goal(journal, node="n2")  # n2's records live on n2's machine, not here
+    evidence = cleanup_evidence(journal, "build.r1", epoch=1, node="n1")
+    assert evidence.record is None and not evidence.same_process_alive
+    assert "it runs on node n2: no process record can be checked from here" in evidence.sentence
+    assert "no process record on node n2" not in evidence.sentence
+    on_its_node = cleanup_evidence(journal, "build.r1", epoch=1, node="n2")
+    assert "no process record on node n2" in on_its_node.sentence
+
+
 def test_stop_kills_the_recorded_group_and_requeues(journal: Journal, spawn) -> None:
     goals = running_goal(journal, max_attempts=5)
     worker = spawn(journal, "build")
