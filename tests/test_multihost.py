@@ -12,14 +12,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import sys
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from refine_tui.app import RefineApp
+from store.goal_model import PROCESS_GONE_METHOD
 from store.goals import Goals
 from store.journal_api import Journal
 from store.run_model import Run
@@ -27,7 +30,7 @@ from tests.helpers.fleet import Fleet
 from tests.helpers.host_postgres import PASSWORD, HostPostgres, ServerUnavailable
 from tests.helpers.hosts import Host, HostProcess, Hosts, open_or_skip, required
 from tests.helpers.soak_recipes import _DECOY
-from tests.helpers.waits import until
+from tests.helpers.waits import until, wait_until
 
 pytestmark = pytest.mark.postgres
 PY = sys.executable
@@ -100,6 +103,16 @@ class World:
                 return p.ns_pid
         return None
 
+    def running(self, host: Host, goal_id: str) -> int:
+        """Wait for ``goal_id``'s recipe to run in ``host``; its ns pid there."""
+        pid = wait_until(lambda: self.recipe_pid(host, goal_id), 60, f"{goal_id} to run")
+        assert pid is not None
+        return pid
+
+    def record(self, goal_id: str) -> Path | None:
+        """The process record file of ``goal_id``'s first attempt on node b (on b's disk)."""
+        return next(self.b.state_home.glob(f"refine/*/b/processes/{goal_id}.r1.1.json"), None)
+
     def decoy_at(self, host: Host, ns_pid: int) -> HostProcess:
         """A process at exactly ``ns_pid`` in ``host`` that logs every signal it receives."""
         log = self.dir / f"decoy-{host.name}-{ns_pid}.log"
@@ -161,17 +174,20 @@ def world(cluster: Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
         w.close()
 
 
-def dashboard(w: World, body: Callable[[RefineApp, Any], Any]) -> None:
-    """Run ``body(app, pilot)`` on a dashboard of node a, inside host a's network."""
+def dashboard(w: World, body: Callable[[RefineApp, Any], Any], node: str = "a") -> None:
+    """Run ``body(app, pilot)`` on a dashboard of ``node``, inside that host's network and with
+    its state dir (its process records)."""
+    host = w.hosts[node]
+    os.environ["XDG_STATE_HOME"] = str(host.state_home)  # the fixture's monkeypatch restores it
 
     async def main() -> None:
-        app = RefineApp(journal=w.url, node="a", operator="dana")
+        app = RefineApp(journal=w.url, node=node, operator="dana")
         async with app.run_test(size=SIZE) as pilot:
             await until(pilot, lambda: app.header_state.state == "live", timeout=30)
             assert PASSWORD not in app.header_state.journal
             await body(app, pilot)
 
-    with w.a.net_entered():
+    with host.net_entered():
         asyncio.run(main())
 
 
@@ -307,7 +323,7 @@ def test_a_server_restart_mid_run_under_two_nodes_and_a_dashboard(w: World) -> N
     go = [folder / "go" for folder in folders.values()]
     nodes = {name: w.fleet.start_node(name, "--capacity", "2") for name in ("a", "b")}
     for goal_id in folders:
-        w.fleet.wait_for(lambda g=goal_id: w.recipe_pid(w.hosts[g[-1]], g), f"{goal_id} to run")
+        w.running(w.hosts[goal_id[-1]], goal_id)
     workers_before = {g: w.run_of(g).attempts[0].worker for g in folders}
     down = False
 
@@ -370,4 +386,58 @@ def test_a_server_restart_mid_run_under_two_nodes_and_a_dashboard(w: World) -> N
     assert "clean" in w.fleet.refine("b", "check").stdout
     w.fleet.stop_nodes()
     assert not w.a.processes() and not w.b.processes()
+    w.never_printed_a_password()
+
+
+# --- 4. node b crashes and restarts ------------------------------------------------------------
+
+
+def test_node_b_crashes_proof_reconciles_and_no_proof_is_confirmed_from_a(w: World) -> None:
+    from textual.widgets import Static
+
+    from refine_tui.screens.confirm import ConfirmModal
+
+    for goal_id in ("proof", "noproof"):
+        w.add("b", goal_id, HANG, "--max-attempts", "1")
+    w.fleet.start_node("b", "--capacity", "2")
+    records: dict[str, Path] = {}
+    for goal_id in ("proof", "noproof"):
+        w.running(w.b, goal_id)
+        record = wait_until(partial(w.record, goal_id), 30, f"{goal_id}'s record")
+        assert record is not None
+        records[goal_id] = record
+
+    w.b.kill_all()  # node b, its workers and their recipes: SIGKILL, no goodbye
+    records["noproof"].unlink()  # this attempt is left without proof
+    w.fleet.start_node("b", "--capacity", "2")
+    w.fleet.wait_for(lambda: w.status("proof") == "exhausted", "proof reconciled")
+    (proved,) = w.run_of("proof").attempts
+    assert (proved.cleanup or {}).get("method") == PROCESS_GONE_METHOD, proved
+    assert (proved.cleanup or {}).get("confirmed_by", "").endswith("@b"), proved
+
+    async def on_b(app: RefineApp, pilot: Any) -> None:  # b's own dashboard sees no proof
+        await until(pilot, lambda: "noproof" in app.goal_rows)
+        await until(pilot, lambda: app.goal_rows["noproof"].needs_cleanup)
+        assert "needs cleanup" in app.goal_rows["noproof"].note
+
+    dashboard(w, on_b, node="b")
+    assert w.status("noproof") == "running"  # the restarted node left it: no proof either way
+
+    async def on_a(app: RefineApp, pilot: Any) -> None:  # Confirm cleanup from a
+        await until(pilot, lambda: "noproof" in app.goal_rows)
+        assert not app.goal_rows["noproof"].needs_cleanup  # a cannot tell: "on node b"
+        await select(pilot, "noproof")
+        await pilot.press("x")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmModal))
+        body = str(app.screen.query_one("#dialog-body Static", Static).render())
+        assert "it runs on node b: no process record can be checked from here" in body, body
+        await pilot.press("y")
+        await until(pilot, lambda: app.goal_rows["noproof"].status == "exhausted")
+
+    dashboard(w, on_a)
+    (confirmed,) = w.run_of("noproof").attempts
+    assert (confirmed.cleanup or {}).get("confirmed_by") == "dana@a", confirmed
+    assert "clean" in w.fleet.refine("a", "check").stdout
+    w.fleet.stop_nodes()
+    assert not w.b.processes()
     w.never_printed_a_password()
