@@ -1,8 +1,8 @@
 """``refine node``: this node's scheduler.
 
 It launches a worker (``python -m store.worker``) for each queued Goal that names this node,
-within a soft capacity — with ``REFINE_FORKSERVER=1`` forked from its warm forkserver
-(``store.forkserver``), else (or when the forkserver cannot) started as a fresh process —
+within a soft capacity — forked from its warm forkserver (``store.forkserver``), or started as a
+fresh process with ``REFINE_FORKSERVER=0`` or when the forkserver cannot start —
 and cleans up after work the journal says has ended:
 
 - reconciliation: a running attempt whose local process record proves the process gone (pid
@@ -49,8 +49,8 @@ from store.processes import (
 from store.run_model import Run
 from store.worker import EXIT_REFUSED, JOURNAL_ENV
 
-# "1": fork workers from the forkserver (opt-in until its gate passes on PostgreSQL under load);
-# otherwise every worker is a fresh process.
+# Workers are forked from the warm forkserver unless this is "0" (then each is a fresh process,
+# the design before; also the fallback when no forkserver can start).
 FORKSERVER_ENV = "REFINE_FORKSERVER"
 EXIT_REPORT_S = 1.0  # how long to wait for the forkserver's word on a forked worker's exit
 SAFETY_POLL_S = 2.0  # ticks happen on journal changes, and at least this often
@@ -400,7 +400,7 @@ class Node:
 
 
 def _forking() -> bool:
-    return os.environ.get(FORKSERVER_ENV) == "1"
+    return os.environ.get(FORKSERVER_ENV) != "0"
 
 
 def _pidfd(pid: int) -> int | None:
