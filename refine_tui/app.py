@@ -329,6 +329,7 @@ class RefineApp(App[None]):
             history_after=history_after,
             recheck=recheck,
             goal_node=focused.node_id if focused else None,
+            first_screen=max(self.query_one("#goals", KeyedTable).size.height, 20) + 10,
         )
 
     def trouble_for(self, exc: StorageError) -> JournalTrouble:

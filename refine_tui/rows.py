@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -104,18 +104,14 @@ class Reader:
 
     # --- Goals ---------------------------------------------------------------------------------
 
-    def visible_goal_ids(
-        self, text: str = "", matching: Callable[[str, int], list[str]] | None = None
-    ) -> tuple[list[str], int]:
+    def visible_goal_ids(self, text: str = "") -> tuple[list[str], int]:
         """The Goals to list (active ones, then the most recent terminal ones) and the total.
 
-        ``matching(text, limit)``: an in-memory search (``GoalIndex``) instead of the journal's.
+        Read from the journal; ``GoalIndex`` serves the same lists from memory once built.
         """
         j = self.journal
         with j.snapshot():
             total = j.count("goal")
-            if text and matching is not None:
-                return matching(text, ACTIVE_LIMIT + RECENT_LIMIT), total
             if text:
                 found = _matching(j, text)
             else:

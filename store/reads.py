@@ -59,13 +59,14 @@ def goal_ids(
 
 
 def goal_states(
-    journal: Journal, contains: str | None = None
+    journal: Journal, contains: str | None = None, *, newest_first: bool = False
 ) -> Iterator[tuple[str, Mapping[str, object]]]:
     """(goal id, stored state) of every Goal, unparsed and maybe corrupt: a search's haystack.
 
-    ``contains``: only Goals whose stored record has this text somewhere (a cheap pre-filter).
+    ``contains``: only Goals whose stored record has this text somewhere (a cheap pre-filter);
+    ``newest_first``: by each Goal's last commit, newest first (else by id).
     """
-    for stored in journal.aggregates("goal", contains=contains):
+    for stored in journal.aggregates("goal", contains=contains, newest_first=newest_first):
         state = stored.state if isinstance(stored.state, dict) else {}
         yield stored.aggregate_id.partition(":")[2], state
 

@@ -1,0 +1,42 @@
+"""The dashboard's in-memory Goal index lists what the journal would, without reading it."""
+
+from __future__ import annotations
+
+from refine_tui.goal_index import GoalIndex
+from refine_tui.rows import ACTIVE, TERMINAL, Reader
+from store import reads
+from store.goals import Goals
+from store.journal_api import Journal
+
+
+def journal_list(journal: Journal, active: int, recent: int) -> list[str]:
+    """The unfiltered list as the journal gives it (``Reader.visible_goal_ids``'s queries)."""
+    found = reads.goal_ids(journal, status=ACTIVE, limit=active)
+    found += reads.goal_ids(journal, status=TERMINAL, newest_first=True, limit=recent)
+    return sorted(set(found))
+
+
+def settle(goals: Goals, goal_id: str) -> None:
+    goals.start(goal_id=goal_id, node_id="n1", worker="w", token=f"t-{goal_id}")
+    goals.settle(goal_id=goal_id, run_id=f"{goal_id}.r1", epoch=1, outcome="completed")
+
+
+def test_the_cleared_list_comes_from_the_index_as_the_journal_orders_it(journal: Journal) -> None:
+    goals = Goals(journal)
+    for n in range(12):
+        goals.create(goal_id=f"g{n:02d}", title=f"goal {n}", node_id="n1", argv=["true"])
+    for n in (7, 2, 9, 0, 11, 4):  # completed in this order: the most recent are 4, 11, 0
+        settle(goals, f"g{n:02d}")
+    index = GoalIndex.build(journal)
+    assert index.listed(3, 3) == journal_list(journal, 3, 3)
+    assert index.listed(3, 3) == ["g00", "g01", "g03", "g04", "g05", "g11"]
+
+    # Commits after the build reach the index as the rows the dashboard re-reads.
+    after = journal.last_commit()[0]
+    settle(goals, "g05")  # active → the most recent terminal Goal
+    goals.create(goal_id="g00a", title="new", node_id="n1", argv=["true"])
+    changed = reads.goals_touched(journal.events_after(after))
+    index.update(Reader(journal, "n1").goal_rows(changed), changed)
+    assert index.listed(3, 3) == journal_list(journal, 3, 3)
+    assert index.listed(3, 3) == ["g00a", "g01", "g03", "g04", "g05", "g11"]
+    assert index.matching("new", 10) == ["g00a"]
