@@ -13,7 +13,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import random
+import signal
 import sys
+import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
@@ -23,13 +27,14 @@ import pytest
 
 from refine_tui.app import RefineApp
 from store.goal_model import PROCESS_GONE_METHOD
-from store.goals import Goals
+from store.goals import Goal, Goals
 from store.journal_api import Journal
 from store.run_model import Run
 from tests.helpers.fleet import Fleet
 from tests.helpers.host_postgres import PASSWORD, HostPostgres, ServerUnavailable
 from tests.helpers.hosts import Host, HostProcess, Hosts, open_or_skip, required
-from tests.helpers.soak_recipes import _DECOY
+from tests.helpers.soak_recipes import _DECOY, recipe_argv
+from tests.helpers.soak_run import KINDS
 from tests.helpers.waits import until, wait_until
 
 pytestmark = pytest.mark.postgres
@@ -440,4 +445,139 @@ def test_node_b_crashes_proof_reconciles_and_no_proof_is_confirmed_from_a(w: Wor
     assert "clean" in w.fleet.refine("a", "check").stdout
     w.fleet.stop_nodes()
     assert not w.b.processes()
+    w.never_printed_a_password()
+
+
+# --- 6. a short multi-host soak ----------------------------------------------------------------
+
+SOAK_SECONDS = float(os.environ.get("REFINE_MULTIHOST_SOAK_SECONDS", "20"))
+SOAK_SEED = int(os.environ.get("REFINE_SOAK_SEED", "20261129"))
+
+
+class HostSoak:
+    """The soak's operator mix (tests/helpers/soak_run.py) on two hosts: goals for a and b, Stop
+    on the goal's node (and refused elsewhere), Cancel and Release from either, Confirm cleanup,
+    SIGKILL of workers, of a node, or of a whole host's processes, and restarts."""
+
+    def __init__(self, w: World, goals: Goals) -> None:
+        self.w, self.goals = w, goals
+        self.rng = random.Random(SOAK_SEED)
+        self.down: dict[str, float] = {}
+        self.created = 0
+        self.counts: Counter[str] = Counter()
+
+    def refine(self, host: str, *args: str) -> int:
+        done = self.w.fleet.refine(host, *args, check=False)
+        assert done.returncode in (0, 1), done.stderr  # done, or refused by the model
+        assert "Traceback" not in done.stderr
+        return done.returncode
+
+    def pick(self, *statuses: str) -> Goal | None:
+        found = self.goals.list(status=list(statuses))
+        return self.rng.choice(found) if found else None
+
+    def step(self) -> None:
+        r, rng, other = self.rng.random(), self.rng, {"a": "b", "b": "a"}
+        if r < 0.35 and self.created < 40:
+            kind = rng.choices(list(KINDS), weights=list(KINDS.values()))[0]
+            goal_id = f"s{self.created}-{kind}"
+            self.created += 1
+            self.goals.create(
+                goal_id=goal_id, title=f"soak {kind}", node_id=rng.choice("ab"),
+                argv=recipe_argv(kind, str(self.w.dir), self.w.dir / "pids" / goal_id),
+                max_attempts=rng.randint(1, 3), redelivery=rng.choice(("safe", "operator")),
+            )  # fmt: skip
+        elif r < 0.50 and (goal := self.pick("running")):
+            self.counts["stop"] += 1
+            self.refine(goal.node_id, "stop", goal.goal_id, "--grace", "0.5")
+        elif r < 0.55 and (goal := self.pick("running")):
+            done = self.w.fleet.refine(other[goal.node_id], "stop", goal.goal_id, check=False)
+            assert done.returncode == 1 and f"node {goal.node_id}" in done.stderr, done.stderr
+            self.counts["stop refused"] += 1
+        elif r < 0.63 and (goal := self.pick("queued", "held", "running")):
+            self.counts["cancel"] += 1
+            self.refine(
+                rng.choice("ab"), "cancel", goal.goal_id, "--reason", "soak", "--grace", "0.5"
+            )
+        elif r < 0.70 and (goal := self.pick("held")):
+            self.counts["release"] += 1
+            self.refine(rng.choice("ab"), "release", goal.goal_id)
+        elif r < 0.80:
+            host = self.w.hosts[rng.choice("ab")]
+            workers = [p for p in host.processes() if "store.worker" in p.cmdline]
+            if workers:
+                self.counts["kill worker"] += 1
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(rng.choice(workers).root_pid, signal.SIGKILL)
+        elif r < 0.85:
+            name = rng.choice("ab")
+            if name not in self.down:
+                self.counts["kill node"] += 1
+                if rng.random() < 0.5:
+                    self.crash(self.w.hosts[name])
+                else:
+                    self.w.fleet.nodes[name].kill()  # the node alone: its workers run on
+                self.down[name] = time.monotonic() + rng.uniform(0.5, 3)
+        self.restart()
+
+    def crash(self, host: Host) -> None:
+        """SIGKILL the node, its workers and their recipes (all but the decoys) on ``host``."""
+        spared = {d.root_pid for d, _ in self.w.decoys}
+        for p in host.processes():
+            if p.root_pid not in spared:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(p.root_pid, signal.SIGKILL)
+
+    def restart(self, force: bool = False) -> None:
+        for name, when in list(self.down.items()):
+            if force or time.monotonic() >= when:
+                self.w.fleet.start_node(name, "--capacity", "3")
+                del self.down[name]
+
+    def unsettled(self) -> list[Goal]:
+        return [
+            g for g in self.goals.list()
+            if (run := self.goals.current_run(g)) is not None and run.status == "running"
+        ]  # fmt: skip
+
+    def drain(self, timeout: float = 60) -> None:
+        """Cancel what is left, restart the nodes, confirm cleanup of attempts left unproven."""
+        self.restart(force=True)
+        for goal in self.goals.list(status=["queued", "running"]):
+            self.refine(goal.node_id, "cancel", goal.goal_id, "--reason", "drain", "--grace", "0.5")
+        deadline = time.monotonic() + timeout
+        while (left := self.unsettled()) and time.monotonic() < deadline:
+            time.sleep(2)
+            for goal in left:  # on its own node: refused while a record proves it alive
+                run = self.goals.current_run(goal)
+                if run is not None and run.running_attempt is not None:
+                    epoch = str(run.running_attempt.epoch)
+                    self.refine(goal.node_id, "cleanup", run.run_id, "--epoch", epoch)
+
+
+def test_a_short_multihost_soak(w: World) -> None:
+    decoys = [w.decoy_at(h, 31000 + i) for i, h in enumerate((w.a, w.b, w.a))]
+    for name in ("a", "b"):
+        w.fleet.start_node(name, "--capacity", "3")
+    with w.a.net_entered(), Journal.open(w.url) as journal:
+        soak = HostSoak(w, Goals(journal))
+        started = time.monotonic()
+        while time.monotonic() - started < SOAK_SECONDS:
+            soak.step()
+            time.sleep(0.1)
+        soak.drain()
+        unsettled = [g.goal_id for g in soak.unsettled()]
+        statuses = Counter(g.status for g in soak.goals.list())
+    print(f"\nmulti-host soak: {soak.created} goals, {dict(soak.counts)}, {dict(statuses)}")
+    w.fleet.stop_nodes()
+    assert unsettled == []
+    assert set(statuses) <= {"completed", "exhausted", "cancelled", "held"}
+    assert soak.created >= 5 and soak.counts["stop"] + soak.counts["cancel"] >= 1
+    assert "clean" in w.fleet.refine("a", "check").stdout
+    wait_until(
+        lambda: all(p.root_pid in {d.root_pid for d in decoys} for h in (w.a, w.b)
+                    for p in h.processes()),
+        30, "nothing but the decoys left on a and b",
+    )  # fmt: skip
+    assert w.decoys_untouched()  # alive, and never received a signal
     w.never_printed_a_password()
