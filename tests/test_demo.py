@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import time
 from pathlib import Path
 
 from refine_tui.demo import DEMO_NODE, finish, populate, start_node, stop_node
@@ -73,3 +74,32 @@ def test_quitting_while_its_workers_are_still_starting_stops_them_too(tmp_path: 
     with Journal.open(path, read_only=True) as j:
         running = {g.goal_id for g in Goals(j).list(status="running")}
     assert running == {"nightly-report", "gpu-train"}, lines
+
+
+async def test_the_demo_marks_only_its_orphan_while_the_node_starts_goals(tmp_path: Path) -> None:
+    """A goal the node has just claimed has no process record for a moment: the dashboard
+    showed it `needs cleanup` until its next look (up to 5 s; 3 rows at once in the demo)."""
+    from refine_tui.app import RefineApp
+
+    path = populate(tmp_path / "journal.db")
+    node = start_node(path, DEMO_NODE)
+    app = RefineApp(journal=path, node=DEMO_NODE)
+    marked: set[str] = set()
+    try:
+        async with app.run_test(size=(80, 24)) as pilot:
+
+            def look() -> int:
+                marked.update(g for g, r in app.goal_rows.items() if r.needs_cleanup)
+                return sum(r.status in ("running", "completed") for r in app.goal_rows.values())
+
+            deadline = time.monotonic() + 60
+            while look() < 11:  # the demo's 4 running or done, and its 7 live goals started
+                assert time.monotonic() < deadline, "the node did not start the demo's goals"
+                await pilot.pause(0.02)
+            for _ in range(50):  # and a while after
+                look()
+                await pilot.pause(0.02)
+    finally:
+        stop_node(node)
+        finish(path, DEMO_NODE, "dana")
+    assert marked == {"nightly-report"}
