@@ -1,5 +1,6 @@
-"""Load (issue 6): 4 writer processes commit ~200 commands/s while a ChangeFeed follower and the
-real dashboard follow; at the end both show exactly the journal's final state.
+"""Load (issues 6, 12): 4 writer processes commit ~200 commands/s while a ChangeFeed follower and
+the real dashboard follow; at the end both show exactly the journal's final state. Runs on each
+backend: SQLite (inotify wake-ups) and PostgreSQL (LISTEN/NOTIFY wake-ups).
 
 CI runs 15 s; ``REFINE_LOAD_SECONDS=60`` runs the full minute.
 """
@@ -13,7 +14,7 @@ import os
 import sys
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import psutil
 
@@ -22,7 +23,7 @@ from store.errors import StorageError
 from store.goals import goal_from_stored
 from store.journal import Event, Journal, Stored
 from store.run_model import fold_run, run_from_stored
-from store.watch import ChangeFeed, JournalWatcher
+from store.watch import ChangeFeed
 from tests.helpers.soak_recipes import ROOT, refine_json
 
 SECONDS = float(os.environ.get("REFINE_LOAD_SECONDS", "15"))
@@ -35,8 +36,8 @@ RSS_GROWTH_LIMIT = 150 * 2**20
 class Follower:
     """What a ChangeFeed consumer learns: every event, by aggregate, in sequence order."""
 
-    def __init__(self, path: Path) -> None:
-        self.feed = ChangeFeed(path, after_sequence=0)
+    def __init__(self, location: str) -> None:
+        self.feed = ChangeFeed(location, after_sequence=0)
         self.events: dict[str, list[Event]] = defaultdict(list)
         self.sequences: list[int] = []
         self.wakes = 0
@@ -48,7 +49,7 @@ class Follower:
                 self.events[event.aggregate_id].append(event)
 
     async def follow(self, stop: asyncio.Event) -> None:
-        watcher = JournalWatcher(self.feed.location, poll_interval_s=1.0)
+        watcher = Journal.watch(self.feed.location)  # the backend's own wake-ups
         batches = aiter(watcher)
         # One pending anext() kept across waits: cancelling it would end the generator.
         pending = asyncio.ensure_future(anext(batches))
@@ -78,12 +79,12 @@ class Follower:
         return out
 
 
-async def start_writers(path: Path) -> list[asyncio.subprocess.Process]:
+async def start_writers(location: str) -> list[asyncio.subprocess.Process]:
     return [
         await asyncio.create_subprocess_exec(
             sys.executable,
             str(WRITER),
-            str(path),
+            location,
             str(i),
             str(SECONDS),
             str(RATE),
@@ -111,12 +112,15 @@ async def key_latency(app: Any, table: Any, n: int) -> float:
     return loop.time() - start
 
 
-async def test_feed_and_dashboard_show_the_final_state_exactly_under_load(tmp_path: Path) -> None:
+async def test_feed_and_dashboard_show_the_final_state_exactly_under_load(
+    backend: str, journal_location: str
+) -> None:
     from refine_tui.app import RefineApp
     from refine_tui.widgets.keyed_table import KeyedTable
 
-    path = tmp_path / "load" / "journal.db"
-    Journal.open(path).close()
+    with Journal.open(journal_location) as created:
+        # Children get the printable location: on PostgreSQL the password goes by $PGPASSWORD.
+        path = created.location
     follower = Follower(path)
     me = psutil.Process()
     app = RefineApp(journal=path, node="n1", operator="tester")
@@ -124,7 +128,7 @@ async def test_feed_and_dashboard_show_the_final_state_exactly_under_load(tmp_pa
         stop = asyncio.Event()
         following = asyncio.ensure_future(follower.follow(stop))
         writers = await start_writers(path)
-        rss_start, rss_peak, latencies = me.memory_info().rss, 0, []
+        rss_start, rss_peak, latencies = me.memory_info().rss, 0, list[float]()
         table = app.query_one("#goals", KeyedTable)
         while any(w.returncode is None for w in writers):
             if table.row_count >= 2:  # the operator keeps using the dashboard under load
@@ -144,7 +148,7 @@ async def test_feed_and_dashboard_show_the_final_state_exactly_under_load(tmp_pa
 
         commands = sum(c["commands"] for c in counts)
         print(
-            f"\nload: {SECONDS:g} s, {commands} commands ({commands / SECONDS:.0f}/s),"
+            f"\nload ({backend}): {SECONDS:g} s, {commands} commands ({commands / SECONDS:.0f}/s),"
             f" {last} events, {len(follower.events)} aggregates, follower woke"
             f" {follower.wakes} times; {len(latencies)} keys handled (max"
             f" {max(latencies, default=0) * 1000:.0f} ms); RSS growth"
@@ -156,8 +160,8 @@ async def test_feed_and_dashboard_show_the_final_state_exactly_under_load(tmp_pa
 
         # The feed missed nothing: every sequence, once, in order.
         assert follower.sequences == list(range(1, last + 1))
-        goals = {g["goal_id"]: g for g in refine_json(path, "goals")}  # type: ignore[union-attr]
-        runs = {r["run_id"]: r for r in refine_json(path, "runs")}  # type: ignore[union-attr]
+        goals = {g["goal_id"]: g for g in cast(list[dict[str, Any]], refine_json(path, "goals"))}
+        runs = {r["run_id"]: r for r in cast(list[dict[str, Any]], refine_json(path, "runs"))}
         assert follower.view("goal") == goals
         assert follower.view("run") == runs
 

@@ -213,7 +213,7 @@ def pids_in(directory: Path) -> list[int]:
     return sorted(int(p.name) for p in directory.iterdir()) if directory.is_dir() else []
 
 
-def refine_json(journal: Path, *args: str) -> object:
+def refine_json(journal: Path | str, *args: str) -> object:
     """Run the real ``refine`` CLI with --json and parse what it prints."""
     out = subprocess.run(
         [sys.executable, "-m", "refine_tui.cli", "--journal", str(journal), *args, "--json"],
