@@ -3,6 +3,7 @@
     python -m bench            # the full run (builds the 100k journal once, then cached)
     python -m bench --quick    # smaller journals, fewer samples, shorter windows
     python -m bench --only latency idle
+    python -m bench --only latency-pg   # commit → row with the journal on PostgreSQL
 
 Each benchmark module also runs alone (``python -m bench.latency`` …) with its own options.
 """
@@ -88,6 +89,11 @@ def run_latency(s: Settings) -> list[Row]:
     return latency.rows(latency.measure(list(s.sizes), s.samples, s.tmux_samples, log=_log))
 
 
+def run_latency_pg(s: Settings) -> list[Row]:
+    measured = latency.measure(list(s.sizes), s.samples, False, log=_log, backend="postgresql")
+    return latency.rows(measured, "postgresql")
+
+
 def run_idle(s: Settings) -> list[Row]:
     return idle.rows(idle.measure([s.sizes[0]], s.idle_s, 50.0, log=_log))
 
@@ -110,6 +116,7 @@ BENCHMARKS: dict[str, Callable[[Settings], list[Row]]] = {
     "cli": run_cli,
     "attempts": run_attempts,
     "latency": run_latency,
+    "latency-pg": run_latency_pg,
     "idle": run_idle,
     "claims": run_claims,
     "scale": run_scale,

@@ -250,11 +250,11 @@ def journal_with(
 # --- the writer: another process committing -----------------------------------------------------
 
 
-def writer_command(path: Path) -> list[str]:
+def writer_command(path: str | Path) -> list[str]:
     return [sys.executable, "-m", "bench.common", "writer", str(path)]
 
 
-def _writer(path: Path) -> None:
+def _writer(path: str) -> None:
     with Journal.open(path, create=False) as journal:
         goals = Goals(journal)
         tokens = 0
@@ -308,7 +308,7 @@ def _writer(path: Path) -> None:
 class TmuxDashboard:
     """``refine tui`` in a detached tmux session: a real terminal, a real process to measure."""
 
-    def __init__(self, path: Path, size: tuple[int, int] = (120, 40)) -> None:
+    def __init__(self, path: str | Path, size: tuple[int, int] = (120, 40)) -> None:
         self.session = f"refine-bench-{os.getpid()}-{time.monotonic_ns() % 10**9}"
         command = [sys.executable, "-m", "refine_tui.cli", "--journal", str(path)]
         command += ["--node", NODE, "tui"]
@@ -399,6 +399,6 @@ def cores() -> int:
 
 if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "writer":
-        _writer(Path(sys.argv[2]))
+        _writer(sys.argv[2])  # a file path or a postgresql:// URL
     else:
         sys.exit("usage: python -m bench.common writer PATH")

@@ -1,12 +1,16 @@
 """Commit by another process → row updated on the dashboard (DESIGN §9: p95 ≤ 100 ms, ratio ≤ 1.5).
 
-    python -m bench.latency [--sizes 1000 100000] [--samples 100] [--tmux]
+    python -m bench.latency [--sizes 1000 100000] [--samples 100] [--tmux] [--postgres]
 
 For each journal size, ``RefineApp`` runs headless (``run_test``) on a copy of the journal; a
 writer process starts, then settles, Goals that are on screen, one commit at a time at random
 spacing. The writer stamps ``time.monotonic()`` after its commit; the app stamps the moment the
 Goals table's status cell of that row holds the new status (a hook that runs right after the
 app's own ``JournalUpdate`` handler), and the moment the next screen refresh after it is done.
+
+``--postgres`` puts the journal on PostgreSQL instead (a temp server of the bench's own,
+bench/postgres.py; the cached SQLite journal copied in as ``refine copy`` does): the dashboard
+then wakes on ``LISTEN``/``NOTIFY`` (store/journal_listen.py) rather than inotify.
 
 ``--tmux`` checks the same against a real terminal: ``refine tui`` runs inside a detached tmux
 session (120×40) and the bench polls ``tmux capture-pane`` every few ms until the row's line
@@ -17,11 +21,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import random
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +39,7 @@ from refine_tui.messages import JournalUpdate
 from refine_tui.widgets.keyed_table import KeyedTable
 
 SIZE = (120, 40)
+Locations = Callable[[int], AbstractContextManager[str]]  # size -> a fresh journal's location
 
 
 class ProbeApp(RefineApp):
@@ -74,7 +82,7 @@ async def ready(app: RefineApp, timeout: float = 120.0) -> None:
         await asyncio.sleep(0.02)
 
 
-async def _headless(path: Path, samples: int, seed: int) -> dict[str, Any]:
+async def _headless(path: str, samples: int, seed: int) -> dict[str, Any]:
     rng = random.Random(seed)
     app = ProbeApp(journal=path, node=NODE)
     writer = await asyncio.create_subprocess_exec(
@@ -110,7 +118,7 @@ async def _headless(path: Path, samples: int, seed: int) -> dict[str, Any]:
     return {"seen": summary(seen), "painted": summary(painted), "updates": updates}
 
 
-def tmux_samples(path: Path, samples: int, seed: int) -> dict[str, Any] | None:
+def tmux_samples(path: str, samples: int, seed: int) -> dict[str, Any] | None:
     """Commit → the row's line in a real terminal (tmux) shows it; None without tmux."""
     if not TmuxDashboard.available():
         return None
@@ -133,9 +141,11 @@ def tmux_samples(path: Path, samples: int, seed: int) -> dict[str, Any] | None:
                 writer.stdin.write(f"{op} {gid}\n")
                 writer.stdin.flush()
                 committed = float(writer.stdout.readline())
-                shown = tui.wait_for(
-                    lambda screen, g=gid, s=status: f" {s} " in row_line(screen, g), 10
-                )
+
+                def shows(screen: str, gid: str = gid, status: str = status) -> bool:
+                    return f" {status} " in row_line(screen, gid)
+
+                shown = tui.wait_for(shows, 10)
                 latencies.append((shown - committed) * 1000)
                 time.sleep(rng.uniform(0.05, 0.25))
     finally:
@@ -144,27 +154,47 @@ def tmux_samples(path: Path, samples: int, seed: int) -> dict[str, Any] | None:
     return summary(latencies) if latencies else None
 
 
-def measure(sizes: list[int], samples: int, tmux: bool, log=print) -> dict[int, dict[str, Any]]:
-    results: dict[int, dict[str, Any]] = {}
-    for n in sizes:
-        with tempfile.TemporaryDirectory(prefix="refine-bench-") as folder:
-            path = journal_with(n, Path(folder), log=log)
-            results[n] = asyncio.run(_headless(path, samples, seed=n))
-        if tmux:
+@contextlib.contextmanager
+def journals(backend: str, log: Callable[[str], None]) -> Iterator[Locations]:
+    """Where the journals of each size go: files, or databases on a server started for the run."""
+    if backend == "sqlite":
+
+        @contextlib.contextmanager
+        def on_file(n: int) -> Iterator[str]:
             with tempfile.TemporaryDirectory(prefix="refine-bench-") as folder:
-                path = journal_with(n, Path(folder), log=log)
-                results[n]["tmux"] = tmux_samples(path, max(10, samples // 5), seed=n)
+                yield str(journal_with(n, Path(folder), log=log))
+
+        yield on_file
+    else:
+        from bench import postgres
+
+        with postgres.server() as pg:
+            yield lambda n: postgres.journal_with_goals(pg, n, log=log)
+
+
+def measure(
+    sizes: list[int], samples: int, tmux: bool, log=print, backend: str = "sqlite"
+) -> dict[int, dict[str, Any]]:
+    results: dict[int, dict[str, Any]] = {}
+    with journals(backend, log) as location_of:
+        for n in sizes:
+            with location_of(n) as location:
+                results[n] = asyncio.run(_headless(location, samples, seed=n))
+            if tmux:
+                with location_of(n) as location:
+                    results[n]["tmux"] = tmux_samples(location, max(10, samples // 5), seed=n)
     return results
 
 
-def rows(results: dict[int, dict[str, Any]]) -> list[tuple[str, str, str]]:
+def rows(results: dict[int, dict[str, Any]], backend: str = "sqlite") -> list[tuple[str, str, str]]:
     """(figure, value, target) lines for the summary table."""
+    on = "" if backend == "sqlite" else ", PostgreSQL"
     out = []
     for n, r in results.items():
         s, p = r["seen"], r["painted"]
         out.append(
             (
-                f"commit → row, {n:,} goals (headless)",
+                f"commit → row, {n:,} goals{on} (headless)",
                 f"p50 {s['p50']:.0f} ms · p95 {s['p95']:.0f} ms · max {s['max']:.0f} ms"
                 f" (painted p95 {p['p95']:.0f} ms, n={s['n']})",
                 "p95 ≤ 100 ms",
@@ -174,7 +204,7 @@ def rows(results: dict[int, dict[str, Any]]) -> list[tuple[str, str, str]]:
             t = r["tmux"]
             out.append(
                 (
-                    f"commit → row, {n:,} goals (tmux)",
+                    f"commit → row, {n:,} goals{on} (tmux)",
                     f"p50 {t['p50']:.0f} ms · p95 {t['p95']:.0f} ms (n={t['n']})",
                     "p95 ≤ 100 ms",
                 )
@@ -184,7 +214,7 @@ def rows(results: dict[int, dict[str, Any]]) -> list[tuple[str, str, str]]:
         small, big = results[sizes[0]]["seen"], results[sizes[-1]]["seen"]
         out.append(
             (
-                f"latency ratio {sizes[-1]:,}/{sizes[0]:,}",
+                f"latency ratio {sizes[-1]:,}/{sizes[0]:,}{on}",
                 f"p50 {big['p50'] / small['p50']:.2f} · p95 {big['p95'] / small['p95']:.2f}",
                 "≤ 1.5",
             )
@@ -197,8 +227,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 100_000])
     parser.add_argument("--samples", type=int, default=100)
     parser.add_argument("--tmux", action="store_true")
+    parser.add_argument("--postgres", action="store_true", help="the journal on PostgreSQL")
     args = parser.parse_args(argv)
-    for figure, value, target in rows(measure(args.sizes, args.samples, args.tmux)):
+    backend = "postgresql" if args.postgres else "sqlite"
+    results = measure(args.sizes, args.samples, args.tmux, backend=backend)
+    for figure, value, target in rows(results, backend):
         print(f"{figure:<38} {value:<60} {target}")
     return 0
 

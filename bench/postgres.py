@@ -22,11 +22,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import statistics
 import sys
+import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psycopg
@@ -35,10 +37,48 @@ _ROOT = Path(__file__).resolve().parent.parent
 if str(_ROOT) not in sys.path:  # tests/helpers lives beside the package, not in it
     sys.path.insert(0, str(_ROOT))
 
+from bench.common import journal_with  # noqa: E402
 from bench.lifecycle import BUDGET, PINS  # noqa: E402
 from tests.helpers.postgres_server import PostgresServer  # noqa: E402
 
 Timing = tuple[float, float]  # wall, CPU seconds of the timed loop
+
+
+@contextlib.contextmanager
+def server(fsync: bool = False) -> Iterator[PostgresServer]:
+    """A temp server of the bench's own (a fresh cluster on a free loopback port), then gone."""
+    started = PostgresServer.start_new(fsync=fsync)
+    try:
+        yield started
+    finally:
+        started.destroy()
+
+
+@contextlib.contextmanager
+def journal_with_goals(
+    pg: PostgresServer, n: int, log: Callable[[str], None] = lambda _: None
+) -> Iterator[str]:
+    """A fresh database holding the cached ``n``-Goal journal (bench.common), copied as
+    ``refine copy`` does (rows as stored, then ``check`` on the copy); its URL, dropped after."""
+    from store.journal import Journal
+    from store.journal_copy import copy_journal
+
+    url = pg.create_database()
+    try:
+        with tempfile.TemporaryDirectory(prefix="refine-bench-") as folder:
+            path = journal_with(n, Path(folder), log=log)
+            started = time.perf_counter()
+            with (
+                Journal.open(path, read_only=True, create=False) as source,
+                Journal.open(url, create=True) as target,
+            ):
+                report = copy_journal(source, target)
+        if not report.check.clean:
+            raise RuntimeError(f"copied journal fails check:\n{report.check.text()}")
+        log(f"copied {n:,} goals to PostgreSQL in {time.perf_counter() - started:.1f} s")
+        yield url
+    finally:
+        pg.drop_database(url)
 
 
 def _clock(loop: Callable[[], None]) -> Timing:
@@ -189,21 +229,18 @@ CONTENDERS: dict[str, Callable[[str, int], Timing]] = {
 def measure(
     jobs: int, rounds: int, fsync: bool = False, log: Callable[[str], None] = lambda _: None
 ) -> dict[str, list[Timing]]:
-    server = PostgresServer.start_new(fsync=fsync)
-    try:
+    with server(fsync) as pg:
         out: dict[str, list[Timing]] = {name: [] for name in CONTENDERS}
         names = list(CONTENDERS)
         for r in range(rounds):
             for name in names[r % len(names) :] + names[: r % len(names)]:
-                url = server.create_database()
+                url = pg.create_database()
                 try:
                     out[name].append(CONTENDERS[name](url, jobs))
                 finally:
-                    server.drop_database(url)
+                    pg.drop_database(url)
             log(f"postgres: round {r + 1}/{rounds}")
         return out
-    finally:
-        server.destroy()
 
 
 def _ratio(m: dict[str, list[Timing]], a: str, b: str) -> tuple[float, float, float]:

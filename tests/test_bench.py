@@ -12,6 +12,7 @@ from bench.common import journal_with, shape_of
 from store.check import check_journal
 from store.goals import Goals
 from store.journal import Journal
+from tests.helpers.postgres_server import PostgresServer
 
 
 @pytest.fixture(autouse=True)
@@ -41,8 +42,23 @@ def test_racing_claims_judged_by_the_journal() -> None:
 
 
 async def test_latency_probe_sees_commits_of_another_process(tmp_path: Path) -> None:
-    result = await latency._headless(journal_with(100, tmp_path), samples=2, seed=0)
+    result = await latency._headless(str(journal_with(100, tmp_path)), samples=2, seed=0)
     assert result["seen"]["n"] == 2
+
+
+async def test_latency_probe_on_postgresql_wakes_on_notify(postgres_server: PostgresServer) -> None:
+    """The same probe on a copy of the built journal in PostgreSQL (LISTEN/NOTIFY wake-ups)."""
+    from bench import postgres
+
+    with postgres.journal_with_goals(postgres_server, 100) as url:
+        with Journal.open(url, read_only=True) as journal:
+            assert len(Goals(journal).list()) == 100
+        result = await latency._headless(url, samples=2, seed=0)
+    assert result["seen"]["n"] == 2
+    assert (
+        latency.rows({100: result}, "postgresql")[0][0]
+        == "commit → row, 100 goals, PostgreSQL (headless)"
+    )
 
 
 def test_lifecycle_runs_every_system_and_counts_pages() -> None:
