@@ -82,6 +82,15 @@ async def ready(app: RefineApp, timeout: float = 120.0) -> None:
         await asyncio.sleep(0.02)
 
 
+async def listed(app: ProbeApp, timeout: float = 120.0) -> None:
+    """Until the whole list is shown, not only its first screen: the samples are taken from it."""
+    deadline = time.monotonic() + timeout
+    while not app.complete:
+        if time.monotonic() > deadline:
+            raise RuntimeError("the dashboard never listed every goal")
+        await asyncio.sleep(0.02)
+
+
 async def _headless(path: str, samples: int, seed: int) -> dict[str, Any]:
     rng = random.Random(seed)
     app = ProbeApp(journal=path, node=NODE)
@@ -94,6 +103,7 @@ async def _headless(path: str, samples: int, seed: int) -> dict[str, Any]:
     try:
         async with app.run_test(size=SIZE):
             await ready(app)
+            await listed(app)
             queued = [k for k, r in app.goal_rows.items() if r.status == "queued" and r.round == 1]
             queued = [k for k in queued if app.goal_rows[k].attempts.startswith("0/")]
             plan = [(op, gid) for gid in queued[: (samples + 1) // 2] for op in ("start", "settle")]

@@ -46,6 +46,15 @@ async def test_latency_probe_sees_commits_of_another_process(tmp_path: Path) -> 
     assert result["seen"]["n"] == 2
 
 
+async def test_latency_probe_samples_from_the_whole_list_not_its_first_screen(
+    tmp_path: Path,
+) -> None:
+    """Regression: sampling began once the first screen was shown, whose ≈ 18 queued rows capped
+    the samples (n=36 of 100 asked)."""
+    result = await latency._headless(str(journal_with(300, tmp_path)), samples=40, seed=0)
+    assert result["seen"]["n"] == 40
+
+
 async def test_latency_probe_on_postgresql_wakes_on_notify(postgres_server: PostgresServer) -> None:
     """The same probe on a copy of the built journal in PostgreSQL (LISTEN/NOTIFY wake-ups)."""
     from bench import postgres
