@@ -156,6 +156,7 @@ class RefineApp(App[None]):
         self.clock = clock
         self.watch_files = watch
         self.paused = False
+        self.snapshot = False  # the journal read is a frozen snapshot (a read-only folder)
         self.view = "goals"
         self.filter_text = ""
         self.focus_goal: str | None = None
@@ -353,6 +354,7 @@ class RefineApp(App[None]):
             self._held_updates.append(update)
             return
         self.set_trouble(None)
+        self.snapshot = update.snapshot
         goals = self.query_one("#goals", KeyedTable)
         with self.batch_update():
             if update.full:
@@ -374,7 +376,7 @@ class RefineApp(App[None]):
             if update.history:
                 self.query_one(DetailPane).append_history(update.history)
         header = self._header(
-            state="paused" if self.paused else "live",
+            state=self.steady_state(),
             last_sequence=update.last_sequence,
             last_commit=update.last_commit,
             shown=len(self.goal_rows),
@@ -446,6 +448,13 @@ class RefineApp(App[None]):
             return True
         needle = self.filter_text.lower()
         return any(needle in f.lower() for f in (row.goal_id, row.title, row.status, row.node_id))
+
+    def steady_state(self) -> str:
+        """The header's state while the journal reads fine: a snapshot never changes, so it
+        is never called live."""
+        if self.paused:
+            return "paused"
+        return "snapshot" if self.snapshot else "live"
 
     def _header(self, **changes: Any) -> HeaderState:
         fields = {**self.header_state.__dict__, "filter": self.filter_text, **changes}
@@ -683,7 +692,7 @@ class RefineApp(App[None]):
         if enabled != self._enabled:
             self._enabled = enabled
             self.refresh_bindings()
-        if self.read_only:
+        if self.read_only or self.snapshot:
             text = "read-only: s c x R are disabled"
         elif self.header_state.state in ("missing", "broken"):
             text = "journal unavailable: actions are disabled until it is back"
@@ -729,7 +738,7 @@ class RefineApp(App[None]):
 
     def empty_line(self) -> str:
         """An empty Goals table says why, and what to do."""
-        if self.view != "goals" or self.header_state.state not in ("live", "paused"):
+        if self.view != "goals" or self.header_state.state not in ("live", "paused", "snapshot"):
             return ""
         if self.filter_text:
             return f"No goal matches “{self.filter_text}” — / then escape clears the filter"
@@ -799,7 +808,7 @@ class RefineApp(App[None]):
     def selection(self) -> Selection:
         return Selection(
             node=self.node,
-            read_only=self.read_only,
+            read_only=self.read_only or self.snapshot,  # nobody can write a snapshot
             journal_state=self.header_state.state,
             view=self.view,
             goal=self.selected_goal(),
@@ -940,7 +949,7 @@ class RefineApp(App[None]):
     def action_pause(self) -> None:
         self.paused = not self.paused
         self.query_one(DetailPane).paused = self.paused
-        self.header_state = self._header(state="paused" if self.paused else "live")
+        self.header_state = self._header(state=self.steady_state())
         self.show_header()
         if not self.paused:
             held, self._held_updates = self._held_updates, []

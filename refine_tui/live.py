@@ -110,14 +110,16 @@ class LiveReader:
         else:
             ids, total = sorted(touched), self._total(journal, events)
         self._goal_total = total
-        screen, first = req.first_screen, {}
+        screen, first, snapshot = req.first_screen, {}, journal.immutable
         if full and len(ids) > screen and req.view == "goals" and req.filter != self._listed:
             # A new list (first load, new filter): the rows a screen shows first, the other
             # ~1,100 after. A reload of the same list keeps the cursor where it is instead.
             first = reader.goal_rows(ids[:screen])
             seq, at = journal.last_commit()
             painted = threading.Event()
-            partial = JournalUpdate(True, first, total, seq, at, partial=True, painted=painted)
+            partial = JournalUpdate(
+                True, first, total, seq, at, partial=True, painted=painted, snapshot=snapshot
+            )
             if post(partial):
                 painted.wait(PAINT_WAIT_S)  # painted before the rest competes for the GIL
         if full:
@@ -126,7 +128,7 @@ class LiveReader:
         if index is not None:
             index.update(goals, changed)
         seq, at = journal.last_commit()
-        update = JournalUpdate(full, goals, total, seq, at)
+        update = JournalUpdate(full, goals, total, seq, at, snapshot=snapshot)
         if req.goal_id and (full or req.goal_id in touched):
             update.runs = reader.run_rows(req.goal_id)
             if req.run_id:

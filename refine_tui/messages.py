@@ -31,6 +31,7 @@ class JournalUpdate(Message):
     history: list[Event] = field(default_factory=list)  # new events of the detail pane's Run
     partial: bool = False  # a full read's first screen: the whole set follows at once
     painted: threading.Event | None = None  # (partial) set once the first screen is painted
+    snapshot: bool = False  # the journal is a frozen snapshot (read-only folder): never changes
 
 
 @dataclass

@@ -139,6 +139,7 @@ class Journal(Protocol):
     read_only: bool
     location: str  # where the journal is, fit to show: a file path, or a URL without password
     journal_id: str | None  # names this journal in node records (None: an old read-only file)
+    immutable: bool  # a frozen snapshot that never changes (SQLite in a read-only folder)
 
     @property
     def closed(self) -> bool: ...

@@ -174,6 +174,7 @@ class PostgresJournal(Journal):
         self.schema = schema
         self.read_only = read_only
         self.journal_id = journal_id
+        self.immutable = False  # a server journal is never a frozen snapshot
         self.channel = channel_for(schema)
 
     # --- lifecycle -----------------------------------------------------------------------------

@@ -758,6 +758,45 @@ async def test_a_60x16_terminal_keeps_buttons_keys_and_the_journal_state(tmp_pat
         assert "read-only" in top and top.endswith("● live") and len(top) <= 58
 
 
+def frozen(folder: Path, request: pytest.FixtureRequest) -> None:
+    """Make ``folder`` unwritable for everyone, root too (``chattr +i``), until the test ends."""
+    if subprocess.run(["chattr", "+i", str(folder)], capture_output=True).returncode != 0:
+        pytest.skip("chattr +i is not available here (needs root on ext4/xfs)")
+    request.addfinalizer(lambda: subprocess.run(["chattr", "-i", str(folder)], check=True))
+
+
+async def test_a_journal_in_a_read_only_folder_is_shown_as_a_snapshot_not_live(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """A snapshot never changes: the header said "● live" over a journal nobody can write."""
+    deep = tmp_path / "srv" / "refine" / "production" / "journals" / "team-a"
+    deep.mkdir(parents=True)
+    path = populate(deep / "journal.db", node=NODE, live=False)
+    assert not Path(f"{path}-wal").exists()  # the last connection checkpointed it
+    frozen(deep, request)
+    for read_only in (True, False):  # without --read-only too: nobody can write there
+        await shows_a_snapshot(RefineApp(journal=path, node=NODE, read_only=read_only))
+
+
+async def shows_a_snapshot(app: RefineApp) -> None:
+    async with app.run_test(size=(80, 24)) as pilot:
+        await until(pilot, lambda: bool(app.goal_rows))
+        assert app.header_state.state == "snapshot"
+        for width, height in ((80, 24), (60, 16)):
+            await pilot.resize_terminal(width, height)
+            await until(pilot, lambda w=width: len(header_lines(app)[0]) <= w - 2)
+            top, bottom = header_lines(app)
+            assert top.endswith("read-only · snapshot") and "live" not in top, top
+            assert "…/journal.db" in top and bottom.startswith("last commit")
+        assert "read-only" in str(app.query_one("#why", Label).render())
+        await select(pilot, "nightly-report")
+        await pilot.press("x")  # refused in words, no modal: nothing could be written
+        await pilot.pause()
+        assert len(app.screen_stack) == 1
+        await pilot.press("p", "p")  # pause and resume: back to the snapshot, not live
+        assert app.header_state.state == "snapshot"
+
+
 async def test_needs_cleanup_appears_when_the_process_dies_without_a_commit(
     journal_path: Path,
 ) -> None:

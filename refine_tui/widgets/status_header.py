@@ -13,6 +13,7 @@ from refine_tui.format import clip, clock, visible
 # state → (label, style): live is calm, anything that means "don't trust the screen" is loud.
 STATES = {
     "live": ("● live", "bold green"),
+    "snapshot": ("read-only · snapshot", "bold cyan"),  # a read-only folder: never changes
     "paused": ("❚❚ paused (p resumes)", "bold yellow"),
     "stale": ("● stale", "bold yellow"),
     "reconnecting": ("◌ reconnecting…", "bold yellow"),
@@ -66,7 +67,7 @@ class StatusHeader(Widget):
 
 def _top_line(s: HeaderState, width: int) -> Text:
     label, style = STATES.get(s.state, (s.state, ""))
-    flag = "  read-only" if s.read_only else ""
+    flag = "  read-only" if s.read_only and s.state != "snapshot" else ""  # said by the state
     journal, node, brand = visible(s.journal), visible(s.node), "refine "
     fixed = cell_len(f"  node {node}{flag}  {label}")
     if cell_len(brand + journal) + fixed > width:
