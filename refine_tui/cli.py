@@ -20,9 +20,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from rich.cells import cell_len
-
-from refine_tui.format import clip, visible
+from refine_tui.visible import cells, clip, visible
 from store.errors import (
     GoalNotFoundError,
     InvalidInputError,
@@ -87,15 +85,15 @@ def printable(text: str) -> str:
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     """Columns aligned by display width (CJK and emoji take two cells), controls visible."""
-    cells = [[("-" if v is None else visible(str(v))) for v in row] for row in rows]
-    widths = [max([len(h), *(cell_len(r[i]) for r in cells)]) for i, h in enumerate(headers)]
+    shown = [[("-" if v is None else visible(str(v))) for v in row] for row in rows]
+    widths = [max([len(h), *(cells(r[i]) for r in shown)]) for i, h in enumerate(headers)]
     lines = ["  ".join(pad(h.upper(), w) for h, w in zip(headers, widths, strict=True))]
-    lines += ["  ".join(pad(c, w) for c, w in zip(r, widths, strict=True)) for r in cells]
+    lines += ["  ".join(pad(c, w) for c, w in zip(r, widths, strict=True)) for r in shown]
     return "\n".join(line.rstrip() for line in lines)
 
 
 def pad(text: str, width: int) -> str:
-    return text + " " * (width - cell_len(text))
+    return text + " " * (width - cells(text))
 
 
 # --- commands ----------------------------------------------------------------------------------

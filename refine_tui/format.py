@@ -6,29 +6,15 @@ bidi characters as ``\\x1b``-style escapes, ``literal`` makes it a Rich ``Text``
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Mapping
 from typing import Any
 
-from rich.cells import cell_len
 from rich.text import Text
 
-# C0, DEL, C1, and the bidi/line controls that reorder or break what follows them on screen.
-_CONTROL = re.compile(
-    r"[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]"
-)
-_NAMED = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}
-
-
-def _escape(match: re.Match[str]) -> str:
-    c = match.group()
-    return _NAMED.get(c) or (f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}")
-
-
-def visible(text: str) -> str:
-    """``text`` with every control character shown as an escape (``\\x1b``, ``\\u202e``)."""
-    return _CONTROL.sub(_escape, text) if _CONTROL.search(text) else text
+from refine_tui.visible import CONTROL as _CONTROL
+from refine_tui.visible import clip as clip  # re-exported: the dashboard reads them here
+from refine_tui.visible import visible as visible
 
 
 def literal(text: str, style: str = "") -> Text:
@@ -119,21 +105,6 @@ def size(n: int | None) -> str:
 
 def percent(p: float | None) -> str:
     return "" if p is None else f"{p:.0f}%"
-
-
-def clip(text: str, width: int) -> str:
-    """``text`` made visible, in at most ``width`` cells (CJK and emoji count two), cut with …."""
-    text = visible(text)
-    if text.isascii():  # one cell per character (the common case, kept cheap)
-        return text if len(text) <= width else text[: width - 1] + "…"
-    if cell_len(text) <= width:
-        return text
-    cut, used = 0, 0
-    for cut, char in enumerate(text):  # noqa: B007 (cut is the index where room runs out)
-        used += cell_len(char)
-        if used > width - 1:
-            break
-    return text[:cut] + "…"
 
 
 _QUIET_KEYS = {"run_id", "attempt_id", "goal_id", "pins"}

@@ -12,7 +12,6 @@ import os
 import sqlite3
 import threading
 import urllib.parse
-import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -565,6 +564,8 @@ def _identify(conn: sqlite3.Connection, file: Path, *, initialize: bool) -> int:
 def _migrate(conn: sqlite3.Connection) -> None:
     """Bring the schema forward to SCHEMA_VERSION in one transaction (another process may be
     doing the same: the version is read again under the write lock)."""
+    import uuid  # here, not at the top: only a new or an old journal needs an id
+
     conn.execute("BEGIN IMMEDIATE")
     try:
         version = conn.execute("PRAGMA user_version").fetchone()[0]

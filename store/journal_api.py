@@ -10,16 +10,18 @@ branches on the backend. The value types and the command rules every backend sha
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import importlib
 import os
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AbstractContextManager
-from typing import Any, Literal, Protocol, Self, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, Self, runtime_checkable
 
 from store.errors import BackendUnavailableError
 from store.journal_core import MAX_PAGE, Change, Decide, Event, Outcome, Stored
+
+if TYPE_CHECKING:  # asyncio is imported where wake-ups run: a quick CLI never loads it
+    import asyncio
 
 __all__ = [
     "MAX_PAGE",
@@ -237,10 +239,14 @@ class PollingWakeUps:
     """Wake-ups from a clock alone: a backend's fallback (and safety poll) without a push."""
 
     def __init__(self, interval_s: float = 1.0) -> None:
+        import asyncio
+
         self.interval_s = interval_s
         self._stop = asyncio.Event()
 
     async def _ticks(self) -> AsyncIterator[None]:
+        import asyncio
+
         while not self._stop.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stop.wait(), self.interval_s)

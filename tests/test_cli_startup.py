@@ -1,4 +1,7 @@
-"""A quick CLI: the read commands never import the dashboard stack (DESIGN §9, CLI start-up)."""
+"""A quick CLI: the read commands never import the dashboard stack (DESIGN §9, CLI start-up).
+
+Nor Rich (ASCII text is laid out without it), nor asyncio (only wake-ups and `wait` need it).
+"""
 
 from __future__ import annotations
 
@@ -17,7 +20,7 @@ import contextlib, io, sys
 from refine_tui.cli import main
 with contextlib.redirect_stdout(io.StringIO()):
     code = main(["--journal", sys.argv[1], *sys.argv[2:]])
-heavy = ("textual", "psutil")
+heavy = ("textual", "psutil", "rich", "asyncio")
 print(code, sorted({m.split(".")[0] for m in sys.modules if m.split(".")[0] in heavy}))
 """
 
@@ -33,7 +36,7 @@ def journal(tmp_path: Path) -> Path:
 @pytest.mark.parametrize(
     "command", [["goals"], ["goals", "--json"], ["runs"], ["show", "g1"], ["show", "g1.r1"]]
 )
-def test_read_commands_import_neither_textual_nor_process_tools(
+def test_read_commands_import_no_dashboard_process_tools_rich_or_asyncio(
     journal: Path, command: list[str]
 ) -> None:
     done = subprocess.run(

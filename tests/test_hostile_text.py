@@ -16,12 +16,15 @@ from pathlib import Path
 
 import psutil
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from rich.cells import cell_len
 from rich.text import Text
 
 from refine_tui.app import RefineApp
 from refine_tui.cli import main
 from refine_tui.screens.confirm import CancelModal, ConfirmModal
+from refine_tui.visible import cells, visible
 from refine_tui.widgets.keyed_table import KeyedTable
 from store.goals import Goals
 from store.journal import Journal
@@ -298,6 +301,12 @@ def test_cli_tables_and_show_make_control_characters_visible(tmp_path: Path, cap
     assert stored["hostile"]["title"] == TITLE
     _, out = cli(capsys, path, "show", "failed", "--json")
     assert json.loads(out)["runs"][0]["attempts"][0]["reason"] == REASON
+
+
+@given(st.text())
+def test_cli_widths_are_richs_widths_without_importing_rich_for_ascii(text: str) -> None:
+    shown = visible(text)
+    assert cells(shown) == cell_len(shown)
 
 
 def test_cli_table_columns_line_up_by_display_width(tmp_path: Path, capsys) -> None:

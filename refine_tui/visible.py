@@ -1,0 +1,50 @@
+"""Text from the journal, a log or a process shown as plain text: controls visible, clipped.
+
+Kept apart from ``refine_tui.format`` so the command line lays text out without importing
+Rich (a quick `refine goals`, DESIGN §9): ASCII text is one cell per character, and only other
+text loads ``rich.cells``, the width table the dashboard lays out with.
+"""
+
+from __future__ import annotations
+
+import re
+
+# C0, DEL, C1, and the bidi/line controls that reorder or break what follows them on screen.
+CONTROL = re.compile(
+    r"[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]"
+)
+_NAMED = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}
+
+
+def _escape(match: re.Match[str]) -> str:
+    c = match.group()
+    return _NAMED.get(c) or (f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}")
+
+
+def visible(text: str) -> str:
+    """``text`` with every control character shown as an escape (``\\x1b``, ``\\u202e``)."""
+    return CONTROL.sub(_escape, text) if CONTROL.search(text) else text
+
+
+def cells(text: str) -> int:
+    """Display width of visible ``text``: CJK and emoji take two cells, combining marks none."""
+    if text.isascii():  # one cell per character (the common case: Rich not even imported)
+        return len(text)
+    from rich.cells import cell_len
+
+    return cell_len(text)
+
+
+def clip(text: str, width: int) -> str:
+    """``text`` made visible, in at most ``width`` cells (CJK and emoji count two), cut with …."""
+    text = visible(text)
+    if text.isascii():  # one cell per character, cut without measuring each
+        return text if len(text) <= width else text[: width - 1] + "…"
+    if cells(text) <= width:
+        return text
+    cut, used = 0, 0
+    for cut, char in enumerate(text):  # noqa: B007 (cut is the index where room runs out)
+        used += cells(char)
+        if used > width - 1:
+            break
+    return text[:cut] + "…"
