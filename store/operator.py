@@ -15,8 +15,6 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass
 
-import psutil
-
 from store.errors import ProcessAliveError, VersionConflictError
 from store.execution import Run
 from store.goal_model import PROCESS_GONE_METHOD
@@ -449,6 +447,8 @@ def _observed(target: Target, node: str) -> str:
         return "other-node"
     if target.record is None:
         return "no-record"
+    import psutil  # here, not at the top: most commands never look at a process
+
     try:
         other = psutil.Process(target.record.pid).create_time() != target.record.create_time
     except psutil.Error:

@@ -24,11 +24,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import psutil
-
 from store.locations import Location, file_name, node_state_dir
 
+# psutil (≈ 10 ms to import) is imported by the functions that look at processes: a command
+# that never reaches a process (`refine cancel` of a queued goal) does not pay for it.
 if TYPE_CHECKING:
+    import psutil
+
     from store.journal_api import Journal
 
 POLL_S = 0.02  # how often stop_process looks whether the group has exited
@@ -90,6 +92,8 @@ class ProcessRecord:
         journal_id: str | None = None,
     ) -> ProcessRecord:
         """The record of the calling process (a worker recording itself)."""
+        import psutil
+
         me = psutil.Process()
         return cls(
             node_id=node_id,
@@ -108,6 +112,7 @@ class ProcessRecord:
 
 def _argv(proc: psutil.Process) -> tuple[str, ...]:
     """The command line, without the blank tail a forked worker's may have (store.forkserver)."""
+
     argv = list(proc.cmdline())
     while argv and not argv[-1]:
         argv.pop()
@@ -242,10 +247,13 @@ def _read_record(path: Path) -> ProcessRecord | None:
 
 def _process(rec: ProcessRecord) -> psutil.Process | None:
     """The live, non-zombie process the record names, or None (gone, zombie or pid reused)."""
+
     return _live(rec.pid, rec.create_time)
 
 
 def _live(pid: int, create_time: float) -> psutil.Process | None:
+    import psutil
+
     try:
         proc = psutil.Process(pid)
         if proc.create_time() != create_time:
@@ -286,6 +294,8 @@ def observe(rec: ProcessRecord) -> ProcessObservation:
     CPU is the percentage of one core since the previous observation of the same processes
     (their lifetime average on the first one), so repeated calls never block.
     """
+    import psutil
+
     proc = _process(rec)
     if proc is None:
         _cpu_watch.pop((rec.pid, rec.create_time), None)
@@ -302,6 +312,8 @@ def observe(rec: ProcessRecord) -> ProcessObservation:
 
 
 def _family(proc: psutil.Process) -> list[psutil.Process]:
+    import psutil
+
     try:
         return [proc, *proc.children(recursive=True)]
     except psutil.Error:
@@ -309,6 +321,7 @@ def _family(proc: psutil.Process) -> list[psutil.Process]:
 
 
 def _cpu_percent(p: psutil.Process) -> float:
+
     key = (p.pid, p.create_time())
     known = _cpu_watch.get(key)
     if known is not None:
@@ -331,6 +344,8 @@ def live_worker(worker: str) -> psutil.Process | None:
     were written under another folder. The token is random per claim, so a ``store.worker``
     process carrying it is that attempt's worker, wherever its record is.
     """
+    import psutil
+
     node, sep, token = worker.rpartition("/")
     if not sep or not token:
         return None
@@ -346,6 +361,8 @@ def live_worker(worker: str) -> psutil.Process | None:
 def node_workers(journal: str, node: str) -> list[psutil.Process]:
     """The live ``store.worker`` processes of ``node`` on ``journal`` (its canonical location,
     as a node hands it by ``--journal`` or ``$REFINE_JOURNAL``), recorded or not yet."""
+    import psutil
+
     found = []
     for proc in psutil.process_iter(["cmdline", "status"]):
         argv = proc.info["cmdline"] or []
@@ -430,6 +447,8 @@ def _orphans_left(rec: ProcessRecord) -> bool:
 
 
 def _not_running_or_mismatch(rec: ProcessRecord, reaped: bool) -> StopOutcome:
+    import psutil
+
     try:
         other = psutil.Process(rec.pid)
         if other.create_time() != rec.create_time and other.status() != psutil.STATUS_ZOMBIE:
@@ -462,6 +481,8 @@ def _send(rec: ProcessRecord, group: bool, sig: signal.Signals) -> bool:
 
 def _group_is_ours(rec: ProcessRecord) -> bool:
     """The group id still names the recorded group: its leader pid is not a newer process."""
+    import psutil
+
     try:
         leader = psutil.Process(rec.pgid)
         return leader.create_time() <= rec.create_time
@@ -475,6 +496,8 @@ def stop_group_members(grace_s: float = 5.0) -> tuple[str, ...]:
     leader (a worker the node started with ``start_new_session``): any other group may hold
     processes that are not ours (a shell's pipeline, a test runner). Returns the signals.
     """
+    import psutil
+
     me = os.getpid()
     if os.getsid(0) != me or os.getpgid(0) != me:
         return ()
@@ -501,6 +524,8 @@ def stop_group_members(grace_s: float = 5.0) -> tuple[str, ...]:
 
 
 def _group_members(pgid: int) -> Iterator[psutil.Process]:
+    import psutil
+
     for proc in psutil.process_iter():
         with contextlib.suppress(ProcessLookupError, psutil.Error):
             if os.getpgid(proc.pid) == pgid:
@@ -509,6 +534,8 @@ def _group_members(pgid: int) -> Iterator[psutil.Process]:
 
 def _group_alive(pgid: int) -> bool:
     """Any non-zombie process left in the group (orphaned zombies may never be reaped here)."""
+    import psutil
+
     try:
         os.killpg(pgid, 0)
     except ProcessLookupError:
@@ -530,6 +557,8 @@ def _wait_gone(alive: Any, timeout_s: float = 5.0) -> None:
 
 def _reap_if_our_zombie(pid: int) -> bool:
     """Reap ``pid`` if it is our own exited child; True when it was reaped now."""
+    import psutil
+
     try:
         proc = psutil.Process(pid)
         if proc.ppid() != os.getpid() or proc.status() != psutil.STATUS_ZOMBIE:

@@ -46,3 +46,22 @@ def test_read_commands_import_no_dashboard_process_tools_rich_or_asyncio(
         check=True,
     )
     assert done.stdout.split() == ["0", "[]"], done.stdout + done.stderr
+
+
+@pytest.mark.parametrize(
+    ("command", "code"),
+    [
+        (["--node", "n1", "stop", "g1"], "1"),  # refused: the goal is queued, nothing to stop
+        (["--node", "n1", "cancel", "g1", "--reason", "r"], "0"),  # nothing was running
+    ],
+)
+def test_stop_and_cancel_load_process_tools_only_for_a_process(
+    journal: Path, command: list[str], code: str
+) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, str(journal), *command],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert done.stdout.split() == [code, "[]"], done.stdout + done.stderr
