@@ -83,9 +83,11 @@ async def ready(app: RefineApp, timeout: float = 120.0) -> None:
 
 
 async def listed(app: ProbeApp, timeout: float = 120.0) -> None:
-    """Until the whole list is shown, not only its first screen: the samples are taken from it."""
+    """Until the whole list is shown, not only its first screen (the samples are taken from it),
+    and the filter's index is built: the steady state. The index is built once after the first
+    paint, holding the read lock (≈ 1 s at 100k goals): a commit meanwhile shows after it."""
     deadline = time.monotonic() + timeout
-    while not app.complete:
+    while not (app.complete and app.live.indexed):
         if time.monotonic() > deadline:
             raise RuntimeError("the dashboard never listed every goal")
         await asyncio.sleep(0.02)
