@@ -10,7 +10,6 @@ a pid counts as the recorded process only with the same create time.
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass
@@ -74,6 +73,13 @@ __all__ = [
 # How long after its grace a stopper may still take to SIGKILL, wait and record: the node
 # leaves a stopping attempt alone until then (and reconciles it after, should the stopper die).
 STOP_MARGIN_S = 15.0
+
+
+def _command_id(action: str) -> str:
+    """A fresh command id: an operator's action is never a replay of an earlier one."""
+    import uuid  # here, not at the top: a command refused before it writes never needs one
+
+    return f"op:{action}:{uuid.uuid4()}"
 
 
 @dataclass(frozen=True)
@@ -187,7 +193,7 @@ def stop_goal(
                 why=why,
                 stopped=stopped,
             )
-        command_id = f"op:stop:{uuid.uuid4()}"
+        command_id = _command_id("stop")
         return _record_ending("stop", journal, target, operator, node, command_id, stopped=stopped)
 
 
@@ -321,7 +327,7 @@ def cancel_goal(
     operator = check_name(operator or default_operator(), "operator")
     check_name(node, "node")
     check_grace(grace_s)
-    command_id = f"op:cancel:{uuid.uuid4()}"
+    command_id = _command_id("cancel")
     goals = Goals(journal)
     goal = goals.read(check_name(goal_id, "goal_id"))
     if goal is not None:
@@ -462,9 +468,7 @@ def _observed(target: Target, node: str) -> str:
 def release_goal(journal: Journal, goal_id: str, *, operator: str | None = None) -> ActionReport:
     """held → queued: the operator has checked the external state the recipe touches."""
     operator = check_name(operator or default_operator(), "operator")
-    result = Goals(journal).release(
-        goal_id=goal_id, command_id=f"op:release:{uuid.uuid4()}", by=operator
-    )
+    result = Goals(journal).release(goal_id=goal_id, command_id=_command_id("release"), by=operator)
     run = result.run
     assert run is not None
     nxt = f"attempt {len(run.attempts) + 1} of {run.budget['max_attempts']} next"
