@@ -14,7 +14,8 @@ then wakes on ``LISTEN``/``NOTIFY`` (store/journal_listen.py) rather than inotif
 
 ``--tmux`` checks the same against a real terminal: ``refine tui`` runs inside a detached tmux
 session (120×40) and the bench polls ``tmux capture-pane`` every few ms until the row's line
-reads the new status. That figure includes tmux and the polling (≈ 5 ms resolution).
+reads the new status. That figure includes tmux and the polling (≈ 5 ms resolution). Its first
+commit is a warm-up, shown apart: at 100k goals it waits for the filter's index build.
 """
 
 from __future__ import annotations
@@ -140,6 +141,7 @@ def tmux_samples(path: str, samples: int, seed: int) -> dict[str, Any] | None:
     )
     assert writer.stdin is not None and writer.stdout is not None
     latencies: list[float] = []
+    first = 0.0
     try:
         with TmuxDashboard(path, SIZE) as tui:
             tui.wait_for(lambda screen: "live" in screen and " queued " in screen)
@@ -147,8 +149,10 @@ def tmux_samples(path: str, samples: int, seed: int) -> dict[str, Any] | None:
             screen = tui.screen()
             lines = [line for line in screen.splitlines() if " queued " in line]
             visible = [line.split()[0] for line in lines if " 0/3 " in line]
-            plan = [(op, g) for g in visible[: (samples + 1) // 2] for op in ("start", "settle")]
-            for op, gid in plan[:samples]:
+            plan = [(op, g) for g in visible[: samples // 2 + 1] for op in ("start", "settle")]
+            # The first commit is a warm-up, shown apart: at 100k goals it waits for the filter's
+            # index build after the first paint (tmux cannot see when that ends).
+            for k, (op, gid) in enumerate(plan[: samples + 1]):
                 status = "running" if op == "start" else "completed"
                 writer.stdin.write(f"{op} {gid}\n")
                 writer.stdin.flush()
@@ -158,12 +162,15 @@ def tmux_samples(path: str, samples: int, seed: int) -> dict[str, Any] | None:
                     return f" {status} " in row_line(screen, gid)
 
                 shown = tui.wait_for(shows, 10)
-                latencies.append((shown - committed) * 1000)
+                if k == 0:
+                    first = (shown - committed) * 1000
+                else:
+                    latencies.append((shown - committed) * 1000)
                 time.sleep(rng.uniform(0.05, 0.25))
     finally:
         writer.stdin.close()
         writer.wait()
-    return summary(latencies) if latencies else None
+    return summary(latencies) | {"first": first} if latencies else None
 
 
 @contextlib.contextmanager
@@ -217,7 +224,8 @@ def rows(results: dict[int, dict[str, Any]], backend: str = "sqlite") -> list[tu
             out.append(
                 (
                     f"commit → row, {n:,} goals{on} (tmux)",
-                    f"p50 {t['p50']:.0f} ms · p95 {t['p95']:.0f} ms (n={t['n']})",
+                    f"p50 {t['p50']:.0f} ms · p95 {t['p95']:.0f} ms (n={t['n']};"
+                    f" first after start {t['first']:.0f} ms)",
                     "p95 ≤ 100 ms",
                 )
             )
