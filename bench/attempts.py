@@ -32,6 +32,7 @@ import psutil
 from bench.common import percentile
 from store.goals import Goals
 from store.journal import Journal
+from store.processes import node_workers
 from store.scheduler import FORKSERVER_ENV
 
 NODE = "bench-node"
@@ -135,6 +136,11 @@ def measure_one(
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
+            # Workers outlive their node by design (own sessions; forked ones are not our
+            # children): end each worker's process group, recipes included.
+            for worker in node_workers(os.path.realpath(path), NODE):
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(worker.pid, signal.SIGKILL)
             for child in psutil.Process().children(recursive=True):
                 child.kill()  # any recipe the node's ending left behind (our own children)
 
