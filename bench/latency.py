@@ -88,7 +88,7 @@ async def listed(app: ProbeApp, timeout: float = 120.0) -> None:
     and the filter's index is built: the steady state. The index is built once after the first
     paint, holding the read lock (≈ 1 s at 100k goals): a commit meanwhile shows after it."""
     deadline = time.monotonic() + timeout
-    while not (app.complete and app.live.indexed):
+    while not (app.complete and not app.filling and app.live.indexed):  # last chunk too
         if time.monotonic() > deadline:
             raise RuntimeError("the dashboard never listed every goal")
         await asyncio.sleep(0.02)

@@ -8,15 +8,22 @@ import sqlite3
 import subprocess
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import replace
+from itertools import pairwise
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
+from textual import events
 from textual.widgets import Button, Input, Label
 
-from refine_tui.app import RefineApp
+import refine_tui.app
+from refine_tui.app import FILL_CHUNK, RefineApp
 from refine_tui.demo import populate
 from refine_tui.detail import DetailPane
+from refine_tui.messages import JournalUpdate
 from refine_tui.screens.confirm import CancelModal, ConfirmModal
 from refine_tui.screens.help import HelpScreen
 from refine_tui.widgets.keyed_table import KeyedTable
@@ -269,6 +276,80 @@ async def test_filter_index_follows_commits_and_long_lists_arrive_whole(tmp_path
         expected = ["late", *(f"q{n:03d}" for n in range(150))]
         await until(pilot, lambda: goals_table(app).keys() == expected)
         assert app.header_state.shown == 151
+
+
+class ChunkProbe(RefineApp):
+    """The real app; each chunk of a long list notes the table it found, and a step the test
+    gives runs inside a chunk (a key press, a newer filter, a commit's update)."""
+
+    CSS_PATH = str(Path(refine_tui.app.__file__).with_name("app.tcss"))  # relative to RefineApp
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.seen: list[tuple[int, int]] = []  # (rows in the table, cursor row) at each chunk
+        self.steps: list[Callable[[], None]] = []
+
+    def _fill(self, generation: int) -> None:
+        table = goals_table(self)
+        self.seen.append((len(table.keys()), table.cursor_row))
+        if self.steps and generation == self._fill_generation:
+            self.steps.pop(0)()
+        super()._fill(generation)
+
+
+async def test_a_long_list_fills_in_chunks_that_let_keys_through_and_keep_order(
+    tmp_path: Path,
+) -> None:
+    """Filter at 100,000 Goals: the ~1,200 rows after the first screen went in at once, keys
+    waited 40–400 ms. Now a chunk per turn: a key pressed during one is handled before the
+    next; a newer filter cancels the rest; a commit read meanwhile keeps the list's order."""
+    path = tmp_path / "journal.db"
+    with Journal.open(path, synchronous="NORMAL") as j:
+        goals = Goals(j)
+        for n in range(900):
+            word = "alpha" if n % 2 else "beta"
+            goals.create(goal_id=f"g{n:03d}", title=f"{word} {n}", node_id=NODE, argv=["true"])
+    app = ChunkProbe(journal=path, node=NODE)
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        table = goals_table(app)
+        everything = [f"g{n:03d}" for n in range(900)]
+        await until(pilot, lambda: table.keys() == everything and not app.filling)
+        counts = [rows for rows, _ in app.seen]
+        assert len(counts) >= 4 and all(b - a <= FILL_CHUNK for a, b in pairwise(counts))
+        alphas = everything[1::2]
+        await pilot.press("slash", "ctrl+u", *"alpha", "enter")
+        await until(pilot, lambda: table.keys() == alphas and not app.filling)
+        assert table.keys() == list(app.goal_rows)
+        # A key pressed during a chunk is handled while the rest of the list is still coming.
+        app.seen.clear()
+        app.steps = [lambda: app.post_message(events.Key("down", None))]  # as a terminal sends
+        await pilot.press("slash", "ctrl+u", "enter")
+        await until(pilot, lambda: table.keys() == everything and not app.filling)
+        before = app.seen[0][1]
+        assert before == 1  # the cursor stayed on its Goal: g001, row 1 of the whole list
+        assert any(cursor == before + 1 for _, cursor in app.seen[1:]), app.seen
+        # A newer filter during a chunk: the older list's other chunks never go in.
+        betas = everything[::2]
+        app.steps = [lambda: app.set_filter("beta")]
+        await pilot.press("slash", "ctrl+u", *"gamma", "enter")  # nothing matches
+        await pilot.press("slash", "ctrl+u", "enter")  # the whole list: its chunks begin
+        await until(pilot, lambda: table.keys() == betas and not app.filling)
+        assert app.filter_text == "beta" and list(app.goal_rows) == betas
+        # A commit read during a chunk: a row not in the table yet stays in its place, changed;
+        # a new Goal comes last.
+        waiting = everything[-1]
+        fresh = replace(app.goal_rows[betas[0]], goal_id="g999", title="late")
+
+        def commit_read() -> None:
+            cancelled = replace(app.goal_rows[waiting], status="cancelled")
+            update = JournalUpdate(False, {waiting: cancelled, "g999": fresh}, 0, 0, 0)
+            app.on_journal_update(update)
+
+        app.steps = [commit_read]
+        await pilot.press("slash", "ctrl+u", "enter")
+        await until(pilot, lambda: table.keys() == [*everything, "g999"] and not app.filling)
+        assert "cancelled" in str(table.get_cell(waiting, "status"))
 
 
 async def test_clearing_a_filter_restores_the_order(journal_path: Path) -> None:

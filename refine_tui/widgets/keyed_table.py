@@ -186,8 +186,12 @@ class KeyedTable(DataTable[RenderableType]):
                 self.drop(key)
             for key, cells in rows.items():
                 self.upsert(key, cells)
-            if list(self._cells) != list(rows):  # new keys were appended (a cleared filter)
-                self._reorder(list(rows))
+            self.order(list(rows))  # new keys were appended (a cleared filter)
+
+    def order(self, keys: list[str]) -> None:
+        """Put the rows (exactly ``keys``) in the order of ``keys``, when they are not."""
+        if list(self._cells) != keys:
+            self._reorder(keys)
 
     def _reorder(self, keys: list[str]) -> None:
         """Put the rows in the order of ``keys`` (as DataTable.sort does), cursor on its key."""
