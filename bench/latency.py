@@ -15,7 +15,7 @@ then wakes on ``LISTEN``/``NOTIFY`` (store/journal_listen.py) rather than inotif
 ``--tmux`` checks the same against a real terminal: ``refine tui`` runs inside a detached tmux
 session (120×40) and the bench polls ``tmux capture-pane`` every few ms until the row's line
 reads the new status. That figure includes tmux and the polling (≈ 5 ms resolution). Its first
-commit is a warm-up, shown apart: at 100k goals it waits for the filter's index build.
+commit is a warm-up, shown apart (at 100k goals the filter's index is still being built then).
 """
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ async def ready(app: RefineApp, timeout: float = 120.0) -> None:
 async def listed(app: ProbeApp, timeout: float = 120.0) -> None:
     """Until the whole list is shown, not only its first screen (the samples are taken from it),
     and the filter's index is built: the steady state. The index is built once after the first
-    paint, holding the read lock (≈ 1 s at 100k goals): a commit meanwhile shows after it."""
+    paint (≈ 1 s at 100k goals), beside the live reads."""
     deadline = time.monotonic() + timeout
     while not (app.complete and not app.filling and app.live.indexed):  # last chunk too
         if time.monotonic() > deadline:
@@ -150,8 +150,8 @@ def tmux_samples(path: str, samples: int, seed: int) -> dict[str, Any] | None:
             lines = [line for line in screen.splitlines() if " queued " in line]
             visible = [line.split()[0] for line in lines if " 0/3 " in line]
             plan = [(op, g) for g in visible[: samples // 2 + 1] for op in ("start", "settle")]
-            # The first commit is a warm-up, shown apart: at 100k goals it waits for the filter's
-            # index build after the first paint (tmux cannot see when that ends).
+            # The first commit is a warm-up, shown apart: at 100k goals the filter's index is
+            # still being built after the first paint (tmux cannot see when that ends).
             for k, (op, gid) in enumerate(plan[: samples + 1]):
                 status = "running" if op == "start" else "completed"
                 writer.stdin.write(f"{op} {gid}\n")

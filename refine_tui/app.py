@@ -191,6 +191,7 @@ class RefineApp(App[None]):
         self._observed: dict[tuple[str, int], AttemptRow] = {}  # last row that had a pid
         self._full_pending = True
         self._watcher: WakeUps | None = None
+        self._indexing = False  # the filter's index is being built
         self._why_text: str | None = None  # what the hint line last showed
         self._row_text: str | None = None  # what the selected row's line last showed
         self._enabled: tuple[bool, ...] = ()  # which actions the footer last showed enabled
@@ -276,8 +277,9 @@ class RefineApp(App[None]):
             while True:
                 if not self.paused:
                     await self.read_and_post()
-                    if not self.live.indexed and not self._full_pending:
-                        await self.build_index()
+                    if not (self.live.indexed or self._full_pending or self._indexing):
+                        self._indexing = True
+                        self.build_index()
                 # A lock can go away without touching the files: while the journal is
                 # unreadable, also retry now and then.
                 timeout = RETRY_S if self._full_pending else None
@@ -289,15 +291,26 @@ class RefineApp(App[None]):
             if pump is not None:
                 pump.cancel()
 
+    @work(exclusive=True, group="index", exit_on_error=False)
     async def build_index(self) -> None:
-        """After the first paint: the filter's in-memory index (read thread, under the lock)."""
-        async with self._read_lock:
+        """After the first paint: the filter's in-memory index, built beside the live reads (a
+        connection of its own); only taking in the commits made meanwhile holds the read lock."""
+        try:
             with contextlib.suppress(RefineError):  # unreadable now: the next round tries again
-                await asyncio.to_thread(self.live.build_index)
-            # What is alive now (widgets, index, first rows) lives as long as the app: out of
-            # the cyclic GC's way, so a full collection during a read costs ≈ 5 ms, not ≈ 100.
-            gc.collect()
-            gc.freeze()
+                gc.disable()  # no full collections mid-build: each would hold the GIL ≈ 100 ms
+                try:
+                    built = await asyncio.to_thread(self.live.build_index)
+                finally:
+                    gc.enable()
+                if built is not None:
+                    async with self._read_lock:
+                        await asyncio.to_thread(self.live.adopt_index, built)
+        finally:
+            self._indexing = False
+        # What is alive now (widgets, index, first rows) lives as long as the app: out of
+        # the cyclic GC's way, so a full collection during a read costs ≈ 5 ms, not ≈ 100.
+        gc.collect()
+        gc.freeze()
 
     def wake(self, full: bool = False) -> None:
         """Ask the live worker for a read now (``full``: reload the visible set)."""

@@ -4,9 +4,10 @@ the journal.
 The journal's ``contains`` pre-filter scans every stored state (≈ 90 ms at 100k) and parses each
 hit (a common word like "queued" hits tens of thousands: ≈ 0.4 s); the cleared list's two status
 queries take 80–250 ms there. Here each Goal is one lowercase line ``id\\ntitle\\nstatus\\nnode``
-(≈ 3 ms to scan 100k), its status, and a recency rank. Built once in the read thread after the
-first paint, then kept current from the rows the dashboard reads anyway: every commit reaches it
-as a touched Goal whose row is re-read (``update``).
+(≈ 3 ms to scan 100k), its status, and a recency rank. Built once after the first paint, in a
+thread on a connection of its own (live reads go on meanwhile), then kept current from the rows
+the dashboard reads anyway: every commit reaches it as a touched Goal whose row is re-read
+(``update``), those made during the build included.
 """
 
 from __future__ import annotations
@@ -33,20 +34,22 @@ class GoalIndex:
         self._order = dict.fromkeys(order)  # least recently changed first
 
     @classmethod
-    def build(cls, journal: Journal) -> GoalIndex:
-        """Read every Goal once (call under the read connection, in a thread: ≈ 1 s at 100k).
+    def build(cls, journal: Journal) -> tuple[int, GoalIndex]:
+        """Read every Goal once (in a thread, on a connection of its own: ≈ 1 s at 100k); with
+        the last sequence it saw, whose later commits ``update`` takes in.
 
         Newest first, as the journal orders by each Goal's last commit: that order is the rank.
         """
         lines, status = {}, {}
         with journal.snapshot():
+            seen = journal.last_sequence()
             states = list(reads.goal_states(journal, newest_first=True))
         for goal_id, state in states:
             lines[goal_id] = _words(
                 goal_id, state.get("title"), state.get("status"), state.get("node_id")
             )
             status[goal_id] = str(state.get("status"))
-        return cls(lines, status, [goal_id for goal_id, _ in reversed(states)])
+        return seen, cls(lines, status, [goal_id for goal_id, _ in reversed(states)])
 
     def __len__(self) -> int:
         return len(self._lines)

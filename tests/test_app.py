@@ -7,6 +7,7 @@ import os
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -23,6 +24,7 @@ import refine_tui.app
 from refine_tui.app import FILL_CHUNK, RefineApp
 from refine_tui.demo import populate
 from refine_tui.detail import DetailPane
+from refine_tui.goal_index import GoalIndex
 from refine_tui.messages import JournalUpdate
 from refine_tui.screens.confirm import CancelModal, ConfirmModal
 from refine_tui.screens.help import HelpScreen
@@ -276,6 +278,49 @@ async def test_filter_index_follows_commits_and_long_lists_arrive_whole(tmp_path
         expected = ["late", *(f"q{n:03d}" for n in range(150))]
         await until(pilot, lambda: goals_table(app).keys() == expected)
         assert app.header_state.shown == 151
+
+
+async def test_commits_show_while_the_index_builds_and_the_index_takes_them_in(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The filter's index is built beside the live reads: a commit made after the build read
+    the journal (held there by a gate) is shown at once, and the index takes it in after."""
+    path = tmp_path / "journal.db"
+    with Journal.open(path) as j:
+        goals = Goals(j)
+        for n in range(150):
+            goals.create(goal_id=f"q{n:03d}", title=f"queued {n}", node_id=NODE, argv=["true"])
+    read, release = threading.Event(), threading.Event()
+    build = GoalIndex.build
+
+    def gated(journal: Journal) -> tuple[int, GoalIndex]:
+        built = build(journal)
+        read.set()
+        release.wait(30)
+        return built
+
+    monkeypatch.setattr(GoalIndex, "build", staticmethod(gated))
+    app = RefineApp(journal=path, node=NODE)
+    try:
+        async with app.run_test(size=SIZE) as pilot:
+            await loaded(pilot)
+            await until(pilot, read.is_set)
+            commit_in_process(
+                path,
+                "goals.create(goal_id='late', title='Zebra crossing', node_id='n9', argv=['true'])"
+                "\ngoals.cancel(goal_id='q007', reason='obsolete', command_id='op:c:q007')",
+            )
+            await until(pilot, lambda: app.goal_rows["q007"].status == "cancelled")
+            await until(pilot, lambda: "late" in app.goal_rows)
+            assert not app.live.indexed  # shown before the build finished
+            release.set()
+            await until(pilot, lambda: app.live.indexed)
+            await pilot.press("slash", *"zebra", "enter")
+            await until(pilot, lambda: goals_table(app).keys() == ["late"])
+            await pilot.press("slash", "ctrl+u", *"cancelled", "enter")
+            await until(pilot, lambda: goals_table(app).keys() == ["q007"])
+    finally:
+        release.set()
 
 
 class ChunkProbe(RefineApp):

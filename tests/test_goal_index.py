@@ -27,15 +27,15 @@ def test_the_cleared_list_comes_from_the_index_as_the_journal_orders_it(journal:
         goals.create(goal_id=f"g{n:02d}", title=f"goal {n}", node_id="n1", argv=["true"])
     for n in (7, 2, 9, 0, 11, 4):  # completed in this order: the most recent are 4, 11, 0
         settle(goals, f"g{n:02d}")
-    index = GoalIndex.build(journal)
+    seen, index = GoalIndex.build(journal)
+    assert seen == journal.last_sequence()
     assert index.listed(3, 3) == journal_list(journal, 3, 3)
     assert index.listed(3, 3) == ["g00", "g01", "g03", "g04", "g05", "g11"]
 
     # Commits after the build reach the index as the rows the dashboard re-reads.
-    after = journal.last_commit()[0]
     settle(goals, "g05")  # active → the most recent terminal Goal
     goals.create(goal_id="g00a", title="new", node_id="n1", argv=["true"])
-    changed = reads.goals_touched(journal.events_after(after))
+    changed = reads.goals_touched(journal.events_after(seen))
     index.update(Reader(journal, "n1").goal_rows(changed), changed)
     assert index.listed(3, 3) == journal_list(journal, 3, 3)
     assert index.listed(3, 3) == ["g00a", "g01", "g03", "g04", "g05", "g11"]
