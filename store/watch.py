@@ -56,6 +56,7 @@ class JournalWatcher:
         debounce_ms: int = DEFAULT_DEBOUNCE_MS,
         step_ms: int = DEFAULT_STEP_MS,
         poll_interval_s: float = DEFAULT_POLL_INTERVAL_S,
+        use_inotify: bool | None = None,
     ) -> None:
         self.path = resolve_journal_path(path)  # the folder where its -wal really changes
         self.directory = self.path.parent
@@ -63,6 +64,8 @@ class JournalWatcher:
         self.debounce_ms = debounce_ms
         self.step_ms = step_ms
         self.poll_interval_s = poll_interval_s
+        # None: inotify where the kernel has it, else watchfiles (tests run both).
+        self.use_inotify = inotify.available() if use_inotify is None else use_inotify
         self._stopped = False
         self._wake = asyncio.Event()
         self._watch_stop: asyncio.Event | None = None
@@ -140,7 +143,7 @@ class JournalWatcher:
         return self.rebuilds > 1
 
     async def _watch(self, stop: asyncio.Event) -> None:
-        if inotify.available():
+        if self.use_inotify:
             with contextlib.suppress(OSError):
                 await self._watch_inotify(stop)
             return  # ended (deaf or unwatchable): the poll restarts it when the folder is back
