@@ -61,6 +61,7 @@ Synchronous = Literal["FULL", "NORMAL"]
 SCHEMA_VERSION = 2
 APPLICATION = "refine-journal"
 CHANNEL = "refine_journal"
+_IDLE = psycopg.pq.TransactionStatus.IDLE
 _RETRIES = 8  # a lost race on a new row, a deadlock or a serialization failure: run it again
 
 # Forward migrations: MIGRATIONS[n] takes a journal from schema n - 1 to n. "{s}" is the schema.
@@ -301,12 +302,37 @@ class PostgresJournal(Journal):
     def _execute_once(
         self, command_id: str, key: str, expected: Mapping[str, int | None], decide: Decide
     ) -> Outcome:
+        # Pipeline mode: statements are queued and sent together; the server runs them in order.
+        # Round trips: BEGIN + lock + receipt; the head's UPDATE … RETURNING (sequences); then
+        # the writes, NOTIFY and COMMIT in one batch (three, not one per statement).
         conn = self._connection()
-        with conn.transaction():
-            tx = _PostgresCommand(conn, self.schema)
-            outcome = run_command(tx, command_id, key, expected, decide)
-            if tx.last_sequence:
-                conn.execute("SELECT pg_notify(%s, %s)", (self.channel, str(tx.last_sequence)))
+        try:
+            with conn.pipeline() as pipeline:
+                conn.execute("BEGIN")
+                try:
+                    tx = _PostgresCommand(conn, self.schema, command_id)
+                    outcome = run_command(tx, command_id, key, expected, decide)
+                    if tx.last_sequence:
+                        conn.execute(
+                            "SELECT pg_notify(%s, %s)", (self.channel, str(tx.last_sequence))
+                        )
+                    conn.execute("COMMIT")
+                except BaseException as exc:
+                    # A statement's error aborts the pipeline up to the next sync: sync first
+                    # (that error is the one being raised), so the ROLLBACK runs.
+                    with contextlib.suppress(psycopg.Error):
+                        if isinstance(exc, psycopg.Error):
+                            pipeline.sync()
+                    with contextlib.suppress(psycopg.Error):
+                        conn.execute("ROLLBACK")
+                    raise
+        except BaseException:
+            # An error in the last batch (raised when the pipeline ends) aborted its COMMIT: end
+            # the failed transaction so the connection is clean for the next command or a retry.
+            if not conn.broken and not conn.closed and conn.info.transaction_status != _IDLE:
+                with contextlib.suppress(psycopg.Error):
+                    conn.execute("ROLLBACK")
+            raise
         return outcome
 
     # --- reads ---------------------------------------------------------------------------------
@@ -523,26 +549,34 @@ class _SequenceGate:
 class _PostgresCommand:
     """The storage steps of one command inside its transaction (see ``CommandTx``)."""
 
-    def __init__(self, conn: psycopg.Connection[Any], schema: str) -> None:
+    def __init__(self, conn: psycopg.Connection[Any], schema: str, command_id: str) -> None:
         self.conn = conn
         self.s = schema
+        self.command_id = command_id
         self.last_sequence = 0
+        self._receipt: tuple[str, str] | None = None
 
     def load(self, aggregate_ids: Sequence[str]) -> dict[str, Stored | None]:
         # One statement, rows locked in id order: two commands never wait on each other in a cycle.
-        rows = self.conn.execute(
+        locked = self.conn.execute(
             f"SELECT aggregate_id, version, state FROM {self.s}.aggregates"
             " WHERE aggregate_id = ANY(%s) ORDER BY aggregate_id FOR UPDATE",
             (list(aggregate_ids),),
-        ).fetchall()
-        found = {str(row[0]): stored_row(row) for row in rows}
+        )
+        # The receipt is read in the same round trip, after the locks are granted (statements
+        # run in order, each with a fresh snapshot): it shows a command this one waited for.
+        receipt = self.conn.execute(
+            f"SELECT payload, result FROM {self.s}.receipts WHERE command_id = %s",
+            (self.command_id,),
+        )
+        found = {str(row[0]): stored_row(row) for row in locked.fetchall()}
+        row = receipt.fetchone()
+        self._receipt = (str(row[0]), str(row[1])) if row else None
         return {agg: found.get(agg) for agg in aggregate_ids}
 
     def receipt(self, command_id: str) -> tuple[str, str] | None:
-        row = self.conn.execute(
-            f"SELECT payload, result FROM {self.s}.receipts WHERE command_id = %s", (command_id,)
-        ).fetchone()
-        return (str(row[0]), str(row[1])) if row else None
+        assert command_id == self.command_id  # read with the locks by load()
+        return self._receipt
 
     def events_of(self, aggregate_id: str, up_to_version: int) -> list[Event]:
         rows = self.conn.execute(

@@ -13,6 +13,7 @@ import store.journal_postgres as journal_postgres
 from store.errors import (
     CommandConflictError,
     InvalidInputError,
+    JournalLockedError,
     JournalMissingError,
     JournalReadOnlyError,
     NotAJournalError,
@@ -319,3 +320,45 @@ def test_concurrent_creates_of_one_aggregate_have_one_winner_and_replays(
     assert sorted(map(str, results)) == ["False"] + ["True"] * 5
     with PostgresJournal.connect(postgres_url) as j:
         assert j.last_sequence() == 1
+
+
+def test_a_locked_row_is_journal_locked_and_the_same_handle_then_commits(
+    postgres_url: str,
+) -> None:
+    """A command's statements go in one pipeline: an error in it (here the lock timeout) must
+    still end the transaction, leaving the connection clean for the next command."""
+    with PostgresJournal.connect(postgres_url, busy_timeout_ms=100) as j:
+        add(j, "run:a")
+        with psycopg.connect(postgres_url) as blocker:
+            blocker.execute(
+                "SELECT 1 FROM refine.aggregates WHERE aggregate_id = 'run:a' FOR UPDATE"
+            )
+            with pytest.raises(JournalLockedError):
+                j.execute(command_id="b1", payload={}, expected={"run:a": 1}, decide=bump)
+        assert j.last_sequence() == 1
+        out = j.execute(command_id="b1", payload={}, expected={"run:a": 1}, decide=bump)
+        assert not out.replayed and out.events[0].sequence == 2 and j.last_sequence() == 2
+
+
+def test_a_write_that_fails_in_the_batch_writes_nothing_and_the_rerun_sees_why(
+    postgres_url: str,
+) -> None:
+    """Another writer takes the command id while this one decides: the receipt insert fails
+    in the batched writes, none of the batch commits, and the rerun refuses as a conflict."""
+    with PostgresJournal.connect(postgres_url) as j:
+        add(j, "run:a")
+
+        def racing(loaded):
+            with psycopg.connect(postgres_url, autocommit=True) as other:
+                other.execute(
+                    "INSERT INTO refine.receipts (command_id, payload, result, committed_at)"
+                    " VALUES ('b1', 'other', '{}', 0) ON CONFLICT DO NOTHING"
+                )
+            return bump(loaded)
+
+        with pytest.raises(CommandConflictError):
+            j.execute(command_id="b1", payload={}, expected={"run:a": 1}, decide=racing)
+        assert j.last_sequence() == 1 and len(j.outbox()) == 1
+        assert j.load("run:a").version == 1  # type: ignore[union-attr]
+        add(j, "run:b")
+        assert j.last_sequence() == 2
