@@ -345,6 +345,7 @@ class SqliteJournal(Journal):
         newest_first: bool = False,
         limit: int | None = None,
         contains: str | None = None,
+        offset: int = 0,
     ) -> list[Stored]:
         """Aggregates of one kind, optionally by status and node, by id or by recency.
 
@@ -365,8 +366,8 @@ class SqliteJournal(Journal):
             args.append(node_id)
         sql += " ORDER BY last_sequence DESC" if newest_first else " ORDER BY aggregate_id"
         if limit is not None:
-            sql += " LIMIT ?"
-            args.append(int(limit))
+            sql += " LIMIT ? OFFSET ?"
+            args += [int(limit), int(offset)]
         with self._lock, _storage_errors():
             return [stored_row(row) for row in self._connection().execute(sql, args)]
 

@@ -178,11 +178,13 @@ class Journal(Protocol):
         newest_first: bool = False,
         limit: int | None = None,
         contains: str | None = None,
+        offset: int = 0,
     ) -> list[Stored]:
         """Aggregates of one kind, optionally by status and node, by id or by recency.
 
         ``contains``: only those whose id or stored state text contains it (case-insensitive
-        for ASCII), a coarse pre-filter the caller refines on the parsed state.
+        for ASCII), a coarse pre-filter the caller refines on the parsed state. ``offset`` (with
+        ``limit``) skips that many: pages, read under one ``snapshot()`` to be consistent.
         """
         ...
 

@@ -381,6 +381,7 @@ class PostgresJournal(Journal):
         newest_first: bool = False,
         limit: int | None = None,
         contains: str | None = None,
+        offset: int = 0,
     ) -> list[Stored]:
         """Aggregates of one kind, optionally by status and node, by id or by recency.
 
@@ -400,8 +401,8 @@ class PostgresJournal(Journal):
             args.append(node_id)
         sql += " ORDER BY last_sequence DESC" if newest_first else " ORDER BY aggregate_id"
         if limit is not None:
-            sql += " LIMIT %s"
-            args.append(int(limit))
+            sql += " LIMIT %s OFFSET %s"
+            args += [int(limit), int(offset)]
         return [stored_row(row) for row in self._rows(sql, args)]
 
     def count(self, kind: str, status: str | None = None) -> int:

@@ -59,16 +59,30 @@ def goal_ids(
 
 
 def goal_states(
-    journal: Journal, contains: str | None = None, *, newest_first: bool = False
+    journal: Journal,
+    contains: str | None = None,
+    *,
+    newest_first: bool = False,
+    page: int | None = None,
 ) -> Iterator[tuple[str, Mapping[str, object]]]:
     """(goal id, stored state) of every Goal, unparsed and maybe corrupt: a search's haystack.
 
     ``contains``: only Goals whose stored record has this text somewhere (a cheap pre-filter);
-    ``newest_first``: by each Goal's last commit, newest first (else by id).
+    ``newest_first``: by each Goal's last commit, newest first (else by id); ``page``: read that
+    many at a time (call under ``journal.snapshot()``), so a caller keeping a little of each
+    never holds every state at once (≈ 265 MB at 100k Goals).
     """
-    for stored in journal.aggregates("goal", contains=contains, newest_first=newest_first):
-        state = stored.state if isinstance(stored.state, dict) else {}
-        yield stored.aggregate_id.partition(":")[2], state
+    offset = 0
+    while True:
+        batch = journal.aggregates(
+            "goal", contains=contains, newest_first=newest_first, limit=page, offset=offset
+        )
+        for stored in batch:
+            state = stored.state if isinstance(stored.state, dict) else {}
+            yield stored.aggregate_id.partition(":")[2], state
+        if page is None or len(batch) < page:
+            return
+        offset += page
 
 
 def goals_with_runs(journal: Journal, ids: Sequence[str]) -> dict[str, GoalAndRun | None]:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import pytest
+
+from refine_tui import goal_index
 from refine_tui.goal_index import GoalIndex
 from refine_tui.rows import ACTIVE, TERMINAL, Reader
 from store import reads
@@ -40,3 +43,23 @@ def test_the_cleared_list_comes_from_the_index_as_the_journal_orders_it(journal:
     assert index.listed(3, 3) == journal_list(journal, 3, 3)
     assert index.listed(3, 3) == ["g00a", "g01", "g03", "g04", "g05", "g11"]
     assert index.matching("new", 10) == ["g00a"]
+
+
+def test_a_build_in_pages_equals_one_read_of_every_goal(
+    journal: Journal, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The build reads a page at a time (memory) and still sees every Goal in recency order."""
+    goals = Goals(journal)
+    for n in range(11):
+        goals.create(goal_id=f"g{n:02d}", title=f"goal {n}", node_id="n1", argv=["true"])
+    for n in (7, 2, 9, 0):
+        settle(goals, f"g{n:02d}")
+    whole = list(reads.goal_states(journal, newest_first=True))
+    with journal.snapshot():
+        paged = list(reads.goal_states(journal, newest_first=True, page=3))
+    assert paged == whole and len(paged) == 11
+    monkeypatch.setattr(goal_index, "BUILD_PAGE", 3)
+    _, index = GoalIndex.build(journal)
+    assert len(index) == 11
+    assert index.listed(11, 11) == journal_list(journal, 11, 11)
+    assert index.listed(0, 2) == ["g00", "g09"]  # the two most recently ended
