@@ -3,11 +3,6 @@ the server stopped under a command. Real processes, real signals, a real server.
 
 from __future__ import annotations
 
-import json
-import os
-import signal
-import subprocess
-import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -19,38 +14,14 @@ from store.errors import StorageUnreachableError
 from store.journal_core import Change
 from store.journal_postgres import PostgresJournal
 from tests.helpers.postgres_server import PostgresServer
+from tests.helpers.run_support import Child as RunChild
 
-ROOT = Path(__file__).resolve().parents[1]
-CHILD = Path(__file__).with_name("helpers") / "pg_journal_child.py"
+PG_CHILD = Path(__file__).with_name("helpers") / "pg_journal_child.py"
 
 
-class Child:
-    def __init__(self, url: str, spec: dict[str, Any]) -> None:
-        env = {**os.environ, "PYTHONPATH": str(ROOT)}
-        self.proc = subprocess.Popen(
-            [sys.executable, str(CHILD), url, json.dumps(spec)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT, env=env,
-        )  # fmt: skip
-        assert "ready" in self.line()
-
-    def line(self) -> dict[str, Any]:
-        assert self.proc.stdout is not None
-        text = self.proc.stdout.readline()
-        assert text, "child exited early"
-        return json.loads(text)  # type: ignore[no-any-return]
-
-    def go(self) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write("go\n")
-        self.proc.stdin.flush()
-
-    def wait_stopped(self) -> None:
-        _, status = os.waitpid(self.proc.pid, os.WUNTRACED)
-        assert os.WIFSTOPPED(status), status
-
-    def kill(self) -> None:
-        os.kill(self.proc.pid, signal.SIGKILL)
-        self.proc.wait()
+def Child(url: str, spec: dict[str, Any]) -> RunChild:
+    """The shared JSON-lines child, running the PostgreSQL journal script."""
+    return RunChild(url, spec, script=PG_CHILD)
 
 
 def bump(loaded):  # type: ignore[no-untyped-def]

@@ -73,15 +73,19 @@ def assert_consistent(journal: Journal) -> None:
 
 
 class Child:
-    """A child process running execution_child.py; talks JSON lines."""
+    """A child process running ``script`` (execution_child.py by default) on a journal
+    location; talks JSON lines."""
 
-    def __init__(self, journal_path: Path | str, spec: dict[str, Any]) -> None:
+    def __init__(
+        self, journal_path: Path | str, spec: dict[str, Any], script: Path = CHILD
+    ) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, str(CHILD), str(journal_path), json.dumps(spec)],
+            [sys.executable, str(script), str(journal_path), json.dumps(spec)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
             cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
         )
         self.pid = self.proc.pid
         assert "ready" in self.line()
