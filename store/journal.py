@@ -523,12 +523,15 @@ def _connect(uri: str, busy_timeout_ms: int) -> sqlite3.Connection:
 
 
 def _frozen_snapshot(file: Path, exc: sqlite3.OperationalError) -> bool:
-    """A read-only open failed because SQLite could not create its side files (a read-only
-    folder). Without a ``-wal`` file every commit is in the database file and no writer can
-    start there (it would need that ``-wal``): reading it as immutable is exact."""
-    text = str(exc)
-    cannot = "unable to open" in text or "readonly" in text or "read-only" in text
-    return cannot and not os.path.exists(f"{file}-wal")
+    """A read-only open failed because SQLite could not create its side files in a folder
+    nobody may write. Without a ``-wal`` file every commit is in the database file and no
+    writer can start there (it would need that ``-wal``): reading it as immutable is exact.
+    Decided by the result code and the folder itself, never by the message's words: a
+    writable folder that merely ran out of space or inodes is not a snapshot."""
+    code = getattr(exc, "sqlite_errorcode", 0) & 0xFF  # READONLY_* share the primary code
+    if code not in (sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_READONLY):
+        return False
+    return not os.access(file.parent, os.W_OK) and not os.path.exists(f"{file}-wal")
 
 
 class _DataVersionGate:

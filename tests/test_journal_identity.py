@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from store.errors import StorageError
 from store.goals import Goals
 from store.journal import SCHEMA_VERSION, Journal
 from store.processes import ProcessRegistry, same_process
@@ -276,3 +277,42 @@ def test_a_journal_in_a_read_only_folder_is_read_as_an_immutable_snapshot(
     done = refine(frozen_folder, "cancel", "g", "--reason", "r")
     assert done.returncode == 3, done.stderr  # writing stays impossible, in one line
     assert fingerprint(frozen_folder) == before
+
+
+@pytest.fixture
+def no_inode_left(tmp_path: Path) -> Iterator[Path]:
+    """A journal on a writable tmpfs whose every inode is used (root only, as in test_faults)."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    folder = tmp_path / "full"
+    folder.mkdir()
+    mount = ["mount", "-t", "tmpfs", "-o", "size=2m,nr_inodes=8", "tmpfs", str(folder)]
+    done = subprocess.run(mount, capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+    try:
+        path = folder / "journal.db"
+        with Journal.open(path) as journal:
+            Goals(journal).create(goal_id="g", title="g", node_id="n1", argv=["true"])
+        for i in range(100):  # use up the inodes: SQLite cannot create its ``-shm``
+            try:
+                (folder / f"filler-{i}").touch()
+            except OSError:
+                break
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], check=False)
+
+
+def test_a_writable_folder_out_of_inodes_is_not_taken_for_a_snapshot(no_inode_left: Path) -> None:
+    """SQLite says "unable to open" here too, but anyone may write this folder once an inode is
+    free: an immutable read would be stale for ever, so the open is refused, and works after."""
+    assert os.access(no_inode_left.parent, os.W_OK)
+    with pytest.raises(StorageError):
+        Journal.open(no_inode_left, read_only=True)
+    done = refine(no_inode_left, "goals")
+    assert done.returncode == 3 and len(done.stderr.splitlines()) == 1, done.stderr
+    for i in range(2):  # room for the ``-wal`` and the ``-shm``
+        (no_inode_left.parent / f"filler-{i}").unlink()
+    with Journal.open(no_inode_left, read_only=True) as journal:
+        assert not journal.immutable and journal.last_sequence() > 0
