@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from store.journal_api import Journal
+from tests.helpers.node_env import Env
 from tests.helpers.postgres_server import (
     PostgresServer,
     ServerUnavailable,
@@ -120,3 +121,13 @@ def journal_factory(journal_location: str) -> Iterator[JournalFactory]:
 def journal(journal_factory: JournalFactory) -> Journal:
     """A writable journal on the test's backend (durability NORMAL: tests don't cut power)."""
     return journal_factory(synchronous="NORMAL")
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> Iterator[Env]:
+    """A journal in tmp_path for node tests; every process the test started is killed after."""
+    e = Env(tmp_path)
+    try:
+        yield e
+    finally:
+        e.cleanup()

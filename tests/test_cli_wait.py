@@ -15,7 +15,7 @@ from store.errors import GoalTerminalError
 from store.goal_wait import wait_for_status
 from store.goals import Goals
 from store.journal import Journal
-from tests.test_cli import dump, refine
+from tests.helpers.cli import dump, refine
 
 
 @pytest.fixture

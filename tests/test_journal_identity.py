@@ -21,7 +21,8 @@ from store.goals import Goals
 from store.journal import SCHEMA_VERSION, Journal
 from store.processes import ProcessRegistry, same_process
 from store.watch import ChangeFeed
-from tests.test_node import HANG, PY, Env, wait_until
+from tests.helpers.node_env import HANG, PY, Env
+from tests.helpers.waits import wait_until
 
 
 def refine(journal: Path, *args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
@@ -148,15 +149,6 @@ def linked(tmp_path: Path) -> Iterator[tuple[Env, Path]]:
         yield env, link
     finally:
         env.cleanup()
-
-
-@pytest.fixture
-def env(tmp_path: Path) -> Iterator[Env]:
-    e = Env(tmp_path)
-    try:
-        yield e
-    finally:
-        e.cleanup()
 
 
 def start_node(env: Env, journal: Path, node_id: str = "n1") -> subprocess.Popen[bytes]:

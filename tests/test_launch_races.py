@@ -5,26 +5,17 @@ cancellation committed, and a replayed claim never launches anything.
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from store.worker import EXIT_REFUSED, EXIT_SETTLED
-from tests.test_node import PY, Env, wait_until
+from tests.helpers.node_env import PY, Env
+from tests.helpers.waits import wait_until
 
 GATED = str(Path(__file__).parent / "helpers" / "gated_worker.py")
 # Appends a line to <dir>/ran each time it runs.
 COUNT_RUNS = "import os, sys\nopen(os.path.join(sys.argv[1], 'ran'), 'a').write('ran\\n')"
-
-
-@pytest.fixture
-def env(tmp_path: Path) -> Iterator[Env]:
-    e = Env(tmp_path)
-    try:
-        yield e
-    finally:
-        e.cleanup()
 
 
 def runs_of_recipe(env: Env) -> int:

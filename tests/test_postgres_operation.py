@@ -28,8 +28,9 @@ from store.goals import Goals
 from store.journal_api import Journal
 from store.processes import ProcessRecord, ProcessRegistry
 from store.run_model import Run
+from tests.helpers.node_env import HANG, HANG_ONCE, QUICK, WAIT_FOR_GO
 from tests.helpers.postgres_server import PASSWORD, PostgresServer
-from tests.test_node import HANG, HANG_ONCE, QUICK, WAIT_FOR_GO, wait_until
+from tests.helpers.waits import wait_until
 
 PY = sys.executable
 pytestmark = pytest.mark.postgres

@@ -8,12 +8,10 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-
-from tests.test_node import HANG, PY, Env, wait_until
+from tests.helpers.node_env import HANG, PY, Env
+from tests.helpers.waits import wait_until
 
 # The recipe's child ignores SIGTERM (so Stop needs SIGKILL after its grace) and says so in
 # <dir>/ready; the recipe itself dies on SIGTERM, and so does the worker: for the whole grace
@@ -25,15 +23,6 @@ STUBBORN_GRANDCHILD = (
     "subprocess.Popen([sys.executable, '-c', code, sys.argv[1]])\n"
     "time.sleep(600)"
 )
-
-
-@pytest.fixture
-def env(tmp_path: Path) -> Iterator[Env]:
-    e = Env(tmp_path)
-    try:
-        yield e
-    finally:
-        e.cleanup()
 
 
 def refine(env: Env, *args: str) -> subprocess.CompletedProcess[str]:
