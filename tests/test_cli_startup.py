@@ -5,12 +5,14 @@ Nor Rich (ASCII text is laid out without it), nor asyncio (only wake-ups and `wa
 
 from __future__ import annotations
 
+import argparse
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from refine_tui.cli import COMMANDS, build_parser, parse_quickly
 from store.goals import Goals
 from store.journal import Journal
 
@@ -65,3 +67,44 @@ def test_stop_and_cancel_load_process_tools_only_for_a_process(
         check=True,
     )
     assert done.stdout.split() == [code, "[]"], done.stdout + done.stderr
+
+
+def test_the_quick_parse_knows_every_command() -> None:
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    assert tuple(sub.choices) == COMMANDS
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["goals"],
+        ["--json", "goals", "--status", "queued"],
+        ["--journal", "stop", "stop", "g1"],  # a journal file named like a command
+        ["--node", "n1", "--jour", "j.db", "stop", "g1", "--grace", "0"],  # an abbreviation
+        ["cancel", "g1", "--reason", "stop", "--node", "n2"],
+        ["goal", "add", "--title", "T", "--", "make", "cancel"],
+        ["show", "g1", "--state-dir", "/tmp/s"],
+        ["runs"],
+        ["wait", "g1", "--status", "running,held", "--timeout", "1"],
+    ],
+)
+def test_the_quick_parse_parses_as_the_whole_parser(argv: list[str]) -> None:
+    quick = parse_quickly(argv)
+    assert quick is not None
+    assert vars(quick) == vars(build_parser().parse_args(argv))
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["stop", "--help"],
+        ["-h", "goals"],
+        ["--node", "stop", "goals"],  # "stop" is the node: only the whole parser sees `goals`
+        ["stop"],  # a mistake: the whole parser words it
+        ["cancel", "g1"],
+        ["nothing"],
+        [],
+    ],
+)
+def test_help_mistakes_and_lookalikes_go_to_the_whole_parser(argv: list[str]) -> None:
+    assert parse_quickly(argv) is None
