@@ -9,6 +9,7 @@ a pid counts as the recorded process only with the same create time.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -77,9 +78,17 @@ STOP_MARGIN_S = 15.0
 
 def _command_id(action: str) -> str:
     """A fresh command id: an operator's action is never a replay of an earlier one."""
-    import uuid  # here, not at the top: a command refused before it writes never needs one
+    return f"op:{action}:{uuid4_text()}"
 
-    return f"op:{action}:{uuid.uuid4()}"
+
+def uuid4_text() -> str:
+    """``str(uuid.uuid4())``, made as uuid4 makes it (16 random bytes, version and variant bits
+    set) without importing uuid, which loads ``platform`` (≈ 1.5 ms of a quick `refine cancel`)."""
+    raw = bytearray(os.urandom(16))
+    raw[6] = raw[6] & 0x0F | 0x40  # version 4
+    raw[8] = raw[8] & 0x3F | 0x80  # RFC 4122 variant
+    h = raw.hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import getpass
 import os
 import re
-import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,7 +67,11 @@ class CleanupEvidence:
 
 def default_node() -> str:
     """$REFINE_NODE, else the short host name: the CLI and the dashboard agree on it."""
-    return os.environ.get("REFINE_NODE") or socket.gethostname().split(".")[0]
+    if os.environ.get("REFINE_NODE"):
+        return os.environ["REFINE_NODE"]
+    import socket  # here, not at the top (≈ 2 ms): `--node` or $REFINE_NODE names most nodes
+
+    return socket.gethostname().split(".")[0]
 
 
 def default_operator() -> str:

@@ -1,6 +1,7 @@
 """A quick CLI: the read commands never import the dashboard stack (DESIGN §9, CLI start-up).
 
-Nor Rich (ASCII text is laid out without it), nor asyncio (only wake-ups and `wait` need it).
+Nor Rich (ASCII text is laid out without it), nor asyncio (only wake-ups and `wait` need it),
+nor socket (only a node without a name asks the host's), nor uuid (it loads `platform`).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import contextlib, io, sys
 from refine_tui.cli import main
 with contextlib.redirect_stdout(io.StringIO()):
     code = main(["--journal", sys.argv[1], *sys.argv[2:]])
-heavy = ("textual", "psutil", "rich", "asyncio")
+heavy = ("textual", "psutil", "rich", "asyncio", "socket", "uuid", "platform")
 print(code, sorted({m.split(".")[0] for m in sys.modules if m.split(".")[0] in heavy}))
 """
 
@@ -108,3 +109,15 @@ def test_the_quick_parse_parses_as_the_whole_parser(argv: list[str]) -> None:
 )
 def test_help_mistakes_and_lookalikes_go_to_the_whole_parser(argv: list[str]) -> None:
     assert parse_quickly(argv) is None
+
+
+def test_an_operator_command_id_is_a_uuid4() -> None:
+    import uuid
+
+    from store.operator import uuid4_text
+
+    texts = {uuid4_text() for _ in range(200)}
+    assert len(texts) == 200
+    for text in texts:
+        parsed = uuid.UUID(text)
+        assert (str(parsed), parsed.version, parsed.variant) == (text, 4, uuid.RFC_4122)
