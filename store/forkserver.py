@@ -213,6 +213,7 @@ def _warm() -> argparse.ArgumentParser:
     parser.parse_args(["--journal", "j", "--node", "n", "--goal", "g", "--token", "t"])
     with contextlib.suppress(RefineError):  # the journal's backend (and its driver)
         backend_for(os.environ.get(worker.JOURNAL_ENV, ""))
+    worker.rehearse()  # its first run's writes happen here, once, not in every child
     return parser
 
 

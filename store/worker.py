@@ -21,19 +21,21 @@ import argparse
 import contextlib
 import ctypes
 import hashlib
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import IO
 
 from store.errors import RefineError, StorageError
 from store.execution import Execution
-from store.goals import Goal, Goals
+from store.goals import Goals
 from store.journal_api import Journal
 from store.processes import ProcessRecord, ProcessRegistry, stop_group_members
 
@@ -44,6 +46,7 @@ EXIT_SETTLED = 0  # the attempt was reported (completed, failed or cancelled)
 EXIT_REFUSED = 3  # the start was refused: nothing was claimed
 EXIT_SUPERSEDED = 4  # the Goal moved on or the report was refused: nothing reported
 EXIT_UNAVAILABLE = 5  # the journal could not be opened
+EXIT_CRASHED = 70  # the worker (or its claim helper) raised: its traceback is in the node log
 
 JOURNAL_ENV = "REFINE_JOURNAL"
 # While the journal is unreachable (a server restart), the owner keeps trying to learn its
@@ -83,21 +86,112 @@ def main(argv: Sequence[str] | None = None, parser_: argparse.ArgumentParser | N
     args = parser_.parse_args(argv)
     if not args.journal:
         parser_.error(f"--journal or ${JOURNAL_ENV} is required")
+    return run_attempt(
+        args.journal, node_id=args.node, goal_id=args.goal, token=args.token, round=args.round
+    )
+
+
+@dataclass(frozen=True)
+class Ready:
+    """A claimed attempt, recorded and reread right before launch: run its recipe now."""
+
+    claim: Claim
+    argv: tuple[str, ...]
+    cwd: str
+    timeout_s: float
+    log_path: str
+    location: str  # the journal's, and its id: where its process record is (ProcessRegistry)
+    journal_id: str | None
+
+    def registry(self) -> ProcessRegistry:
+        return ProcessRegistry(self.location, self.claim.node_id, self.journal_id)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> Ready:
+        data = json.loads(text)
+        return cls(**{**data, "claim": Claim(**data["claim"]), "argv": tuple(data["argv"])})
+
+
+def run_attempt(
+    location: str, *, node_id: str, goal_id: str, token: str, round: int | None = None
+) -> int:
+    """The worker process's way: claim in a short-lived helper process, then run the recipe.
+
+    Claiming (the command, the process record, the reread before launch) writes to many pages
+    this process shares with the forkserver; done in a helper that exits, they are returned,
+    and the worker that waits out the recipe stays a few MB (issue 14). The helper is this
+    worker's agent: it records this worker's pid, and any failure of it ends this attempt only.
+    """
+    owner = os.getpid()  # here, not in the helper
+    ready = _in_helper(
+        lambda: _claim_in_helper(location, node_id, goal_id, token, round, owner=owner)
+    )
+    if isinstance(ready, int):
+        return ready
     try:
-        journal = Journal.open(args.journal, create=False)
-    except RefineError as exc:
-        _say(f"journal unavailable: {exc}")
-        return EXIT_UNAVAILABLE
-    with journal:
-        return run_worker(
-            journal, node_id=args.node, goal_id=args.goal, token=args.token, round=args.round
-        )
+        return _run_claimed(location, ready)
+    finally:
+        ready.registry().remove(ready.claim.run_id, ready.claim.epoch)
 
 
 def run_worker(
     journal: Journal, *, node_id: str, goal_id: str, token: str, round: int | None = None
 ) -> int:
-    """Claim, run, report; returns the process exit code (EXIT_*)."""
+    """Claim, run, report in this process, on ``journal``; returns the exit code (EXIT_*)."""
+    ready = _claim(journal, node_id, goal_id, token, round, owner=os.getpid())
+    if isinstance(ready, int):
+        return ready
+    try:
+        with open(ready.log_path, "ab") as log:
+            try:
+                recipe = _launch(ready, log)
+            except OSError as exc:
+                return _unlaunched(Goals(journal), ready, log, exc)
+            return _own(Goals(journal), ready, recipe, log)
+    finally:
+        ready.registry().remove(ready.claim.run_id, ready.claim.epoch)
+
+
+def rehearse() -> None:
+    """One whole attempt on a scratch journal, in the forkserver before it forks: what a
+    worker runs for the first time (bytecode specialised, caches and lazy state filled) would
+    otherwise write to pages it shares with the forkserver; rehearsed, those writes happen
+    once, there (issue 14: ≈ 0.3 MB less per running attempt). Any failure is ignored."""
+    import tempfile
+
+    with contextlib.suppress(Exception), tempfile.TemporaryDirectory() as scratch:
+        journal = Journal.open(os.path.join(scratch, "rehearsal.db"))
+        with journal:
+            goals = Goals(journal)
+            goals.create(goal_id="rehearsal", title="rehearsal", node_id="z", argv=["true"])
+            ready = _claim(journal, "z", "rehearsal", "t", None, owner=os.getpid())
+            assert isinstance(ready, Ready)
+            ready = Ready.from_json(ready.to_json())
+            with open(ready.log_path, "ab") as log:
+                _own(goals, ready, _launch(ready, log), log)
+            ready.registry().remove(ready.claim.run_id, ready.claim.epoch)
+
+
+def _claim_in_helper(
+    location: str, node_id: str, goal_id: str, token: str, round: int | None, *, owner: int
+) -> int | Ready:
+    try:
+        journal = Journal.open(location, create=False)
+    except RefineError as exc:
+        _say(f"journal unavailable: {exc}")
+        return EXIT_UNAVAILABLE
+    with journal:
+        return _claim(journal, node_id, goal_id, token, round, owner=owner)
+
+
+def _claim(
+    journal: Journal, node_id: str, goal_id: str, token: str, round: int | None, *, owner: int
+) -> int | Ready:
+    """Claim the Goal's Run, record process ``owner`` (the worker) and reread right before
+    launch: Ready to launch, or the exit code (the end was reported when it had to be)."""
     goals = Goals(journal)
     worker = worker_name(node_id, token)
     try:
@@ -124,61 +218,153 @@ def run_worker(
     registry = ProcessRegistry.for_journal(journal, node_id)
     log_path = registry.log_path(claim.run_id, claim.epoch)
     try:
-        registry.record(
-            ProcessRecord.for_current_process(
-                node_id=node_id,
-                run_id=claim.run_id,
-                epoch=claim.epoch,
-                worker=worker,
-                log_path=log_path,
-                journal_id=journal.journal_id,
-            )
-        )
+        registry.record(_record_of(owner, claim, log_path, journal.journal_id))
     except OSError as exc:  # e.g. disk full: as the owner, say so rather than vanish
         _say(f"{claim.run_id}/{claim.epoch}: cannot record this process: {exc}")
         why = f"cannot record the worker process: {exc}"[:400]
         return _report(goals, claim, exit_code=None, reason=why, log=log_path)
+    goal = started.goal
+    ready = Ready(
+        claim,
+        tuple(goal.recipe["argv"]),
+        goal.recipe["cwd"],
+        goal.budget["attempt_timeout_ms"] / 1000,
+        str(log_path),
+        journal.location,
+        journal.journal_id,
+    )
+    # Reread right before launching: a cancellation (or any change) that committed between the
+    # claim and now must stop the recipe from ever starting.
+    verdict = _reread(goals, claim)
+    if verdict == "ours":
+        return ready
     try:
-        return _own(goals, claim, started.goal, log_path)
+        if verdict == "cancel":
+            return _report_cancel(goals, claim)
+        _say(f"{claim.run_id}/{claim.epoch}: not launching: the attempt is {_ownership(verdict)}")
+        return EXIT_SUPERSEDED
     finally:
         registry.remove(claim.run_id, claim.epoch)
 
 
-def _own(goals: Goals, claim: Claim, goal: Goal, log_path: Path) -> int:
-    """Run the recipe while the attempt is ours, then report its end."""
-    timeout_s = goal.budget["attempt_timeout_ms"] / 1000
-    # Reread right before launching: a cancellation (or any change) that committed between the
-    # claim and now must stop the recipe from ever starting.
-    verdict = _reread(goals, claim)
-    if verdict == "cancel":
-        return _report_cancel(goals, claim)
-    if verdict != "ours":
-        _say(f"{claim.run_id}/{claim.epoch}: not launching: the attempt is {_ownership(verdict)}")
-        return EXIT_SUPERSEDED
-    with open(log_path, "ab") as log:
+def _record_of(owner: int, claim: Claim, log_path: Path, journal_id: str | None) -> ProcessRecord:
+    """The process record of the worker ``owner``: this process, or the worker whose claim
+    helper this is (a fork: same command line and group, its own pid and create time)."""
+    rec = ProcessRecord.for_current_process(
+        node_id=claim.node_id,
+        run_id=claim.run_id,
+        epoch=claim.epoch,
+        worker=claim.worker,
+        log_path=log_path,
+        journal_id=journal_id,
+    )
+    if owner == rec.pid:
+        return rec
+    import psutil
+
+    try:
+        create_time = psutil.Process(owner).create_time()
+    except psutil.Error as exc:
+        raise OSError(f"the worker {owner} is gone: {exc}") from None
+    return replace(rec, pid=owner, create_time=create_time)
+
+
+def _in_helper(step: Callable[[], int | Ready]) -> int | Ready:
+    """``step()`` run in a forked child of ours, its result sent back by a pipe."""
+    read_end, write_end = os.pipe()
+    try:
+        pid = os.fork()
+    except OSError as exc:  # e.g. EAGAIN: claim here instead (this worker just stays larger)
+        _say(f"no claim helper ({exc}): claiming in the worker")
+        os.close(read_end)
+        os.close(write_end)
+        return step()
+    if pid == 0:  # the helper: never returns
+        code = EXIT_CRASHED
         try:
-            recipe = _launch(goal, log)
+            os.close(read_end)
+            result = step()
+            text = str(result) if isinstance(result, int) else result.to_json()
+            with open(write_end, "w") as out:
+                out.write(text)
+            code = 0
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            with contextlib.suppress(Exception):
+                sys.stderr.flush()
+            os._exit(code)
+    os.close(write_end)
+    with open(read_end) as got:
+        text = got.read()
+    _, status = os.waitpid(pid, 0)
+    if os.waitstatus_to_exitcode(status) != 0 or not text:
+        _say("the claim helper failed (see above): nothing launched")
+        return EXIT_CRASHED
+    return int(text) if text.lstrip("-").isdigit() else Ready.from_json(text)
+
+
+def _run_claimed(location: str, ready: Ready) -> int:
+    """Launch at once (the helper has just reread), then open the journal to watch and report."""
+    with open(ready.log_path, "ab") as log:
+        try:
+            recipe: subprocess.Popen[bytes] | OSError = _launch(ready, log)
         except OSError as exc:
-            log.write(f"cannot start the recipe: {exc}\n".encode())
-            why = f"cannot start the recipe: {exc}"[:400]
-            return _report(goals, claim, exit_code=None, reason=why, log=log_path)
-        verdict, timed_out = _supervise(goals, claim, recipe, time.monotonic() + timeout_s)
-        _stop(recipe)  # whatever the recipe left running ends with the attempt
-        if verdict == "superseded":
-            return EXIT_SUPERSEDED
-        if timed_out:
-            log.write(f"\n[worker] stopped after the {timeout_s:g} s attempt timeout\n".encode())
+            recipe = exc
+        journal = _open_patiently(location)
+        if journal is None:
+            if not isinstance(recipe, OSError):
+                _stop(recipe)
+            return EXIT_UNAVAILABLE
+        with journal:
+            goals = Goals(journal)
+            if isinstance(recipe, OSError):
+                return _unlaunched(goals, ready, log, recipe)
+            return _own(goals, ready, recipe, log)
+
+
+def _open_patiently(location: str) -> Journal | None:
+    """Our journal, waiting out a short unavailability (the attempt is claimed: ours to report)."""
+    deadline = time.monotonic() + REPORT_PATIENCE_S
+    delay = POLL_S
+    while True:
+        try:
+            return Journal.open(location, create=False)
+        except RefineError as exc:
+            if time.monotonic() >= deadline:
+                _say(f"journal unavailable: {exc}")
+                return None
+            _say(f"journal unavailable for now: {exc}")
+        time.sleep(delay)
+        delay = min(delay * 2, RETRY_MAX_S)
+
+
+def _unlaunched(goals: Goals, ready: Ready, log: IO[bytes], exc: OSError) -> int:
+    log.write(f"cannot start the recipe: {exc}\n".encode())
+    why = f"cannot start the recipe: {exc}"[:400]
+    return _report(goals, ready.claim, exit_code=None, reason=why, log=Path(ready.log_path))
+
+
+def _own(goals: Goals, ready: Ready, recipe: subprocess.Popen[bytes], log: IO[bytes]) -> int:
+    """Watch the running recipe while the attempt is ours, then report its end."""
+    claim, timeout_s = ready.claim, ready.timeout_s
+    verdict, timed_out = _supervise(goals, claim, recipe, time.monotonic() + timeout_s)
+    _stop(recipe)  # whatever the recipe left running ends with the attempt
+    if verdict == "superseded":
+        return EXIT_SUPERSEDED
+    if timed_out:
+        log.write(f"\n[worker] stopped after the {timeout_s:g} s attempt timeout\n".encode())
     if verdict == "cancel":
         return _report_cancel(goals, claim)
     code = recipe.returncode
     reason = f"timeout: ran longer than {timeout_s:g} s" if timed_out else None
-    return _report(goals, claim, exit_code=code, reason=reason, log=log_path)
+    return _report(goals, claim, exit_code=code, reason=reason, log=Path(ready.log_path))
 
 
-def _launch(goal: Goal, log: IO[bytes]) -> subprocess.Popen[bytes]:
+def _launch(ready: Ready, log: IO[bytes]) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        list(goal.recipe["argv"]),
-        cwd=goal.recipe["cwd"],
+        list(ready.argv),
+        cwd=ready.cwd,
         stdin=subprocess.DEVNULL,
         stdout=log,
         stderr=subprocess.STDOUT,
