@@ -80,7 +80,7 @@ def populate(path: str | os.PathLike[str], *, node: str = DEMO_NODE, live: bool 
         _held(goals, node)
         add("gpu-train", "Train the ranker", _sh("sleep 3600"), node_id=OTHER_NODE)
         goals.start(goal_id="gpu-train", node_id=OTHER_NODE, worker="w-n2-7", token="demo")
-        _orphan(goals, path, node)
+        _orphan(goals, journal, node)
         if live:
             _queue_live(add)
     return path
@@ -111,7 +111,7 @@ def _held(goals: Goals, node: str) -> None:
     )
 
 
-def _orphan(goals: Goals, path: Path, node: str) -> None:
+def _orphan(goals: Goals, journal: Journal, node: str) -> None:
     """A running attempt of this node whose worker really ran, really died, and left no record.
 
     The worker's process runs here for real: it writes its log and is killed (SIGKILL, as a
@@ -129,7 +129,7 @@ def _orphan(goals: Goals, path: Path, node: str) -> None:
     )
     started = goals.start(goal_id="nightly-report", node_id=node, worker="w-f6", token="demo")
     assert started.attempt is not None
-    log = ProcessRegistry(path, node).log_path("nightly-report.r1", 1)
+    log = ProcessRegistry.for_journal(journal, node).log_path("nightly-report.r1", 1)
     log.parent.mkdir(parents=True, exist_ok=True)
     script = "echo 'loading sales for 2026-11-28'; echo 'querying warehouse…'; kill -KILL $$"
     with open(log, "wb") as out:
@@ -196,9 +196,9 @@ def finish(path: Path, node: str, operator: str) -> list[str]:
     """Leave the journal truthful on quit: Stop every attempt the demo's node started (recorded
     as an operator's Stop, so the goals are requeued or held), and say what is left."""
     lines = []
-    registry = ProcessRegistry(path, node)
-    _await_records(path, node, registry)
     with Journal.open(path, create=False) as journal:
+        registry = ProcessRegistry.for_journal(journal, node)
+        _await_records(path, node, registry)
         for record in registry.all():
             goal_id = record.run_id.rpartition(".r")[0]
             try:

@@ -169,7 +169,7 @@ class Reader:
         record = self.registry.get(run_id, epoch)
         if record is not None:
             return not same_process(record), False
-        has_log = self.registry.log_path(run_id, epoch).exists()
+        has_log = self.registry.find_log(run_id, epoch).exists()
         starting = reads.launching(claimed, has_log=has_log)
         return not starting, starting
 
@@ -250,7 +250,7 @@ class Reader:
         if node_id != self.node:
             return None
         record = self.registry.get(run_id, epoch)
-        return record.log_path if record else str(self.registry.log_path(run_id, epoch))
+        return record.log_path if record else str(self.registry.find_log(run_id, epoch))
 
     def history(self, run_id: str) -> list[Event]:
         return reads.run_history(self.journal, run_id)

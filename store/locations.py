@@ -7,8 +7,11 @@ whichever name an operator used. So every derivation starts from the real path.
 
 A node's state dir (process records, logs) is, in this order: the explicit override, else
 ``$REFINE_STATE_DIR`` (the CLI's ``--state-dir`` sets it for its command and its workers), else
-``nodes/<node>/`` beside a SQLite journal, else ``$XDG_STATE_HOME/refine/<journal id>/<node>/``
-(``~/.local/state/...`` without it) for a PostgreSQL journal, whose machines share nothing.
+``nodes/<node>/<journal id>/`` beside a SQLite journal (two journals in one folder must not share
+records: the same run id and epoch in both would name one file), else
+``$XDG_STATE_HOME/refine/<journal id>/<node>/`` (``~/.local/state/...`` without it) for a
+PostgreSQL journal, whose machines share nothing. Records written before the journal id named
+the folder are in ``nodes/<node>/`` itself: ``legacy_node_dir`` says where to read them.
 """
 
 from __future__ import annotations
@@ -60,6 +63,24 @@ def node_state_dir(
         return Path(chosen).absolute()
     if is_postgres_url(location):
         return server_journal_dir(journal_id or "") / file_name(node_id)
+    shared = _sqlite_node_dir(location, node_id)
+    return shared / file_name(journal_id) if journal_id else shared
+
+
+def legacy_node_dir(
+    location: Location,
+    node_id: str,
+    journal_id: str | None = None,
+    override: Location | None = None,
+) -> Path | None:
+    """Where ``node_state_dir`` was before it named the journal id (``nodes/<node>/``, shared
+    by every journal in the folder), when that differs from it now; else None."""
+    if journal_id is None or override or os.environ.get(STATE_DIR_ENV):
+        return None
+    return None if is_postgres_url(location) else _sqlite_node_dir(location, node_id)
+
+
+def _sqlite_node_dir(location: Location, node_id: str) -> Path:
     return resolve_journal_path(location).parent / "nodes" / file_name(node_id)
 
 

@@ -170,7 +170,7 @@ def _starting(journal: Journal, node: str, run_id: str, attempt: Attempt) -> boo
     """Inside the claim → record window: its worker runs here, or ``reads.launching``."""
     if live_worker(attempt.worker) is not None:
         return True
-    has_log = registry_of(journal, node).log_path(run_id, attempt.epoch).exists()
+    has_log = registry_of(journal, node).find_log(run_id, attempt.epoch).exists()
     return launching(claimed_at(journal, run_id, attempt.epoch), has_log=has_log)
 
 
@@ -290,7 +290,7 @@ def cleanup_evidence(journal: Journal, run_id: str, *, epoch: int, node: str) ->
     log = (
         Path(record.log_path)
         if record
-        else ProcessRegistry.for_journal(journal, goal.node_id).log_path(run_id, epoch)
+        else ProcessRegistry.for_journal(journal, goal.node_id).find_log(run_id, epoch)
     )
     tail = log_tail(log, LOG_TAIL_LINES)
     now = time.time()

@@ -1,9 +1,9 @@
 """The node-local process registry: what a node runs, how to observe it, how to stop it safely.
 
-Records live in the node's state dir (``nodes/<node>/`` beside a SQLite journal by default; see
-``store.locations``) under ``processes/`` (one JSON file per attempt, written atomically) with
-logs under ``logs/``. They are never authority: the journal decides who owns work; a record
-only says which local process to look at or stop.
+Records live in the node's state dir (``nodes/<node>/<journal id>/`` beside a SQLite journal by
+default; see ``store.locations``) under ``processes/`` (one JSON file per attempt, written
+atomically) with logs under ``logs/``. They are never authority: the journal decides who owns
+work; a record only says which local process to look at or stop.
 
 A pid alone does not identify a process (pids are reused), and psutil's create time has 1/100 s
 resolution, so a process is "the recorded one" only when both the pid exists and its create
@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from store.locations import Location, file_name, node_state_dir
+from store.locations import Location, file_name, legacy_node_dir, node_state_dir
 
 # psutil (≈ 10 ms to import) is imported by the functions that look at processes: a command
 # that never reaches a process (`refine cancel` of a queued goal) does not pay for it.
@@ -123,10 +123,13 @@ class ProcessRegistry:
     """``<state dir>/{processes,logs}/``: this node's records and logs.
 
     The state dir is ``store.locations.node_state_dir``'s: ``state_dir`` or ``$REFINE_STATE_DIR``,
-    else ``nodes/<node>/`` beside the journal's real path (a symlinked journal is the same
-    journal), else, for a ``postgresql://`` journal, a folder of this machine per journal id.
-    With a ``journal_id``, a record that names another journal is never returned: two journals
-    in one folder share ``nodes/``, and a record of the other one must never be acted on.
+    else ``nodes/<node>/<journal id>/`` beside the journal's real path (a symlinked journal is
+    the same journal), else, for a ``postgresql://`` journal, a folder of this machine per
+    journal id. With a ``journal_id``, a record that names another journal is never returned.
+
+    Records and logs written before the journal id named the folder stay in ``nodes/<node>/``
+    (shared by every journal there; workers of that time still write and remove them): they are
+    read from there as a fallback, filtered by journal id, and never written there.
     """
 
     def __init__(
@@ -143,6 +146,8 @@ class ProcessRegistry:
         self.root = node_state_dir(journal_path, node_id, journal_id, state_dir)
         self.processes_dir = self.root / "processes"
         self.logs_dir = self.root / "logs"
+        # nodes/<node>/ as older versions wrote it: read, and tidied of this journal's records.
+        self.legacy_root = legacy_node_dir(journal_path, node_id, journal_id, state_dir)
 
     @classmethod
     def for_journal(cls, journal: Journal, node_id: str) -> ProcessRegistry:
@@ -152,8 +157,21 @@ class ProcessRegistry:
     def _record_path(self, run_id: str, epoch: int) -> Path:
         return self.processes_dir / f"{_safe_name(run_id)}.{int(epoch)}.json"
 
+    def _legacy_path(self, folder: str, run_id: str, epoch: int, suffix: str) -> Path | None:
+        if self.legacy_root is None:
+            return None
+        return self.legacy_root / folder / f"{_safe_name(run_id)}.{int(epoch)}.{suffix}"
+
     def log_path(self, run_id: str, epoch: int) -> Path:
+        """Where this attempt's log is written (a worker starting it)."""
         return self.logs_dir / f"{_safe_name(run_id)}.{int(epoch)}.log"
+
+    def find_log(self, run_id: str, epoch: int) -> Path:
+        """Where this attempt's log is to be read without its record: ``log_path``, or the
+        older shared folder's when only that one exists."""
+        path = self.log_path(run_id, epoch)
+        legacy = self._legacy_path("logs", run_id, epoch, "log")
+        return legacy if legacy is not None and legacy.exists() and not path.exists() else path
 
     def record(self, rec: ProcessRecord) -> Path:
         """Write ``rec`` atomically (temp file + ``os.replace``): readers see old or new, whole."""
@@ -175,40 +193,69 @@ class ProcessRegistry:
         _write_atomically(self._stop_marker(run_id, epoch), {"by": by, "until": until})
 
     def stopping(self, run_id: str, epoch: int) -> str | None:
-        """Who is stopping this attempt now (None: nobody, or the stopper's deadline passed)."""
-        try:
-            data = json.loads(self._stop_marker(run_id, epoch).read_text(encoding="utf-8"))
-            by, until = str(data["by"]), float(data["until"])
-        except (OSError, ValueError, KeyError, TypeError):
-            return None
-        return by if time.time() < until else None
+        """Who is stopping this attempt now (None: nobody, or the stopper's deadline passed).
+        An older stopper's marker in the shared folder counts too until its deadline."""
+        legacy = self._legacy_path("processes", run_id, epoch, "stopping")
+        for marker in (self._stop_marker(run_id, epoch), legacy):
+            if marker is not None and (by := _stopper(marker)):
+                return by
+        return None
 
     def clear_stopping(self, run_id: str, epoch: int) -> None:
         with contextlib.suppress(FileNotFoundError):
             self._stop_marker(run_id, epoch).unlink()
 
     def remove(self, run_id: str, epoch: int) -> bool:
-        """Forget the record; False when there was none."""
-        try:
-            self._record_path(run_id, epoch).unlink()
-        except FileNotFoundError:
-            return False
-        return True
+        """Forget the record (an older one in the shared folder too, when it is this journal's);
+        False when there was none."""
+        removed = _unlink(self._record_path(run_id, epoch))
+        legacy = self._legacy_path("processes", run_id, epoch, "json")
+        if legacy is not None and self._ours(_read_record(legacy)) is not None:
+            removed = _unlink(legacy) or removed
+        return removed
 
     def get(self, run_id: str, epoch: int) -> ProcessRecord | None:
-        return self._ours(_read_record(self._record_path(run_id, epoch)))
+        legacy = self._legacy_path("processes", run_id, epoch, "json")
+        for path in (self._record_path(run_id, epoch), legacy):
+            if path is not None and (rec := self._ours(_read_record(path))) is not None:
+                return rec
+        return None
 
     def all(self) -> list[ProcessRecord]:
         """Every readable record, oldest first (unreadable files are skipped: not authority)."""
-        if not self.processes_dir.is_dir():
+        found = {(r.run_id, r.epoch): r for r in self._read_all(self.processes_dir)}
+        if self.legacy_root is not None:
+            for rec in self._read_all(self.legacy_root / "processes"):
+                found.setdefault((rec.run_id, rec.epoch), rec)
+        return sorted(found.values(), key=lambda r: r.started_at)
+
+    def _read_all(self, folder: Path) -> list[ProcessRecord]:
+        if not folder.is_dir():
             return []
-        found = (self._ours(_read_record(p)) for p in sorted(self.processes_dir.glob("*.json")))
-        return sorted((r for r in found if r is not None), key=lambda r: r.started_at)
+        found = (self._ours(_read_record(p)) for p in sorted(folder.glob("*.json")))
+        return [r for r in found if r is not None]
 
     def _ours(self, rec: ProcessRecord | None) -> ProcessRecord | None:
         if rec is None or None in (rec.journal_id, self.journal_id):
             return rec
         return rec if rec.journal_id == self.journal_id else None
+
+
+def _unlink(path: Path) -> bool:
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def _stopper(marker: Path) -> str | None:
+    try:
+        data = json.loads(marker.read_text(encoding="utf-8"))
+        by, until = str(data["by"]), float(data["until"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return by if time.time() < until else None
 
 
 def _safe_name(value: str) -> str:

@@ -32,7 +32,8 @@ from refine_tui.widgets.keyed_table import KeyedTable
 from store.goals import Goals
 from store.journal import Journal
 from store.operator import default_node, default_operator
-from store.processes import ProcessRecord, ProcessRegistry
+from store.processes import ProcessRecord
+from tests.helpers.registry import node_registry
 from tests.helpers.waits import until
 
 NODE = "n1"
@@ -177,7 +178,7 @@ async def test_log_follows_the_attempt(journal_path: Path) -> None:
         await pilot.press("l")
         detail = app.query_one("#detail")
         await until(pilot, lambda: any("querying warehouse" in str(x) for x in detail.lines))
-        log = ProcessRegistry(journal_path, NODE).log_path("nightly-report.r1", 1)
+        log = node_registry(journal_path, NODE).log_path("nightly-report.r1", 1)
         with open(log, "a") as f:
             f.write("still querying\n")
         await until(pilot, lambda: any("still querying" in str(x) for x in detail.lines))
@@ -185,7 +186,7 @@ async def test_log_follows_the_attempt(journal_path: Path) -> None:
 
 
 def record_process(journal_path: Path, run_id: str, proc: subprocess.Popen) -> None:
-    registry = ProcessRegistry(journal_path, NODE)
+    registry = node_registry(journal_path, NODE)
     registry.record(
         ProcessRecord(
             node_id=NODE,
@@ -623,7 +624,7 @@ async def test_after_a_stop_attempts_open_on_the_latest_and_keep_the_last_pid(
             await until(pilot, lambda: app.goal_rows["loop"].status == "queued", timeout=20)
             proc.wait(timeout=5)
             await until(pilot, lambda: str(attempts.get_cell("1", "alive")) == "no")
-            ProcessRegistry(journal_path, NODE).remove("loop.r1", 1)  # as the node tidies up
+            node_registry(journal_path, NODE).remove("loop.r1", 1)  # as the node tidies up
             with Journal.open(journal_path) as j:  # the node starts attempt 2
                 Goals(j).start(goal_id="loop", node_id=NODE, worker="w-two", token="t2")
             await until(pilot, lambda: attempts.keys() == ["1", "2"])
@@ -773,7 +774,7 @@ async def test_locked_journal_is_stale_then_recovers(journal_path: Path) -> None
 
 
 async def test_log_stops_following_when_scrolled_up(journal_path: Path) -> None:
-    log = ProcessRegistry(journal_path, NODE).log_path("nightly-report.r1", 1)
+    log = node_registry(journal_path, NODE).log_path("nightly-report.r1", 1)
     log.write_text("".join(f"line {n}\n" for n in range(200)))
     app = RefineApp(journal=journal_path, node=NODE)
     async with app.run_test(size=SIZE) as pilot:
@@ -801,7 +802,7 @@ async def test_log_stops_following_when_scrolled_up(journal_path: Path) -> None:
 
 async def test_log_pane_scrolls_by_keys_and_end_always_resumes(journal_path: Path) -> None:
     """Issue 13.2: after `l` the keys moved the table, and `end` resumed following 2 times in 4."""
-    log = ProcessRegistry(journal_path, NODE).log_path("nightly-report.r1", 1)
+    log = node_registry(journal_path, NODE).log_path("nightly-report.r1", 1)
     log.write_text("".join(f"line {n}\n" for n in range(200)))
     app = RefineApp(journal=journal_path, node=NODE)
     async with app.run_test(size=SIZE) as pilot:
@@ -826,7 +827,7 @@ async def test_log_pane_scrolls_by_keys_and_end_always_resumes(journal_path: Pat
 
 
 async def test_an_empty_log_says_no_output_yet(journal_path: Path) -> None:
-    ProcessRegistry(journal_path, NODE).log_path("nightly-report.r1", 1).write_text("")
+    node_registry(journal_path, NODE).log_path("nightly-report.r1", 1).write_text("")
     app = RefineApp(journal=journal_path, node=NODE)
     async with app.run_test(size=SIZE) as pilot:
         await loaded(pilot)
@@ -834,7 +835,7 @@ async def test_an_empty_log_says_no_output_yet(journal_path: Path) -> None:
         await pilot.press("l")
         detail = app.query_one("#detail")
         await until(pilot, lambda: any("no output yet" in str(x) for x in detail.lines))
-        log = ProcessRegistry(journal_path, NODE).log_path("nightly-report.r1", 1)
+        log = node_registry(journal_path, NODE).log_path("nightly-report.r1", 1)
         log.write_text("first line\n")
         await until(pilot, lambda: [str(x) for x in detail.lines] == ["first line"])
 

@@ -13,14 +13,15 @@ from store.goals import Goals
 from store.journal import Journal
 from store.locations import resolve_location
 from store.operator import cleanup_evidence
-from store.processes import ProcessRegistry, node_workers, same_process
+from store.processes import node_workers, same_process
+from tests.helpers.registry import node_registry
 from tests.helpers.waits import wait_until
 
 
 def test_the_orphan_really_ran_and_its_log_is_not_backdated(tmp_path: Path) -> None:
     """Issue 13.6: "last output 43 min ago" above "started 2m07s ago"."""
     path = populate(tmp_path / "journal.db", live=False)
-    log = ProcessRegistry(path, DEMO_NODE).log_path("nightly-report.r1", 1)
+    log = node_registry(path, DEMO_NODE).log_path("nightly-report.r1", 1)
     assert log.read_text() == "loading sales for 2026-11-28\nquerying warehouse…\n"
     with Journal.open(path) as journal:
         evidence = cleanup_evidence(journal, "nightly-report.r1", epoch=1, node=DEMO_NODE)
@@ -33,7 +34,7 @@ def test_the_orphan_really_ran_and_its_log_is_not_backdated(tmp_path: Path) -> N
 def test_quitting_the_demo_stops_and_records_what_it_started(tmp_path: Path) -> None:
     """Issue 13.7: after quitting, `refine goals` still said soak-test running."""
     path = populate(tmp_path / "journal.db")
-    registry = ProcessRegistry(path, DEMO_NODE)
+    registry = node_registry(path, DEMO_NODE)
     node = start_node(path, DEMO_NODE)
     try:
         wait_until(lambda: any(r.run_id == "soak-test.r1" for r in registry.all()), 30.0)

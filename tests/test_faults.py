@@ -24,6 +24,7 @@ from store.goals import Goals
 from store.journal import Journal
 from store.processes import ProcessRegistry
 from store.watch import ChangeFeed
+from tests.helpers.registry import node_registry
 from tests.helpers.run_support import footprint
 from tests.helpers.soak_recipes import (
     ROOT,
@@ -250,7 +251,7 @@ def test_stop_ends_the_whole_group_of_a_stubborn_recipe(tmp_path: Path, kind: st
         )
         worker = start_worker(path, "n1", "stubborn")
         try:
-            registry = ProcessRegistry(path, "n1")
+            registry = node_registry(path, "n1")
             wait_for(lambda: registry.get("stubborn.r1", 1), what="the worker's process record")
             wait_for(lambda: len(pids_in(pids_dir)) == expected, what="the recipe's processes")
             report = operator.stop_goal(
@@ -288,7 +289,7 @@ def start_grandchildren(
             **goal,  # type: ignore[arg-type]
         )
     worker = start_worker(path, "n1", "family")
-    wait_for(lambda: ProcessRegistry(path, "n1").get("family.r1", 1), what="the worker's record")
+    wait_for(lambda: node_registry(path, "n1").get("family.r1", 1), what="the worker's record")
     wait_for(lambda: len(pids_in(pids_dir)) == 3, what="the recipe and its grandchildren")
     return path, pids_dir, worker
 
@@ -517,7 +518,7 @@ def test_reused_pids_are_never_signalled_by_stop_cancel_or_reconcile(tmp_path: P
     decoys = Decoys(tmp_path / "decoys", count=3)
     try:
         with Journal.open(path) as journal:
-            goals, registry = Goals(journal), ProcessRegistry(path, "n1")
+            goals, registry = Goals(journal), ProcessRegistry.for_journal(journal, "n1")
             for i, decoy in enumerate(decoys.procs):
                 goal_id = f"reused{i}"
                 goals.create(goal_id=goal_id, title="R", node_id="n1", argv=["true"])

@@ -29,6 +29,7 @@ from refine_tui.widgets.keyed_table import KeyedTable
 from store.goals import Goals
 from store.journal import Journal
 from store.processes import ProcessRecord, ProcessRegistry
+from tests.helpers.registry import node_registry
 from tests.helpers.waits import until
 
 NODE = "n1"
@@ -68,7 +69,7 @@ def corpus_journal(tmp_path: Path) -> Path:
         goals.start(goal_id="orphan", node_id=NODE, worker="w-2", token="t2")
         add("live")
         goals.start(goal_id="live", node_id=NODE, worker="w-3", token="t3")
-    registry = ProcessRegistry(path, NODE)
+    registry = node_registry(path, NODE)
     dead = subprocess.Popen(["true"])
     dead.wait()
     record(registry, "orphan.r1", dead.pid, create_time=1.0, worker="w-2")
@@ -102,7 +103,7 @@ def hostile(tmp_path: Path):
     path = corpus_journal(tmp_path)
     proc = subprocess.Popen(["sleep", "120"], start_new_session=True)
     create = psutil.Process(proc.pid).create_time()
-    record(ProcessRegistry(path, NODE), "live.r1", proc.pid, create_time=create, worker="w-3")
+    record(node_registry(path, NODE), "live.r1", proc.pid, create_time=create, worker="w-3")
     yield path
     proc.kill()
     proc.wait()

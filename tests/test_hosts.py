@@ -19,6 +19,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from store.journal_api import Journal
 from tests.helpers.fleet import Fleet
 from tests.helpers.host_postgres import PASSWORD, HostPostgres, ServerUnavailable
 from tests.helpers.hosts import NETNS_DIR, Hosts, open_or_skip, required
@@ -260,8 +261,10 @@ def test_nodes_on_two_hosts_share_a_sqlite_journal_each_running_its_own_goal(
     goals = run_two_nodes(fleet)
 
     assert {g: goals[g]["node_id"] for g in goals} == {"ga": "a", "gb": "b"}
+    with Journal.open(hosts.base_dir / "journal.db", read_only=True) as journal:
+        journal_id = str(journal.journal_id)
     for name in ("a", "b"):
-        log = hosts.base_dir / "nodes" / name / "logs" / f"g{name}.r1.1.log"
+        log = hosts.base_dir / "nodes" / name / journal_id / "logs" / f"g{name}.r1.1.log"
         assert log.read_text().startswith(f"ran on {name} as pid ")
     assert not [p for h in hosts for p in h.processes()]  # workers ended with their goals
 

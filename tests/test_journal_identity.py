@@ -236,6 +236,32 @@ def test_a_record_of_another_journal_in_the_same_folder_is_never_acted_on(env: E
     assert same_process(rec), "a record of another journal led to a signal"
 
 
+def test_two_journals_in_one_folder_keep_their_own_records_of_the_same_attempt(env: Env) -> None:
+    """Both journals' attempt 1 of run g.r1 named one record file under nodes/n1/: the second
+    worker's record replaced the first, and the first journal's Stop found none."""
+    other = env.dir / "other.db"
+    with Journal.open(other) as journal:
+        argv = [PY, "-c", HANG, env.marker]
+        Goals(journal).create(goal_id="g", title="g", node_id="n1", argv=argv)
+        registry = ProcessRegistry.for_journal(journal, "n1")
+    env.goal("g", HANG)
+    start_node(env, env.path)
+    start_node(env, other)
+    mine = wait_until(lambda: env.running_record("g"), what="this journal's record")
+    theirs = wait_until(lambda: registry.get("g.r1", 1), what="the other journal's record")
+    assert (mine.run_id, mine.epoch) == (theirs.run_id, theirs.epoch) and mine.pid != theirs.pid
+    assert env.running_record("g") == mine and registry.get("g.r1", 1) == theirs
+
+    done = refine(env.path, "stop", "g", "--json")
+    assert done.returncode == 0 and json.loads(done.stdout)["process"] == "exited", done.stderr
+    assert not same_process(mine) and same_process(theirs)
+    assert registry.get("g.r1", 1) == theirs  # its record survives this journal's tidy-up
+
+    done = refine(other, "cancel", "g", "--reason", "r", "--json")
+    assert done.returncode == 0 and json.loads(done.stdout)["process"] == "exited", done.stderr
+    assert not same_process(theirs)
+
+
 # --- a journal in a read-only folder -------------------------------------------------------
 
 

@@ -306,7 +306,7 @@ def test_a_worker_that_cannot_record_its_process_reports_failed_as_owner(tmp_pat
     with Journal.open(tmp_path / "j.db") as journal:
         goals = Goals(journal)
         goals.create(goal_id="g", title="G", node_id="n1", argv=["true"], max_attempts=1)
-        registry = ProcessRegistry(journal.path, "n1")
+        registry = ProcessRegistry.for_journal(journal, "n1")
         registry.root.mkdir(parents=True)
         registry.processes_dir.write_text("a file where the records folder should be")
         code = run_worker(journal, node_id="n1", goal_id="g", token="t1")

@@ -252,6 +252,45 @@ def test_registry_skips_unreadable_records(tmp_path: Path) -> None:
     assert ProcessRegistry(tmp_path / "elsewhere" / "j.db", "n1").all() == []
 
 
+def test_two_journals_in_one_folder_keep_records_of_the_same_attempt_apart(tmp_path: Path) -> None:
+    a = ProcessRegistry(tmp_path / "a.db", "n1", "journal-a")
+    b = ProcessRegistry(tmp_path / "b.db", "n1", "journal-b")
+    assert a.root == tmp_path / "nodes" / "n1" / "journal-a" and a.root != b.root
+    mine = _record(os.getpid(), run_id="g.r1", epoch=1, journal_id="journal-a")
+    theirs = _record(os.getpid(), run_id="g.r1", epoch=1, journal_id="journal-b", worker="w2")
+    a.record(mine)
+    b.record(theirs)
+    assert (a.get("g.r1", 1), b.get("g.r1", 1)) == (mine, theirs)
+    assert (a.all(), b.all()) == ([mine], [theirs])
+    assert a.log_path("g.r1", 1) != b.log_path("g.r1", 1)
+    assert a.remove("g.r1", 1) and b.get("g.r1", 1) == theirs
+
+
+def test_records_from_before_the_journal_id_named_the_folder_are_read_where_they_are(
+    tmp_path: Path,
+) -> None:
+    """No migration: a worker started by an older version writes and removes its record in the
+    shared nodes/<node>/, so it is read there (this journal's only) and never moved."""
+    shared = ProcessRegistry(tmp_path / "a.db", "n1")  # no journal id: where older versions wrote
+    a = ProcessRegistry(tmp_path / "a.db", "n1", "journal-a")
+    b = ProcessRegistry(tmp_path / "b.db", "n1", "journal-b")
+    assert a.legacy_root == shared.root == tmp_path / "nodes" / "n1"
+    old = _record(os.getpid(), run_id="g.r1", epoch=1, journal_id="journal-a")
+    shared.record(old)
+    shared.log_path("g.r1", 1).write_text("old output\n")
+    shared.mark_stopping("g.r1", 1, by="dana@n1", until=time.time() + 60)
+
+    assert a.get("g.r1", 1) == old and a.all() == [old] and a.stopping("g.r1", 1) == "dana@n1"
+    assert a.find_log("g.r1", 1) == shared.log_path("g.r1", 1)
+    assert b.get("g.r1", 1) is None and b.all() == []
+    assert not b.remove("g.r1", 1) and shared.get("g.r1", 1) == old  # not b's to tidy
+
+    newer = _record(os.getpid(), run_id="g.r1", epoch=1, journal_id="journal-a", worker="w2")
+    a.record(newer)
+    assert a.get("g.r1", 1) == newer and a.all() == [newer]  # the folder of now comes first
+    assert a.remove("g.r1", 1) and a.get("g.r1", 1) is None and shared.get("g.r1", 1) is None
+
+
 def test_the_current_process_records_itself(tmp_path: Path) -> None:
     rec = ProcessRecord.for_current_process(
         node_id="n1", run_id="g.r1", epoch=1, worker="w", log_path=tmp_path / "l.log"

@@ -1,6 +1,7 @@
-"""A node's state dir (DESIGN §11): ``--state-dir`` / ``$REFINE_STATE_DIR``, else ``nodes/<node>/``
-beside a SQLite journal, else ``$XDG_STATE_HOME/refine/<journal id>/<node>/`` for PostgreSQL.
-One function decides it for the node, its workers, the operator commands and the dashboard.
+"""A node's state dir (DESIGN §11): ``--state-dir`` / ``$REFINE_STATE_DIR``, else
+``nodes/<node>/<journal id>/`` beside a SQLite journal, else
+``$XDG_STATE_HOME/refine/<journal id>/<node>/`` for PostgreSQL. One function decides it for the
+node, its workers, the operator commands and the dashboard.
 """
 
 from __future__ import annotations
@@ -33,6 +34,10 @@ def test_a_sqlite_journal_keeps_node_files_beside_its_real_path(tmp_path: Path) 
 
     assert node_state_dir(tmp_path / "link.db", "team/a") == real.parent / "nodes" / "team%2Fa"
     assert ProcessRegistry(real, "n1").root == real.parent / "nodes" / "n1"
+    # One folder per journal: two journals beside each other never share a record file.
+    registry = ProcessRegistry(tmp_path / "link.db", "n1", "j-1")
+    assert registry.root == real.parent / "nodes" / "n1" / "j-1"
+    assert registry.legacy_root == real.parent / "nodes" / "n1"  # records of older versions
 
 
 def test_a_server_journal_keeps_node_files_per_journal_id_in_the_state_home(
@@ -62,6 +67,8 @@ def test_the_override_then_the_environment_beat_the_default(
     assert node_state_dir(URL, "n1", None) == tmp_path / "from-env"  # no journal id needed
     assert node_state_dir(journal, "n1", override="given") == tmp_path / "given"
     assert ProcessRegistry(journal, "n1", state_dir=tmp_path / "s").logs_dir == tmp_path / "s/logs"
+    assert ProcessRegistry(journal, "n1", "j-1").root == tmp_path / "from-env"  # chosen: as is
+    assert ProcessRegistry(journal, "n1", "j-1").legacy_root is None
 
 
 def refine(journal: Path | str, *args: str, env: dict[str, str] | None = None) -> str:

@@ -18,7 +18,8 @@ from refine_tui.screens.confirm import ConfirmModal
 from refine_tui.widgets.keyed_table import KeyedTable
 from store.goals import Goals
 from store.journal import Journal
-from store.processes import ProcessRecord, ProcessRegistry
+from store.processes import ProcessRecord
+from tests.helpers.registry import node_registry
 from tests.test_app import (
     commit_in_process,
     end,
@@ -48,7 +49,7 @@ async def test_a_stopped_attempts_row_line_is_whole(journal_path: Path) -> None:
         goals.create(goal_id="loop", title="stuck loop", node_id=NODE, argv=["sleep", "60"])
         goals.start(goal_id="loop", node_id=NODE, worker=WORKER, token="t")
     proc = subprocess.Popen(["sleep", "60"], start_new_session=True)
-    registry = ProcessRegistry(journal_path, NODE)
+    registry = node_registry(journal_path, NODE)
     registry.record(
         ProcessRecord(
             node_id=NODE,

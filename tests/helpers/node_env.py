@@ -125,7 +125,7 @@ class Env:
         return (self.dir / "ran").exists()
 
     def registry(self, node_id: str = "n1") -> ProcessRegistry:
-        return ProcessRegistry(self.path, node_id)
+        return ProcessRegistry.for_journal(self.journal, node_id)
 
     def running_record(self, goal_id: str, node_id: str = "n1") -> ProcessRecord | None:
         _, run = self.read(goal_id)

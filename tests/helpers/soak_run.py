@@ -30,7 +30,8 @@ from store.check import check_journal
 from store.errors import RefineError
 from store.goals import Goal, Goals
 from store.journal import Journal
-from store.processes import ProcessRegistry, same_process
+from store.processes import same_process
+from tests.helpers.registry import node_registry
 from tests.helpers.soak_recipes import ROOT, Decoys, ours, recipe_argv
 
 NODES = ("n1", "n2")
@@ -213,7 +214,7 @@ class Soak:
             attempt = run.running_attempt if run else None
             if run is None or attempt is None:
                 continue
-            registry = ProcessRegistry(self.path, goal.node_id)
+            registry = node_registry(self.path, goal.node_id)
             record = registry.get(run.run_id, attempt.epoch)
             if record is not None and same_process(record):
                 continue
