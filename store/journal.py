@@ -41,6 +41,7 @@ from store.journal_core import (
     Event,
     Outcome,
     Stored,
+    Writes,
     aggregate_kind,
     check_page,
     command_key,
@@ -50,6 +51,7 @@ from store.journal_core import (
     key_digest,
     run_command,
     stored_row,
+    write_steps,
 )
 from store.locations import resolve_journal_path
 
@@ -690,6 +692,9 @@ class _SqliteCommand:
                     row.aggregate_id,
                 ),
             )
+
+    def write(self, writes: Writes) -> list[int]:
+        return write_steps(self, writes)
 
     def add_receipt(self, command_id: str, key: str, result: str, now: float) -> None:
         self.conn.execute(

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from store.canonical import canonical_json
@@ -92,6 +92,22 @@ class AggregateRow:
     new: bool
 
 
+@dataclass(frozen=True)
+class Writes:
+    """Everything a decided command writes, known before any sequence is: its events
+    ``(aggregate_id, version, type, data text)`` in order, its aggregate rows and its receipt.
+    ``last_events[i]`` is the 1-based position in ``events`` of ``rows[i]``'s last event (0: none);
+    the backend stores that event's sequence as the row's ``last_sequence``."""
+
+    command_id: str
+    key: str
+    result: str
+    now: float
+    events: list[tuple[str, int, str, str]]
+    rows: list[AggregateRow]
+    last_events: list[int]
+
+
 class CommandTx(Protocol):
     """The storage steps of one command, inside the backend's open write transaction."""
 
@@ -104,6 +120,14 @@ class CommandTx(Protocol):
     def events_of(self, aggregate_id: str, up_to_version: int) -> list[Event]:
         """One aggregate's events up to ``up_to_version``, oldest first."""
 
+    def write(self, writes: Writes) -> list[int]:
+        """Insert the events and their outbox rows, put the rows, add the receipt; returns the
+        events' sequences (gap-free, in commit order)."""
+
+
+class StepTx(Protocol):
+    """A backend that writes a command in steps (:func:`write_steps`)."""
+
     def append(
         self, events: Sequence[tuple[str, int, str, str]], now: float, command_id: str
     ) -> list[int]:
@@ -113,6 +137,16 @@ class CommandTx(Protocol):
     def put(self, row: AggregateRow) -> None: ...
 
     def add_receipt(self, command_id: str, key: str, result: str, now: float) -> None: ...
+
+
+def write_steps(tx: StepTx, writes: Writes) -> list[int]:
+    """``CommandTx.write`` as events, then each row (its last event's sequence filled in), then
+    the receipt."""
+    sequences = tx.append(writes.events, writes.now, writes.command_id)
+    for row, last in zip(writes.rows, writes.last_events, strict=True):
+        tx.put(replace(row, last_sequence=sequences[last - 1]) if last else row)
+    tx.add_receipt(writes.command_id, writes.key, writes.result, writes.now)
+    return sequences
 
 
 def command_key(payload: Mapping[str, Any], expected: Mapping[str, int | None]) -> str:
@@ -185,25 +219,21 @@ def _write(
                 (change.aggregate_id, versions[change.aggregate_id], type_, canonical_json(data))
             )
             datas.append(dict(data))
-    sequences = tx.append(rows, now, command_id)
-    events = tuple(
-        Event(seq, agg, version, type_, data, now)
-        for seq, (agg, version, type_, _), data in zip(sequences, rows, datas, strict=True)
-    )
-    last_of = {event.aggregate_id: event.sequence for event in events}
+    last_of = {row[0]: position for position, row in enumerate(rows, 1)}
     states: dict[str, Stored] = {}
+    puts: list[AggregateRow] = []
     entries: list[tuple[str, str]] = []
     for change in changes:
         agg, version = change.aggregate_id, versions[change.aggregate_id]
         state_text = canonical_json(change.state)
-        tx.put(
+        puts.append(
             AggregateRow(
                 agg,
                 aggregate_kind(agg),
                 version,
                 text_field(change.state, "status"),
                 text_field(change.state, "node_id"),
-                last_of.get(agg, 0),
+                0,
                 state_text,
                 loaded[agg] is None,
             )
@@ -214,7 +244,15 @@ def _write(
         entry = str(version) if change.folded else f'{{"state":{state_text},"version":{version}}}'
         entries.append((agg, entry))
     result = ",".join(f"{json.dumps(agg, ensure_ascii=False)}:{e}" for agg, e in sorted(entries))
-    tx.add_receipt(command_id, key, "{" + result + "}", now)
+    writes = Writes(
+        command_id, key, "{" + result + "}", now, rows, puts,
+        [last_of.get(row.aggregate_id, 0) for row in puts],
+    )  # fmt: skip
+    sequences = tx.write(writes)
+    events = tuple(
+        Event(seq, agg, version, type_, data, now)
+        for seq, (agg, version, type_, _), data in zip(sequences, rows, datas, strict=True)
+    )
     return Outcome(replayed=False, states=states, events=events)
 
 

@@ -14,6 +14,7 @@ is being created (``init``); a schema holding anything else is never touched.
 from __future__ import annotations
 
 import contextlib
+import json
 import threading
 import time
 import uuid
@@ -41,11 +42,11 @@ from store.journal_core import (
     COPY_BATCH,
     COPY_TABLES,
     MAX_PAGE,
-    AggregateRow,
     Decide,
     Event,
     Outcome,
     Stored,
+    Writes,
     check_page,
     command_key,
     copy_table,
@@ -58,7 +59,7 @@ from store.journal_url import DEFAULT_SCHEMA, redact, split_schema, valid_schema
 from store.locations import server_journal_dir
 
 Synchronous = Literal["FULL", "NORMAL"]
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 APPLICATION = "refine-journal"
 CHANNEL = "refine_journal"
 _IDLE = psycopg.pq.TransactionStatus.IDLE
@@ -122,6 +123,57 @@ CREATE TABLE {s}.outbox (
 UPDATE {s}.receipts SET payload = left(encode(sha256(convert_to(payload, 'UTF8')), 'hex'), 32)
     WHERE payload LIKE '{{%%';
 """,
+    # 3: a decided command's writes in one call (``_PostgresCommand.write``): the sequences are
+    # taken from the head row here, so the client sends its writes without waiting for them.
+    # ``writes`` is ``[events, rows]`` as JSON: an event ``[aggregate_id, version, type, data]``,
+    # a row ``[aggregate_id, kind, version, status, node_id, last event (1-based, 0: none),
+    # state, new]``. The head is updated first, before any row is inserted (as every writer
+    # does: a lock order without cycles); NOTIFY says the new last sequence.
+    3: """
+CREATE OR REPLACE FUNCTION {s}.write_command(
+    command_id text, key text, result text, at double precision, channel text, writes jsonb
+) RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE
+    n integer := jsonb_array_length(writes->0);
+    last bigint := 0;
+    a jsonb;
+BEGIN
+    IF n > 0 THEN
+        UPDATE {s}.head SET sequence = sequence + n RETURNING sequence INTO last;
+        INSERT INTO {s}.events
+                (sequence, aggregate_id, version, type, data, committed_at, command_id)
+            SELECT last - n + e.i, e.v->>0, (e.v->>1)::bigint, e.v->>2, e.v->>3, at,
+                   write_command.command_id
+            FROM jsonb_array_elements(writes->0) WITH ORDINALITY AS e(v, i);
+        INSERT INTO {s}.outbox (sequence, aggregate_id, topic)
+            SELECT last - n + e.i, e.v->>0, e.v->>2
+            FROM jsonb_array_elements(writes->0) WITH ORDINALITY AS e(v, i);
+    END IF;
+    -- One row at a time, each by its key: a join would be planned once, as a scan.
+    FOR a IN SELECT jsonb_array_elements(writes->1) LOOP
+        IF (a->>7)::boolean THEN
+            INSERT INTO {s}.aggregates
+                    (aggregate_id, kind, version, status, node_id, last_sequence, state)
+                VALUES (a->>0, a->>1, (a->>2)::bigint, a->>3, a->>4,
+                        CASE WHEN (a->>5)::integer > 0 THEN last - n + (a->>5)::integer
+                             ELSE 0 END, a->>6);
+        ELSE
+            UPDATE {s}.aggregates SET version = (a->>2)::bigint, status = a->>3,
+                    node_id = a->>4, state = a->>6,
+                    last_sequence = CASE WHEN (a->>5)::integer > 0
+                                         THEN last - n + (a->>5)::integer ELSE 0 END
+                WHERE aggregate_id = a->>0;
+        END IF;
+    END LOOP;
+    INSERT INTO {s}.receipts (command_id, payload, result, committed_at)
+        VALUES (write_command.command_id, key, result, at);
+    IF n > 0 THEN
+        PERFORM pg_notify(channel, last::text);
+    END IF;
+    RETURN last;
+END
+$$;
+""",
 }
 
 
@@ -168,6 +220,7 @@ class PostgresJournal(Journal):
     ) -> None:
         self._conninfo = conninfo
         self._conn: psycopg.Connection[Any] | None = None
+        self._cursor: psycopg.ClientCursor[Any] | None = None
         self._closed = False
         self._lock = threading.RLock()
         self._snapshots = 0  # open snapshot transactions (no silent reconnection inside one)
@@ -302,38 +355,30 @@ class PostgresJournal(Journal):
     def _execute_once(
         self, command_id: str, key: str, expected: Mapping[str, int | None], decide: Decide
     ) -> Outcome:
-        # Pipeline mode: statements are queued and sent together; the server runs them in order.
-        # Round trips: BEGIN + lock + receipt; the head's UPDATE … RETURNING (sequences); then
-        # the writes, NOTIFY and COMMIT in one batch (three, not one per statement).
+        # Two round trips (the decision, in Python, needs the locked state first): BEGIN with
+        # the locks and the receipt; then the writes, NOTIFY and COMMIT (``write``). Each is one
+        # simple-protocol query string (parameters quoted by psycopg): far less client work per
+        # statement than the extended protocol's pipeline.
         conn = self._connection()
+        tx = _PostgresCommand(self._command_cursor(conn), self.schema, self.channel, command_id)
         try:
-            with conn.pipeline() as pipeline:
-                conn.execute("BEGIN")
-                try:
-                    tx = _PostgresCommand(conn, self.schema, command_id)
-                    outcome = run_command(tx, command_id, key, expected, decide)
-                    if tx.last_sequence:
-                        conn.execute(
-                            "SELECT pg_notify(%s, %s)", (self.channel, str(tx.last_sequence))
-                        )
-                    conn.execute("COMMIT")
-                except BaseException as exc:
-                    # A statement's error aborts the pipeline up to the next sync: sync first
-                    # (that error is the one being raised), so the ROLLBACK runs.
-                    with contextlib.suppress(psycopg.Error):
-                        if isinstance(exc, psycopg.Error):
-                            pipeline.sync()
-                    with contextlib.suppress(psycopg.Error):
-                        conn.execute("ROLLBACK")
-                    raise
+            outcome = run_command(tx, command_id, key, expected, decide)
+            if not tx.committed:  # a replay: it wrote nothing
+                tx.cur.execute("COMMIT")
+            return outcome
         except BaseException:
-            # An error in the last batch (raised when the pipeline ends) aborted its COMMIT: end
-            # the failed transaction so the connection is clean for the next command or a retry.
+            # A refusal, or a failed statement (which skipped the rest of its query string,
+            # COMMIT included): end the transaction so the connection is clean for what follows.
             if not conn.broken and not conn.closed and conn.info.transaction_status != _IDLE:
                 with contextlib.suppress(psycopg.Error):
                     conn.execute("ROLLBACK")
             raise
-        return outcome
+
+    def _command_cursor(self, conn: psycopg.Connection[Any]) -> psycopg.ClientCursor[Any]:
+        """The connection's cursor for commands (made once per connection)."""
+        if self._cursor is None or self._cursor.connection is not conn:
+            self._cursor = psycopg.ClientCursor(conn)
+        return self._cursor
 
     # --- reads ---------------------------------------------------------------------------------
 
@@ -550,28 +595,31 @@ class _SequenceGate:
 class _PostgresCommand:
     """The storage steps of one command inside its transaction (see ``CommandTx``)."""
 
-    def __init__(self, conn: psycopg.Connection[Any], schema: str, command_id: str) -> None:
-        self.conn = conn
+    def __init__(
+        self, cur: psycopg.ClientCursor[Any], schema: str, channel: str, command_id: str
+    ) -> None:
+        self.cur = cur
         self.s = schema
+        self.channel = channel
         self.command_id = command_id
-        self.last_sequence = 0
+        self.committed = False
         self._receipt: tuple[str, str] | None = None
 
     def load(self, aggregate_ids: Sequence[str]) -> dict[str, Stored | None]:
-        # One statement, rows locked in id order: two commands never wait on each other in a cycle.
-        locked = self.conn.execute(
-            f"SELECT aggregate_id, version, state FROM {self.s}.aggregates"
-            " WHERE aggregate_id = ANY(%s) ORDER BY aggregate_id FOR UPDATE",
-            (list(aggregate_ids),),
+        # Rows locked in id order (two commands never wait on each other in a cycle); then the
+        # receipt, read after the locks are granted (each statement takes a fresh snapshot): it
+        # shows a command this one waited for. One round trip, BEGIN included.
+        cur = self.cur
+        cur.execute(
+            f"BEGIN; SELECT aggregate_id, version, state FROM {self.s}.aggregates"
+            " WHERE aggregate_id = ANY(%s::text[]) ORDER BY aggregate_id FOR UPDATE;"
+            f" SELECT payload, result FROM {self.s}.receipts WHERE command_id = %s",
+            (list(aggregate_ids), self.command_id),
         )
-        # The receipt is read in the same round trip, after the locks are granted (statements
-        # run in order, each with a fresh snapshot): it shows a command this one waited for.
-        receipt = self.conn.execute(
-            f"SELECT payload, result FROM {self.s}.receipts WHERE command_id = %s",
-            (self.command_id,),
-        )
-        found = {str(row[0]): stored_row(row) for row in locked.fetchall()}
-        row = receipt.fetchone()
+        cur.nextset()
+        found = {str(row[0]): stored_row(row) for row in cur.fetchall()}
+        cur.nextset()
+        row = cur.fetchone()
         self._receipt = (str(row[0]), str(row[1])) if row else None
         return {agg: found.get(agg) for agg in aggregate_ids}
 
@@ -580,64 +628,36 @@ class _PostgresCommand:
         return self._receipt
 
     def events_of(self, aggregate_id: str, up_to_version: int) -> list[Event]:
-        rows = self.conn.execute(
+        self.cur.execute(
             "SELECT sequence, aggregate_id, version, type, data, committed_at"
             f" FROM {self.s}.events WHERE aggregate_id = %s AND version <= %s ORDER BY sequence",
             (aggregate_id, up_to_version),
-        ).fetchall()
-        return [event_row(row) for row in rows]
-
-    def append(
-        self, events: Sequence[tuple[str, int, str, str]], now: float, command_id: str
-    ) -> list[int]:
-        if not events:
-            return []
-        # The head row's lock is held to commit: sequences are gap-free and in commit order.
-        row = self.conn.execute(
-            f"UPDATE {self.s}.head SET sequence = sequence + %s RETURNING sequence",
-            (len(events),),
-        ).fetchone()
-        assert row is not None
-        last = int(row[0])
-        sequences = list(range(last - len(events) + 1, last + 1))
-        with self.conn.cursor() as cur:
-            cur.executemany(
-                f"INSERT INTO {self.s}.events (sequence, aggregate_id, version, type, data,"
-                " committed_at, command_id) VALUES (%s, %s, %s, %s, %s, %s, %s)",
-                [
-                    (seq, agg, version, type_, data, now, command_id)
-                    for seq, (agg, version, type_, data) in zip(sequences, events, strict=True)
-                ],
-            )
-            cur.executemany(
-                f"INSERT INTO {self.s}.outbox (sequence, aggregate_id, topic) VALUES (%s, %s, %s)",
-                [(seq, ev[0], ev[2]) for seq, ev in zip(sequences, events, strict=True)],
-            )
-        self.last_sequence = last
-        return sequences
-
-    def put(self, row: AggregateRow) -> None:
-        if row.new:
-            self.conn.execute(
-                f"INSERT INTO {self.s}.aggregates (aggregate_id, kind, version, status, node_id,"
-                " last_sequence, state) VALUES (%s, %s, %s, %s, %s, %s, %s)",
-                (row.aggregate_id, row.kind, row.version, row.status, row.node_id,
-                 row.last_sequence, row.state),
-            )  # fmt: skip
-        else:
-            self.conn.execute(
-                f"UPDATE {self.s}.aggregates SET version = %s, status = %s, node_id = %s,"
-                " last_sequence = %s, state = %s WHERE aggregate_id = %s",
-                (row.version, row.status, row.node_id, row.last_sequence, row.state,
-                 row.aggregate_id),
-            )  # fmt: skip
-
-    def add_receipt(self, command_id: str, key: str, result: str, now: float) -> None:
-        self.conn.execute(
-            f"INSERT INTO {self.s}.receipts (command_id, payload, result, committed_at)"
-            " VALUES (%s, %s, %s, %s)",
-            (command_id, key, result, now),
         )
+        return [event_row(row) for row in self.cur.fetchall()]
+
+    def write(self, writes: Writes) -> list[int]:
+        """Every write, NOTIFY and COMMIT in one round trip: ``write_command`` (schema 3) takes
+        the sequences from the head row, whose lock is held to commit (gap-free, commit order)."""
+        rows = [
+            [r.aggregate_id, r.kind, r.version, r.status, r.node_id, last, r.state, r.new]
+            for r, last in zip(writes.rows, writes.last_events, strict=True)
+        ]
+        self.cur.execute(
+            f"SELECT {self.s}.write_command(%s, %s, %s, %s, %s, %s::jsonb); COMMIT",
+            (
+                writes.command_id,
+                writes.key,
+                writes.result,
+                writes.now,
+                self.channel,
+                json.dumps([writes.events, rows], ensure_ascii=False),
+            ),
+        )
+        row = self.cur.fetchone()
+        assert row is not None
+        self.committed = True
+        last, n = int(row[0]), len(writes.events)
+        return list(range(last - n + 1, last + 1))
 
 
 # --- schema ------------------------------------------------------------------------------------

@@ -30,18 +30,37 @@ def bump(loaded):  # type: ignore[no-untyped-def]
     ]
 
 
+class _Uncommitted:
+    """A command cursor that runs a query string without its final COMMIT, then SIGSTOPs."""
+
+    def __init__(self, cur):  # type: ignore[no-untyped-def]
+        self.cur = cur
+
+    def execute(self, query, params=None):  # type: ignore[no-untyped-def]
+        self.cur.execute(query.removesuffix("; COMMIT"), params)
+        os.kill(os.getpid(), signal.SIGSTOP)  # every row written, COMMIT not sent
+
+    def fetchone(self):  # type: ignore[no-untyped-def]
+        return self.cur.fetchone()
+
+
 def main() -> None:
     url, spec = sys.argv[1], json.loads(sys.argv[2])
     journal = PostgresJournal.connect(url)
     if spec.get("pause") == "before-commit":
-        decide_and_write = journal_postgres.run_command
+        write = journal_postgres._PostgresCommand.write
 
-        def paused(*args, **kwargs):  # type: ignore[no-untyped-def]
-            outcome = decide_and_write(*args, **kwargs)
-            os.kill(os.getpid(), signal.SIGSTOP)  # every row written, COMMIT not sent
-            return outcome
+        def paused(self, writes):  # type: ignore[no-untyped-def]
+            # The writes' query string ends with COMMIT: run it without, stop, then commit.
+            cur, self.cur = self.cur, _Uncommitted(self.cur)
+            try:
+                sequences = write(self, writes)
+            finally:
+                self.cur = cur
+            cur.execute("COMMIT")
+            return sequences
 
-        journal_postgres.run_command = paused  # type: ignore[assignment]
+        journal_postgres._PostgresCommand.write = paused  # type: ignore[method-assign]
     print(json.dumps({"ready": os.getpid()}), flush=True)
     if spec.get("wait_go"):
         sys.stdin.readline()
