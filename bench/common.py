@@ -2,7 +2,7 @@
 
 A journal of N Goals is built from a template: one Goal per *shape* (completed, queued, running on
 another node, failed and requeued, …) is played through the real Goals API into a fresh journal,
-then its rows (state, events, receipts, outbox) are copied N times with the Goal id rewritten and
+then its rows (state, events, receipts) are copied N times with the Goal id rewritten and
 the sequences shifted, in one transaction. Every copy is therefore a state the validators accept,
 and the result passes ``check_journal`` (checked once per build; builds are cached by size).
 
@@ -121,7 +121,6 @@ class _Template:
     aggregates: list[tuple]
     events: list[tuple]  # sequence first, 1-based within the shape
     receipts: list[tuple]
-    outbox: list[tuple]
 
 
 def _templates(folder: Path) -> dict[str, _Template]:
@@ -153,14 +152,6 @@ def _templates(folder: Path) -> dict[str, _Template]:
                     "SELECT command_id, payload, result FROM receipts WHERE command_id LIKE ?",
                     (like,),
                 ).fetchall(),
-                outbox=[
-                    (seq - first + 1, agg, topic)
-                    for seq, agg, topic in conn.execute(
-                        "SELECT sequence, aggregate_id, topic FROM outbox"
-                        " WHERE aggregate_id LIKE ? ORDER BY sequence",
-                        (like,),
-                    )
-                ],
             )
     finally:
         conn.close()
@@ -170,7 +161,7 @@ def _templates(folder: Path) -> dict[str, _Template]:
 def _fingerprint(templates: dict[str, _Template]) -> str:
     h = hashlib.sha256(f"{BUILDER_VERSION}:{SCHEMA_VERSION}".encode())
     for shape, t in sorted(templates.items()):
-        h.update(repr((shape, t.aggregates, t.events, t.receipts, t.outbox)).encode())
+        h.update(repr((shape, t.aggregates, t.events, t.receipts)).encode())
     return h.hexdigest()[:16]
 
 
@@ -181,7 +172,6 @@ def build_journal(path: Path, n: int, templates: dict[str, _Template], mix: str 
     aggregates: list[tuple] = []
     events: list[tuple] = []
     receipts: list[tuple] = []
-    outbox: list[tuple] = []
     total = sum(len(templates[shape].events) for shape in shapes)
     start_at = time.time() - total * 0.05  # history spread over the last total/20 seconds
     base = 0
@@ -201,7 +191,6 @@ def build_journal(path: Path, n: int, templates: dict[str, _Template], mix: str 
             events.append((seq + base, sub(agg), version, type_, sub(data), at, sub(command_id)))
         for command_id, payload, result in t.receipts:
             receipts.append((sub(command_id), sub(payload), sub(result), stamps[command_id]))
-        outbox.extend((seq + base, sub(agg), topic) for seq, agg, topic in t.outbox)
         base += len(t.events)
     conn = sqlite3.connect(path, isolation_level=None)
     try:
@@ -210,9 +199,6 @@ def build_journal(path: Path, n: int, templates: dict[str, _Template], mix: str 
         conn.executemany("INSERT INTO aggregates VALUES (?, ?, ?, ?, ?, ?, ?)", aggregates)
         conn.executemany("INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?)", events)
         conn.executemany("INSERT INTO receipts VALUES (?, ?, ?, ?)", receipts)
-        conn.executemany(
-            "INSERT INTO outbox (sequence, aggregate_id, topic) VALUES (?, ?, ?)", outbox
-        )
         conn.execute("COMMIT")
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     finally:

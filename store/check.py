@@ -80,12 +80,8 @@ def check_journal(journal: Journal) -> CheckReport:
     with journal.snapshot():
         events = _events_by_aggregate(journal, report)
         stored = {s.aggregate_id: s for kind in ("goal", "run") for s in journal.aggregates(kind)}
-        outbox = {seq for seq, _agg, _topic in _all_outbox(journal)}
-    missing = sorted(
-        seq for evs in events.values() for seq in (e.sequence for e in evs) if seq not in outbox
-    )
-    if missing:
-        report.add("outbox", tuple(missing[:20]), "events without an outbox row")
+        outbox = {row[0]: row for row in _all_outbox(journal)}
+    _check_outbox(report, events, outbox)
     for aggregate_id in sorted(set(stored) | set(events)):
         _check_aggregate(
             report, aggregate_id, stored.get(aggregate_id), events.get(aggregate_id, [])
@@ -120,6 +116,22 @@ def _all_outbox(journal: Journal) -> Iterator[tuple[int, str, str]]:
     while page := journal.outbox(after):
         yield from page
         after = page[-1][0]
+
+
+def _check_outbox(
+    report: CheckReport,
+    events: Mapping[str, list[Event]],
+    outbox: Mapping[int, tuple[int, str, str]],
+) -> None:
+    """The outbox feed names every event, with its aggregate and its type as topic (on SQLite
+    it is a view of the events; on PostgreSQL a table of its own whose rows reference them)."""
+    fed = {e.sequence: (e.sequence, e.aggregate_id, e.type) for evs in events.values() for e in evs}
+    missing = sorted(set(fed) - set(outbox))
+    if missing:
+        report.add("outbox", tuple(missing[:20]), "events without an outbox row")
+    differ = sorted(seq for seq in set(fed) & set(outbox) if fed[seq] != tuple(outbox[seq]))
+    if differ:
+        report.add("outbox", tuple(differ[:20]), "outbox rows that differ from their event")
 
 
 def _check_aggregate(

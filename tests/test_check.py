@@ -57,7 +57,6 @@ def test_claim_after_cancel_is_a_violation(tmp_path: Path) -> None:
         raw.execute(
             "INSERT INTO events VALUES (?, 'goal:old', 3, 'goal.started', '{}', 0, 'x')", (seq,)
         )
-        raw.execute("INSERT INTO outbox VALUES (?, 'goal:old', 'goal.started', 0)", (seq,))
     with Journal.open(tmp_path / "j.db", read_only=True) as journal:
         messages = [v.message for v in check_journal(journal).violations]
     assert any("after goal.cancelled" in m for m in messages), messages
@@ -96,3 +95,26 @@ def test_run_claim_after_goal_cancel_is_a_violation(tmp_path: Path) -> None:
         and "after the goal's cancel" in v.message
         for v in violations
     ), violations
+
+
+def test_an_outbox_that_disagrees_with_the_events_is_a_violation(postgres_url: str) -> None:
+    """On PostgreSQL the outbox is a table of its own (on SQLite a view of the events): a
+    missing and a changed row are each reported (a row without an event: the foreign key)."""
+    import psycopg
+
+    from store.journal_postgres import PostgresJournal
+
+    with PostgresJournal.connect(postgres_url) as journal:
+        goals = Goals(journal)
+        goals.create(goal_id="a", title="A", node_id="n1", argv=["true"])
+        goals.create(goal_id="b", title="B", node_id="n1", argv=["true"])
+        assert check_journal(journal).clean
+        with psycopg.connect(postgres_url, autocommit=True) as raw:
+            raw.execute("DELETE FROM refine.outbox WHERE sequence = 1")
+            raw.execute("UPDATE refine.outbox SET topic = 'forged' WHERE sequence = 3")
+        report = check_journal(journal)
+    found = {(v.aggregate_id, v.sequences, v.message) for v in report.violations}
+    assert found == {
+        ("outbox", (1,), "events without an outbox row"),
+        ("outbox", (3,), "outbox rows that differ from their event"),
+    }

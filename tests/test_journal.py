@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from store import journal_api
+from store.check import check_journal
 from store.errors import (
     BackendUnavailableError,
     CommandConflictError,
@@ -32,8 +33,9 @@ from store.errors import (
 )
 from store.execution import Execution
 from store.goals import Goals
-from store.journal import Change, Journal, SqliteJournal
+from store.journal import SCHEMA_VERSION, Change, Journal, SqliteJournal
 from tests.conftest import JournalFactory
+from tests.helpers.old_schema import as_schema_3
 
 
 def submit(loaded):  # a minimal decision: create one aggregate
@@ -253,6 +255,7 @@ def test_a_schema_2_journal_migrates_its_receipts_to_digests_and_still_replays(
     cmd = dict(command_id="c1", payload={"op": "s"}, expected={"run:a": None})
     with Journal.open(path) as j:
         j.execute(**cmd, decide=submit)  # type: ignore[arg-type]
+    as_schema_3(path)
     conn = sqlite3.connect(path)  # as schema 2 stored it: the canonical text itself
     conn.execute(
         "UPDATE receipts SET payload = ?",
@@ -267,10 +270,75 @@ def test_a_schema_2_journal_migrates_its_receipts_to_digests_and_still_replays(
         with pytest.raises(CommandConflictError):
             j.execute(**{**cmd, "payload": {"op": "t"}}, decide=submit)  # type: ignore[arg-type]
     conn = sqlite3.connect(path)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == 3
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
     (payload,) = conn.execute("SELECT payload FROM receipts").fetchone()
     assert len(payload) == 32 and not payload.startswith("{")
     conn.close()
+
+
+def test_a_schema_3_journal_reads_as_it_is_and_migrates_to_the_outbox_view(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "j.db"
+    with Journal.open(path) as j:
+        goals = Goals(j)
+        goals.create(goal_id="a", title="A", node_id="n1", argv=["true"])
+        goals.create(goal_id="b", title="B", node_id="n2", argv=["true"])
+        goals.start(goal_id="b", node_id="n2", worker="w", token="t")
+        before = (j.outbox(), j.aggregates("goal", status="queued"), j.count("goal"))
+    as_schema_3(path)  # the outbox a table of its own, the indexes over every kind
+    with Journal.open(path, read_only=True) as old:  # read as it is, not migrated
+        assert (old.outbox(), old.aggregates("goal", status="queued"), old.count("goal")) == before
+    conn = sqlite3.connect(path)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == 3
+    conn.close()
+    with Journal.open(path) as j:  # the first writable open migrates, rows as they were
+        assert (j.outbox(), j.aggregates("goal", status="queued"), j.count("goal")) == before
+        again = Goals(j).create(goal_id="a", title="A", node_id="n1", argv=["true"])
+        assert again.replayed
+        Goals(j).create(goal_id="c", title="C", node_id="n1", argv=["true"])
+        assert j.outbox()[-2:] == [(e.sequence, e.aggregate_id, e.type) for e in j.events_after(6)]
+        assert check_journal(j).clean
+    conn = sqlite3.connect(path)
+    kinds = dict(conn.execute("SELECT name, type FROM sqlite_master WHERE name LIKE '%o%'"))
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
+    assert kinds.get("outbox") == "view" and "aggregates_by_status" not in kinds
+    conn.close()
+
+
+def test_goal_lookups_read_the_partial_indexes(tmp_path: Path) -> None:
+    """The dashboard's and the node's Goal lookups stay index reads at 100k Goals although the
+    indexes leave out Runs and settled Goals (schema 4): the queries repeat the indexes' terms."""
+    from store.goal_model import GOAL_STATUSES, TERMINAL_STATUSES
+    from store.journal import ACTIVE_STATUSES
+
+    assert set(ACTIVE_STATUSES) == set(GOAL_STATUSES) - TERMINAL_STATUSES
+    with Journal.open(tmp_path / "j.db") as j:
+        Goals(j).create(goal_id="a", title="A", node_id="n1", argv=["true"])
+        conn = j._connection()
+        statements: list[tuple[str, list[object]]] = []
+
+        class Recording:  # the journal's connection, noting each statement
+            def execute(self, sql: str, args: list[object] = []) -> sqlite3.Cursor:  # noqa: B006
+                statements.append((sql, list(args)))
+                return conn.execute(sql, args)
+
+        j._conn = Recording()  # type: ignore[assignment]
+        j.aggregates("goal", status="queued", node_id="n1", limit=5)  # the node's scheduler
+        j.aggregates("goal", status=list(ACTIVE_STATUSES), limit=1000)  # the first paint
+        j.aggregates("goal", status=sorted(TERMINAL_STATUSES), newest_first=True, limit=200)
+        j.aggregates("goal", newest_first=True, limit=2000, offset=2000)  # the filter's index
+        j.count("goal")
+        j._conn = conn
+        plans = [
+            " ".join(row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + sql, args))
+            for sql, args in statements
+        ]
+    assert len(plans) == 5
+    # Active Goals: a range of the (small) index of moving Goals; the rest by recency.
+    assert all(p.startswith("SEARCH aggregates USING INDEX goals_active") for p in plans[:2])
+    assert all("INDEX goals_by_recency" in p for p in plans[2:]), plans
+    assert "COVERING INDEX goals_by_recency" in plans[4], plans  # the count reads no row
 
 
 def test_a_folded_state_keeps_only_its_version_in_the_receipt_and_replays_by_fold(

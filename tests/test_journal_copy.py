@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from store.errors import TargetNotEmptyError
+from store.errors import InvalidInputError, TargetNotEmptyError
 from store.goals import Goals
 from store.journal import Change, Journal
 from store.journal_copy import copy_journal
@@ -128,3 +128,19 @@ def test_refine_init_on_a_url_creates_the_schema_and_no_local_file(
     assert list(tmp_path.iterdir()) == []  # no SQLite file named after the URL
     with PostgresJournal.connect(postgres_url, create=False) as journal:
         assert journal.last_sequence() == 0
+
+
+def test_an_outbox_row_that_is_not_its_events_is_refused_on_the_way_into_sqlite(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    """SQLite's outbox is a view of the events: a copied row must be the one it derives."""
+    import psycopg
+
+    with busy_journal(tmp_path / "a.db") as source, PostgresJournal.connect(postgres_url) as pg:
+        copy_journal(source, pg)
+    with psycopg.connect(postgres_url, autocommit=True) as raw:
+        raw.execute("UPDATE refine.outbox SET topic = 'forged' WHERE sequence = 2")
+    with PostgresJournal.connect(postgres_url) as pg, Journal.open(tmp_path / "b.db") as back:
+        with pytest.raises(InvalidInputError, match="outbox"):
+            copy_journal(pg, back)
+        assert back.last_sequence() == 0  # nothing written

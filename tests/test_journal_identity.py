@@ -22,6 +22,7 @@ from store.journal import SCHEMA_VERSION, Journal
 from store.processes import ProcessRegistry, same_process
 from store.watch import ChangeFeed
 from tests.helpers.node_env import HANG, PY, Env
+from tests.helpers.old_schema import as_schema_3
 from tests.helpers.waits import wait_until
 
 
@@ -117,6 +118,7 @@ def test_init_writes_a_journal_id_and_older_journals_get_one_on_first_writable_o
     with Journal.open(path, read_only=True) as journal:
         assert journal.journal_id == first
     # A schema-1 journal (before the id): read-only opens leave it as it is ...
+    as_schema_3(path)
     conn = sqlite3.connect(path)
     conn.execute("DROP TABLE meta")
     conn.execute("PRAGMA user_version = 1")
