@@ -11,6 +11,8 @@ recipe runs:
 - node RSS: the ``refine node`` process, and its forkserver's (shared with the workers);
 - launch: from the Goal's ``goal.created`` commit (its ``committed_at``) to the recipe
   process's create time (psutil, put on the wall clock by a probe process; ±10 ms), p50, p95;
+  and where that time went, p95 of each leg: commit → the worker's create time (the node
+  waking and forking), → the claim's ``goal.started`` commit, → the recipe's start;
 - idle CPU of the node over ``--idle`` seconds while the N attempts sleep (% of one core).
 """
 
@@ -104,16 +106,17 @@ def measure_one(
                     if time.monotonic() > deadline or proc.poll() is not None:
                         raise RuntimeError(f"only {len(recipes)} of {count} recipes started")
                     time.sleep(0.2)
-                created = {
-                    e.aggregate_id: e.committed_at
-                    for e in journal.events_after(0, limit=1000)
-                    if e.type == "goal.created"
-                }
+                created, claimed = _commit_times(journal)
             launches, uss, offset = [], [], _clock_offset()
+            legs: list[tuple[float, float, float]] = []
+            names = {f"a{n}" for n in range(count)}
             for worker_pid, recipe in recipes.items():
                 worker = psutil.Process(worker_pid)
-                goal = next(a for a in worker.cmdline() if a in {f"a{n}" for n in range(count)})
-                launches.append((recipe.create_time() - offset - created[f"goal:{goal}"]) * 1000)
+                goal = "goal:" + next(a for a in worker.cmdline() if a in names)
+                began = recipe.create_time() - offset
+                launches.append((began - created[goal]) * 1000)
+                forked = worker.create_time() - offset
+                legs.append((forked - created[goal], claimed[goal] - forked, began - claimed[goal]))
                 uss.append(worker.memory_full_info().uss / 2**20)
             before = node.cpu_times()
             time.sleep(idle_s)
@@ -127,6 +130,7 @@ def measure_one(
                 "node_rss_mb": node.memory_info().rss / 2**20,
                 "launch_p50_ms": percentile(launches, 50),
                 "launch_p95_ms": percentile(launches, 95),
+                "legs_p95_ms": [percentile([leg[i] for leg in legs], 95) * 1000 for i in range(3)],
                 "idle_cpu_pct": busy / idle_s * 100,
             }
         finally:
@@ -145,13 +149,32 @@ def measure_one(
                 child.kill()  # any recipe the node's ending left behind (our own children)
 
 
+def _commit_times(journal: Journal) -> tuple[dict[str, float], dict[str, float]]:
+    """Each Goal's ``goal.created`` and (last) ``goal.started`` commit times."""
+    created: dict[str, float] = {}
+    claimed: dict[str, float] = {}
+    after = 0
+    while events := journal.events_after(after, limit=1000):
+        for e in events:
+            if e.type in ("goal.created", "goal.started"):
+                (created if e.type == "goal.created" else claimed)[e.aggregate_id] = e.committed_at
+        after = events[-1].sequence
+    return created, claimed
+
+
+def _legs(p95_ms: list[float]) -> str:
+    fork, claim, recipe = (f"{ms:.0f}" for ms in p95_ms)
+    return f"p95 of commit → worker {fork} ms, → claim {claim} ms, → recipe {recipe} ms"
+
+
 def rows(results: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
     return [
         (
             f"{r['count']:,} sleeping attempt(s), {r['mode']} workers",
             f"USS {r['uss_mb']:.1f} MB per attempt (worker); node RSS {r['node_rss_mb']:.0f} MB"
             f" (+ forkserver {r['forkserver_rss_mb']:.0f} MB);"
-            f" launch p50 {r['launch_p50_ms']:.0f} ms p95 {r['launch_p95_ms']:.0f} ms;"
+            f" launch p50 {r['launch_p50_ms']:.0f} ms p95 {r['launch_p95_ms']:.0f} ms"
+            f" ({_legs(r['legs_p95_ms'])});"
             f" node idle CPU {r['idle_cpu_pct']:.2f} %",
             "≤ 4 MB USS, launch p95 ≤ 50 ms",
         )

@@ -42,6 +42,7 @@ import psutil
 
 READY_S = 30.0  # a zygote not ready by then (a loaded box) is given up for the usual path
 REPLY_S = 5.0  # how long a fork request may take before the zygote is given up
+BATCH = 200  # fork requests sent at once (their replies, ≈ 40 bytes each, fit a pipe's buffer)
 EXIT_CRASHED = 70  # the worker raised out of main (its traceback is in the node log)
 
 
@@ -98,22 +99,44 @@ class Forkserver:
         """Fork a worker with ``argv``: its (pid, create time), or None when the zygote
         cannot (nothing was started then, or the zygote is broken and its child is on its own:
         the journal refuses a second claim either way)."""
-        if len(cmdline(argv)) > self._room or not self.start():
-            return None
+        return self.launch_all([argv])[0]
+
+    def launch_all(self, argvs: Sequence[Sequence[str]]) -> list[tuple[int, float] | None]:
+        """``launch`` for each, the requests pipelined: many Goals at once wait for one round
+        trip per batch, not one per worker (``BATCH`` keeps the replies within a pipe's buffer)."""
+        results: list[tuple[int, float] | None] = []
+        for at in range(0, len(argvs), BATCH):
+            results += self._batch(argvs[at : at + BATCH])
+        return results
+
+    def _batch(self, argvs: Sequence[Sequence[str]]) -> list[tuple[int, float] | None]:
+        fits = [len(cmdline(argv)) <= self._room for argv in argvs]
+        if not any(fits) or not self.start():
+            return [None] * len(argvs)
         assert self._proc is not None and self._proc.stdin is not None
+        requests = b"".join(
+            json.dumps(list(argv)).encode() + b"\n"
+            for argv, ok in zip(argvs, fits, strict=True)
+            if ok
+        )
         try:
-            self._proc.stdin.write(json.dumps(list(argv)).encode() + b"\n")
+            self._proc.stdin.write(requests)
             self._proc.stdin.flush()
         except OSError:
             self._drop()
-            return None
-        reply = self._line(time.monotonic() + REPLY_S)
-        if reply is None or not reply.startswith("started "):
-            if reply is None:
-                self._drop()
-            return None
-        _, pid, create_time = reply.split()
-        return int(pid), float(create_time)
+            return [None] * len(argvs)
+        deadline = time.monotonic() + REPLY_S * len(argvs)
+        results: list[tuple[int, float] | None] = []
+        for ok in fits:
+            reply = self._line(deadline) if ok and self._proc is not None else None
+            if ok and reply is None:
+                self._drop()  # no word in time: the zygote is given up (and restarted)
+            if reply is None or not reply.startswith("started "):
+                results.append(None)
+                continue
+            _, pid, create_time = reply.split()
+            results.append((int(pid), float(create_time)))
+        return results
 
     def exit_code(self, pid: int, wait_s: float = 0.0) -> int | None:
         """The exit code of a worker this zygote forked, once it reaped it (None: not yet, or

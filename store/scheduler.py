@@ -135,12 +135,18 @@ class Node:
     # --- one round -----------------------------------------------------------------------------
 
     def tick(self) -> list[str]:
-        """Reap, reconcile, clean up cancellations, then launch; returns the goals launched."""
+        """Reap, launch, then reconcile and clean up cancellations; returns the goals launched.
+
+        Launching comes before the rounds over every process record (their cost grows with
+        the attempts running): a queued Goal does not wait for them (issue 14). A Goal that
+        reconciling requeues is launched on the next tick, which its commit wakes at once.
+        """
         self.follow_replaced_file()
         self.reap()
+        started = self.schedule()
         self.reconcile(settle_s=GONE_GRACE_S)
         self.cleanup_cancelled()
-        return self.schedule()
+        return started
 
     def follow_replaced_file(self) -> None:
         """Reopen when the journal's location names another journal (a file restored or
@@ -233,41 +239,47 @@ class Node:
         if room <= 0:
             return []
         limit = room + len(self.launched) + len(self._refused)
-        started: list[str] = []
+        chosen: list[Goal] = []
         for goal in self.goals.list(status="queued", node_id=self.node_id, limit=limit):
-            if len(started) >= room:
+            if len(chosen) >= room:
                 break
             if goal.goal_id in self.launched:
                 continue
             if self._refused.get(goal.goal_id) == goal.version:
                 continue
             self._refused.pop(goal.goal_id, None)
-            self._launch(goal)
-            started.append(goal.goal_id)
-        return started
+            chosen.append(goal)
+        self._launch_all(chosen)
+        return [goal.goal_id for goal in chosen]
 
     # --- plumbing ------------------------------------------------------------------------------
 
-    def _launch(self, goal: Goal) -> None:
+    def _launch_all(self, goals: list[Goal]) -> None:
+        if not goals:
+            return
         env = self._worker_env()
-        argv = self._worker_argv(goal.goal_id, uuid.uuid4().hex, goal.round)
+        argvs = [self._worker_argv(g.goal_id, uuid.uuid4().hex, g.round) for g in goals]
         log = self._node_log()
-        forked = self._forkserver_for(env, log).launch(argv) if _forking() else None
-        if forked is not None:
-            launch = _Launch(goal.goal_id, goal.version, forked=forked, pidfd=_pidfd(forked[0]))
-        else:  # no forkserver for now: a fresh process (the same worker, only slower)
-            proc = subprocess.Popen(
-                argv,
-                start_new_session=True,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=log,
-                env=env,
-            )
-            launch = _Launch(goal.goal_id, goal.version, proc=proc, pidfd=_pidfd(proc.pid))
-        self.launched[goal.goal_id] = launch
-        if launch.pidfd is not None:
-            self.watch_fd(launch.pidfd)
+        if _forking():
+            forks = self._forkserver_for(env, log).launch_all(argvs)
+        else:
+            forks = [None] * len(goals)
+        for goal, argv, forked in zip(goals, argvs, forks, strict=True):
+            if forked is not None:
+                launch = _Launch(goal.goal_id, goal.version, forked=forked, pidfd=_pidfd(forked[0]))
+            else:  # no forkserver for now: a fresh process (the same worker, only slower)
+                proc = subprocess.Popen(
+                    argv,
+                    start_new_session=True,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=log,
+                    env=env,
+                )
+                launch = _Launch(goal.goal_id, goal.version, proc=proc, pidfd=_pidfd(proc.pid))
+            self.launched[goal.goal_id] = launch
+            if launch.pidfd is not None:
+                self.watch_fd(launch.pidfd)
 
     def _worker_argv(self, goal_id: str, token: str, round: int) -> list[str]:
         where = [] if isinstance(self.journal_path, str) else ["--journal", str(self.journal_path)]

@@ -102,6 +102,7 @@ class Ready:
     log_path: str
     location: str  # the journal's, and its id: where its process record is (ProcessRegistry)
     journal_id: str | None
+    helper: int | None = None  # the claim helper that sent it, to reap once the recipe runs
 
     def registry(self) -> ProcessRegistry:
         return ProcessRegistry(self.location, self.claim.node_id, self.journal_id)
@@ -110,8 +111,8 @@ class Ready:
         return json.dumps(asdict(self))
 
     @classmethod
-    def from_json(cls, text: str) -> Ready:
-        data = json.loads(text)
+    def from_json(cls, text: str, helper: int | None = None) -> Ready:
+        data = {**json.loads(text), "helper": helper}
         return cls(**{**data, "claim": Claim(**data["claim"]), "argv": tuple(data["argv"])})
 
 
@@ -127,7 +128,7 @@ def run_attempt(
     """
     owner = os.getpid()  # here, not in the helper
     ready = _in_helper(
-        lambda: _claim_in_helper(location, node_id, goal_id, token, round, owner=owner)
+        lambda send: _claim_in_helper(location, node_id, goal_id, token, round, owner, send)
     )
     if isinstance(ready, int):
         return ready
@@ -176,15 +177,22 @@ def rehearse() -> None:
 
 
 def _claim_in_helper(
-    location: str, node_id: str, goal_id: str, token: str, round: int | None, *, owner: int
-) -> int | Ready:
+    location: str,
+    node_id: str,
+    goal_id: str,
+    token: str,
+    round: int | None,
+    owner: int,
+    send: Callable[[int | Ready], None],
+) -> None:
     try:
         journal = Journal.open(location, create=False)
     except RefineError as exc:
         _say(f"journal unavailable: {exc}")
-        return EXIT_UNAVAILABLE
-    with journal:
-        return _claim(journal, node_id, goal_id, token, round, owner=owner)
+        send(EXIT_UNAVAILABLE)
+        return
+    with journal:  # closed after sending: the worker launches meanwhile
+        send(_claim(journal, node_id, goal_id, token, round, owner=owner))
 
 
 def _claim(
@@ -269,8 +277,8 @@ def _record_of(owner: int, claim: Claim, log_path: Path, journal_id: str | None)
     return replace(rec, pid=owner, create_time=create_time)
 
 
-def _in_helper(step: Callable[[], int | Ready]) -> int | Ready:
-    """``step()`` run in a forked child of ours, its result sent back by a pipe."""
+def _in_helper(step: Callable[[Callable[[int | Ready], None]], None]) -> int | Ready:
+    """``step(send)`` run in a forked child of ours; what it sends is our result."""
     read_end, write_end = os.pipe()
     try:
         pid = os.fork()
@@ -278,30 +286,44 @@ def _in_helper(step: Callable[[], int | Ready]) -> int | Ready:
         _say(f"no claim helper ({exc}): claiming in the worker")
         os.close(read_end)
         os.close(write_end)
-        return step()
+        got: list[int | Ready] = []
+        step(got.append)
+        return got[0] if got else EXIT_CRASHED
     if pid == 0:  # the helper: never returns
-        code = EXIT_CRASHED
-        try:
-            os.close(read_end)
-            result = step()
-            text = str(result) if isinstance(result, int) else result.to_json()
-            with open(write_end, "w") as out:
-                out.write(text)
-            code = 0
-        except BaseException:
-            traceback.print_exc()
-        finally:
-            with contextlib.suppress(Exception):
-                sys.stderr.flush()
-            os._exit(code)
+        _helper(step, read_end, write_end)
     os.close(write_end)
-    with open(read_end) as got:
-        text = got.read()
-    _, status = os.waitpid(pid, 0)
-    if os.waitstatus_to_exitcode(status) != 0 or not text:
+    with open(read_end) as pipe:
+        text = pipe.read()  # until the helper sent (or died)
+    if not text:
+        os.waitpid(pid, 0)
         _say("the claim helper failed (see above): nothing launched")
         return EXIT_CRASHED
-    return int(text) if text.lstrip("-").isdigit() else Ready.from_json(text)
+    if text.lstrip("-").isdigit():
+        os.waitpid(pid, 0)
+        return int(text)
+    return Ready.from_json(text, helper=pid)
+
+
+def _helper(
+    step: Callable[[Callable[[int | Ready], None]], None], read_end: int, write_end: int
+) -> None:
+    code = EXIT_CRASHED
+    try:
+        os.close(read_end)
+
+        def send(result: int | Ready) -> None:
+            text = str(result) if isinstance(result, int) else result.to_json()
+            with open(write_end, "w") as pipe:
+                pipe.write(text)
+
+        step(send)
+        code = 0
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        with contextlib.suppress(Exception):
+            sys.stderr.flush()
+        os._exit(code)
 
 
 def _run_claimed(location: str, ready: Ready) -> int:
@@ -311,6 +333,9 @@ def _run_claimed(location: str, ready: Ready) -> int:
             recipe: subprocess.Popen[bytes] | OSError = _launch(ready, log)
         except OSError as exc:
             recipe = exc
+        if ready.helper is not None:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(ready.helper, 0)  # it only closes its journal now
         journal = _open_patiently(location)
         if journal is None:
             if not isinstance(recipe, OSError):
