@@ -157,9 +157,21 @@ def command_key(payload: Mapping[str, Any], expected: Mapping[str, int | None]) 
 
 def key_digest(text: str) -> str:
     """128 bits of SHA-256 in hex (PostgreSQL's migration computes the same with ``sha256``)."""
-    import hashlib  # here, not at the top: a read (a quick `refine goals`) never hashes
+    return _sha256(text.encode()).hexdigest()[:32]
 
-    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+def _sha256(data: bytes) -> Any:
+    """CPython's own SHA-256, the one hashlib falls back to: the same digest without loading
+    OpenSSL and every other algorithm (importing hashlib is ≈ 2 ms of a quick `refine cancel`;
+    a read never hashes)."""
+    try:
+        from _sha2 import sha256  # type: ignore[import-not-found,unused-ignore]  # CPython ≥ 3.12
+    except ImportError:
+        try:
+            from _sha256 import sha256  # type: ignore[import-not-found,unused-ignore]  # 3.11
+        except ImportError:  # another Python
+            from hashlib import sha256
+    return sha256(data)
 
 
 def run_command(

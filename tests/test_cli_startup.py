@@ -1,7 +1,8 @@
 """A quick CLI: the read commands never import the dashboard stack (DESIGN §9, CLI start-up).
 
 Nor Rich (ASCII text is laid out without it), nor asyncio (only wake-ups and `wait` need it),
-nor socket (only a node without a name asks the host's), nor uuid (it loads `platform`).
+nor socket (only a node without a name asks the host's), nor uuid (it loads `platform`), nor
+hashlib (a write's digest uses CPython's own SHA-256, without OpenSSL).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import contextlib, io, sys
 from refine_tui.cli import main
 with contextlib.redirect_stdout(io.StringIO()):
     code = main(["--journal", sys.argv[1], *sys.argv[2:]])
-heavy = ("textual", "psutil", "rich", "asyncio", "socket", "uuid", "platform")
+heavy = ("textual", "psutil", "rich", "asyncio", "socket", "uuid", "platform", "hashlib")
 print(code, sorted({m.split(".")[0] for m in sys.modules if m.split(".")[0] in heavy}))
 """
 
@@ -121,3 +122,18 @@ def test_an_operator_command_id_is_a_uuid4() -> None:
     for text in texts:
         parsed = uuid.UUID(text)
         assert (str(parsed), parsed.version, parsed.variant) == (text, 4, uuid.RFC_4122)
+
+
+@pytest.mark.parametrize("text", ["", "{}", "déjà vu 日本語 🙂", "x" * 100_000, "\udc80"])
+def test_a_receipt_digest_is_hashlib_sha256(text: str) -> None:
+    import hashlib
+
+    from store.journal_core import key_digest
+
+    try:
+        expected = hashlib.sha256(text.encode()).hexdigest()[:32]
+    except UnicodeEncodeError:  # a lone surrogate: refused alike
+        with pytest.raises(UnicodeEncodeError):
+            key_digest(text)
+        return
+    assert key_digest(text) == expected
