@@ -14,7 +14,6 @@ AttemptActiveError / StaleAttemptError.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from store.errors import (
@@ -29,6 +28,7 @@ from store.errors import (
     StaleAttemptError,
 )
 from store.journal_api import Change, Event, Journal, Stored
+from store.records import dataclass
 from store.run_model import (
     ATTEMPT_STATES,
     RUN_STATUSES,

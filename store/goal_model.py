@@ -10,7 +10,6 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
@@ -19,6 +18,7 @@ from store.canonical import canonical_json
 from store.errors import CorruptGoalError, InvalidInputError
 from store.journal_api import Event, Stored
 from store.journal_core import register_fold
+from store.records import dataclass
 from store.run_rules import EXECUTION_LIMITS
 
 GOAL_STATUSES = ("queued", "held", "running", "completed", "exhausted", "cancelled")

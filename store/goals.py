@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from store.errors import (
@@ -73,6 +72,7 @@ from store.goal_model import (
     run_id_for,
 )
 from store.journal_api import Change, Journal, Outcome, Stored
+from store.records import dataclass
 from store.run_model import run_aggregate_id, run_view
 
 # The Goal model's names that callers have always imported from here.

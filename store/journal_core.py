@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from store.canonical import canonical_json
@@ -21,6 +20,7 @@ from store.errors import (
     RefineError,
     VersionConflictError,
 )
+from store.records import dataclass, replace
 
 MAX_SAFE_INTEGER = 2**53 - 1
 MAX_PAGE = 1000

@@ -13,7 +13,6 @@ import os
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import asdict, dataclass
 
 from store.errors import ProcessAliveError, VersionConflictError
 from store.execution import Run
@@ -53,6 +52,7 @@ from store.processes import (
     same_process,
     stop_process,
 )
+from store.records import dataclass
 
 # Shown before a command (the modals, the CLI) and imported from here by callers since it began.
 __all__ = [
@@ -111,7 +111,7 @@ class ActionReport:
     recorded_by: str | None = None
 
     def to_json(self) -> dict[str, object]:
-        data = asdict(self)
+        data = dict(vars(self))  # its fields, in order: what asdict gives for flat values
         data["signals"] = list(self.signals)
         return data
 

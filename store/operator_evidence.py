@@ -12,7 +12,6 @@ import getpass
 import os
 import re
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 from store.errors import (
@@ -45,6 +44,7 @@ from store.processes import (
     same_process,
 )
 from store.reads import claimed_at, launching
+from store.records import dataclass
 
 LOG_TAIL_LINES = 20
 

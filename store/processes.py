@@ -20,11 +20,11 @@ import signal
 import tempfile
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from store.locations import Location, file_name, legacy_node_dir, node_state_dir
+from store.records import dataclass
 
 # psutil (≈ 10 ms to import) is imported by the functions that look at processes: a command
 # that never reaches a process (`refine cancel` of a queued goal) does not pay for it.
@@ -53,7 +53,7 @@ class ProcessRecord:
     journal_id: str | None = None  # the journal this attempt belongs to (None: an older record)
 
     def to_json(self) -> dict[str, Any]:
-        data = asdict(self)
+        data = dict(vars(self))  # its fields, in order: what asdict gives for flat values
         data["argv"] = list(self.argv)
         return data
 

@@ -13,7 +13,6 @@ and each Attempt holds ``attempt_id, epoch, worker, state`` plus, by state: comp
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
@@ -21,6 +20,7 @@ from store import run_rules as rules
 from store.errors import CorruptRunError, DecisionError
 from store.journal_api import Event, Stored
 from store.journal_core import register_fold
+from store.records import dataclass
 from store.run_rules import EXECUTION_LIMITS, Invalid
 
 RUN_STATUSES = ("queued", "running", "completed", "exhausted", "cancelled")

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields
 from types import MappingProxyType
 from typing import Any
 
 from store.errors import InvalidInputError
+from store.records import dataclass
 
 MAX_SAFE_INTEGER = 2**53 - 1
 OPERATIONS = ("submit", "claim", "complete", "fail", "interrupt", "request_cancel", "cancel")
@@ -35,6 +35,8 @@ class ExecutionLimits:
         return int(getattr(self, name))
 
     def keys(self) -> tuple[str, ...]:
+        from dataclasses import fields  # here: reading a limit never needs dataclasses
+
         return tuple(f.name for f in fields(self))
 
 
