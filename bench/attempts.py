@@ -13,7 +13,8 @@ recipe runs:
   process's create time (psutil, put on the wall clock by a probe process; ±10 ms), p50, p95;
   and where that time went, p95 of each leg: commit → the worker's create time (the node
   waking and forking), → the claim's ``goal.started`` commit, → the recipe's start;
-- idle CPU of the node over ``--idle`` seconds while the N attempts sleep (% of one core).
+- idle CPU of the node, and of all N workers together, over ``--idle`` seconds while the N
+  attempts sleep (% of one core).
 """
 
 from __future__ import annotations
@@ -118,9 +119,10 @@ def measure_one(
                 forked = worker.create_time() - offset
                 legs.append((forked - created[goal], claimed[goal] - forked, began - claimed[goal]))
                 uss.append(worker.memory_full_info().uss / 2**20)
-            before = node.cpu_times()
+            workers = [psutil.Process(pid) for pid in recipes]
+            before, workers_before = node.cpu_times(), _cpu(workers)
             time.sleep(idle_s)
-            after = node.cpu_times()
+            after, workers_after = node.cpu_times(), _cpu(workers)
             busy = (after.user - before.user) + (after.system - before.system)
             return {
                 "count": count,
@@ -132,6 +134,7 @@ def measure_one(
                 "launch_p95_ms": percentile(launches, 95),
                 "legs_p95_ms": [percentile([leg[i] for leg in legs], 95) * 1000 for i in range(3)],
                 "idle_cpu_pct": busy / idle_s * 100,
+                "workers_cpu_pct": (workers_after - workers_before) / idle_s * 100,
             }
         finally:
             os.killpg(proc.pid, signal.SIGTERM)
@@ -147,6 +150,16 @@ def measure_one(
                     os.killpg(worker.pid, signal.SIGKILL)
             for child in psutil.Process().children(recursive=True):
                 child.kill()  # any recipe the node's ending left behind (our own children)
+
+
+def _cpu(procs: list[psutil.Process]) -> float:
+    """User + system CPU seconds of ``procs`` so far."""
+    total = 0.0
+    for proc in procs:
+        with contextlib.suppress(psutil.Error):
+            times = proc.cpu_times()
+            total += times.user + times.system
+    return total
 
 
 def _commit_times(journal: Journal) -> tuple[dict[str, float], dict[str, float]]:
@@ -175,7 +188,8 @@ def rows(results: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
             f" (+ forkserver {r['forkserver_rss_mb']:.0f} MB);"
             f" launch p50 {r['launch_p50_ms']:.0f} ms p95 {r['launch_p95_ms']:.0f} ms"
             f" ({_legs(r['legs_p95_ms'])});"
-            f" node idle CPU {r['idle_cpu_pct']:.2f} %",
+            f" node idle CPU {r['idle_cpu_pct']:.2f} %,"
+            f" all workers' idle CPU {r['workers_cpu_pct']:.2f} %",
             "≤ 4 MB USS, launch p95 ≤ 50 ms",
         )
         for r in results

@@ -23,6 +23,7 @@ import ctypes
 import hashlib
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -36,7 +37,7 @@ from typing import IO
 from store.errors import RefineError, StorageError
 from store.execution import Execution
 from store.goals import Goals
-from store.journal_api import Journal
+from store.journal_api import ChangeSource, Journal
 from store.processes import ProcessRecord, ProcessRegistry, stop_group_members
 
 POLL_S = 0.25  # how often the worker looks whether the journal changed
@@ -413,26 +414,56 @@ def _supervise(
     """
     changes = goals.journal.changes()
     look = True  # first, and again after an "unknown" verdict
-    while True:
-        try:
-            recipe.wait(timeout=POLL_S)
-        except subprocess.TimeoutExpired:
-            pass
-        else:
-            return _verdict(goals, claim), False
-        try:
-            changed = changes.changed()
-        except RefineError:  # unreachable for now: look (the verdict says "unknown")
-            changed = True
-        if changed or look:
-            verdict = _verdict(goals, claim)
+    with _ExitWatch(recipe) as exited:
+        while True:
+            if exited(POLL_S):
+                return _verdict(goals, claim), False
+            verdict = _look(goals, claim, changes, look)
             look = verdict == "unknown"
             if verdict not in ("ours", "unknown"):
                 _stop(recipe)
                 return verdict, False
-        if time.monotonic() >= deadline:
-            _stop(recipe)
-            return _verdict(goals, claim), True
+            if time.monotonic() >= deadline:
+                _stop(recipe)
+                return _verdict(goals, claim), True
+
+
+class _ExitWatch:
+    """``exited(timeout)``: wait up to ``timeout`` for the recipe to exit, on a pidfd (Linux):
+    one wake-up per timeout, where ``Popen.wait(timeout)`` polls every 50 ms, which 1,000
+    sleeping attempts would turn into 20,000 wake-ups a second."""
+
+    def __init__(self, recipe: subprocess.Popen[bytes]) -> None:
+        self._recipe = recipe
+        self._fd: int | None = None
+        with contextlib.suppress(AttributeError, OSError):
+            self._fd = os.pidfd_open(recipe.pid)
+
+    def __enter__(self) -> Callable[[float], bool]:
+        return self._exited
+
+    def __exit__(self, *exc: object) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+
+    def _exited(self, timeout: float) -> bool:
+        if self._fd is None:
+            try:
+                self._recipe.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                return False
+            return True
+        select.select([self._fd], [], [], timeout)
+        return self._recipe.poll() is not None
+
+
+def _look(goals: Goals, claim: Claim, changes: ChangeSource, look: bool) -> str:
+    """The verdict when the journal changed (or ``look``), else "ours" unread."""
+    try:
+        changed = changes.changed()
+    except RefineError:  # unreachable for now: look (the verdict says "unknown")
+        changed = True
+    return _verdict(goals, claim) if changed or look else "ours"
 
 
 def _verdict(goals: Goals, claim: Claim) -> str:
