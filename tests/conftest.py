@@ -131,3 +131,11 @@ def env(tmp_path: Path) -> Iterator[Env]:
         yield e
     finally:
         e.cleanup()
+
+
+@pytest.fixture
+def journal_path(tmp_path: Path) -> Path:
+    """The demo's journal (no live goals, so nothing moves) for node n1, for dashboard tests."""
+    from refine_tui.demo import populate  # only the tests that use it import the dashboard
+
+    return populate(tmp_path / "journal.db", node="n1", live=False)

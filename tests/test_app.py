@@ -6,7 +6,6 @@ import asyncio
 import os
 import sqlite3
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -33,31 +32,13 @@ from store.goals import Goals
 from store.journal import Journal
 from store.operator import default_node, default_operator
 from store.processes import ProcessRecord
+from tests.helpers.dashboard import commit_in_process, end, goals_table, loaded, row_line, select
 from tests.helpers.registry import node_registry
 from tests.helpers.waits import until
 
 NODE = "n1"
 SIZE = (100, 30)
 OBSERVE_S = 5.5  # a little more than one of the dashboard's liveness rounds
-
-
-@pytest.fixture
-def journal_path(tmp_path: Path) -> Path:
-    return populate(tmp_path / "journal.db", node=NODE, live=False)
-
-
-async def loaded(pilot) -> None:
-    await until(pilot, lambda: bool(pilot.app.goal_rows) and pilot.app.header_state.state == "live")
-
-
-def goals_table(app: RefineApp) -> KeyedTable:
-    return app.query_one("#goals", KeyedTable)
-
-
-async def select(pilot, goal_id: str) -> None:
-    goals_table(pilot.app).select(goal_id)
-    await pilot.pause()
-    assert pilot.app.selected_goal().goal_id == goal_id
 
 
 def notes(app: RefineApp) -> list[str]:
@@ -67,15 +48,6 @@ def notes(app: RefineApp) -> list[str]:
 def read_goal(path: Path, goal_id: str):
     with Journal.open(path, read_only=True) as j:
         return Goals(j).read(goal_id)
-
-
-def commit_in_process(path: Path, code: str) -> None:
-    """Run Goals API code in another process (``goals`` is bound), as the CLI or a worker would."""
-    prelude = (
-        "import sys\nfrom store.journal import Journal\nfrom store.goals import Goals\n"
-        "j = Journal.open(sys.argv[1], create=False)\ngoals = Goals(j)\n"
-    )
-    subprocess.run([sys.executable, "-c", prelude + code, str(path)], check=True)
 
 
 # --- reading ---------------------------------------------------------------------------------
@@ -144,10 +116,6 @@ def fits(table: KeyedTable, upto: str) -> bool:
     raise AssertionError(upto)
 
 
-def row_line(app: RefineApp) -> str:
-    return str(app.query_one("#rowline").render())
-
-
 async def test_80_columns_show_the_walkthroughs_facts(journal_path: Path) -> None:
     """Issue 13.4: at 80×24 the Note, an attempt's State and its Worker were cut or off screen."""
     app = RefineApp(journal=journal_path, node=NODE)
@@ -212,12 +180,6 @@ def start_loop_goal(journal_path: Path) -> subprocess.Popen:
     proc = subprocess.Popen(["sleep", "60"], start_new_session=True)
     record_process(journal_path, "loop.r1", proc)
     return proc
-
-
-def end(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        proc.kill()
-        proc.wait()
 
 
 async def test_workers_view_lists_this_nodes_processes(journal_path: Path) -> None:

@@ -19,18 +19,16 @@ from refine_tui.widgets.keyed_table import KeyedTable
 from store.goals import Goals
 from store.journal import Journal
 from store.processes import ProcessRecord
-from tests.helpers.registry import node_registry
-from tests.test_app import (
+from tests.helpers.dashboard import (
     commit_in_process,
     end,
-    journal_path,
     loaded,
     row_line,
     select,
-    until,
 )
+from tests.helpers.registry import node_registry
+from tests.helpers.waits import until
 
-__all__ = ["journal_path"]  # the fixture
 NODE = "n1"
 WORKER = "n1/d1d9ec596d1e4ccaa841c972b3528756"  # as long as the node's worker names
 
