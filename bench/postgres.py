@@ -8,8 +8,8 @@ interleaves the contenders round by round (medians; ratios per round):
 
 - command cycles: ``Execution.claim`` + ``Execution.complete`` on submitted Runs, against a raw
   psycopg transaction per command doing the same writes by hand in our schema (lock and
-  version-check the aggregate, bump the head sequence, insert the event, its outbox row and the
-  receipt, update the state);
+  version-check the aggregate, bump the head sequence, insert the event and the receipt, update
+  the state; the outbox is a view of the events);
 - job lifecycle: ours (Execution submit → claim → complete, three commits) against Procrastinate
   (defer → fetch → finish through its psycopg connector, three commits), same server, settings
   and connection count (one).
@@ -170,11 +170,6 @@ def cycles_raw(url: str, n: int) -> Timing:
                         [(s, f"run:r{i}", version + 1, t, '{"run_id":"r"}', now, cid)
                          for s, t in zip(seqs, events, strict=True)],
                     )  # fmt: skip
-                    cur.executemany(
-                        "INSERT INTO refine.outbox (sequence, aggregate_id, topic)"
-                        " VALUES (%s, %s, %s)",
-                        [(s, f"run:r{i}", t) for s, t in zip(seqs, events, strict=True)],
-                    )
                 conn.execute(
                     "UPDATE refine.aggregates SET version = %s, status = %s, last_sequence = %s,"
                     " state = %s WHERE aggregate_id = %s",

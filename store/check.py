@@ -123,8 +123,8 @@ def _check_outbox(
     events: Mapping[str, list[Event]],
     outbox: Mapping[int, tuple[int, str, str]],
 ) -> None:
-    """The outbox feed names every event, with its aggregate and its type as topic (on SQLite
-    it is a view of the events; on PostgreSQL a table of its own whose rows reference them)."""
+    """The outbox feed names every event, with its aggregate and its type as topic (a view of
+    the events on both backends since schema 4; a journal kept as a table before)."""
     fed = {e.sequence: (e.sequence, e.aggregate_id, e.type) for evs in events.values() for e in evs}
     missing = sorted(set(fed) - set(outbox))
     if missing:

@@ -37,6 +37,7 @@ from store.errors import (
     StorageUnreachableError,
     TargetNotEmptyError,
 )
+from store.journal import ACTIVE_STATUSES, ACTIVE_TERM, GOAL_TERM
 from store.journal_api import Journal, WakeUps
 from store.journal_core import (
     COPY_BATCH,
@@ -59,11 +60,68 @@ from store.journal_url import DEFAULT_SCHEMA, redact, split_schema, valid_schema
 from store.locations import server_journal_dir
 
 Synchronous = Literal["FULL", "NORMAL"]
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 APPLICATION = "refine-journal"
 CHANNEL = "refine_journal"
 _IDLE = psycopg.pq.TransactionStatus.IDLE
 _RETRIES = 8  # a lost race on a new row, a deadlock or a serialization failure: run it again
+
+# A decided command's writes in one call (``_PostgresCommand.write``): the sequences are taken
+# from the head row here, so the client sends its writes without waiting for them. ``writes`` is
+# ``[events, rows]`` as JSON: an event ``[aggregate_id, version, type, data]``, a row
+# ``[aggregate_id, kind, version, status, node_id, last event (1-based, 0: none), state, new]``.
+# The head is updated first, before any row is inserted (as every writer does: a lock order
+# without cycles); NOTIFY says the new last sequence.
+_WRITE_COMMAND = """
+CREATE OR REPLACE FUNCTION {s}.write_command(
+    command_id text, key text, result text, at double precision, channel text, writes jsonb
+) RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE
+    n integer := jsonb_array_length(writes->0);
+    last bigint := 0;
+    a jsonb;
+BEGIN
+    IF n > 0 THEN
+        UPDATE {s}.head SET sequence = sequence + n RETURNING sequence INTO last;
+        INSERT INTO {s}.events
+                (sequence, aggregate_id, version, type, data, committed_at, command_id)
+            SELECT last - n + e.i, e.v->>0, (e.v->>1)::bigint, e.v->>2, e.v->>3, at,
+                   write_command.command_id
+            FROM jsonb_array_elements(writes->0) WITH ORDINALITY AS e(v, i);
+    END IF;
+    -- One row at a time, each by its key: a join would be planned once, as a scan.
+    FOR a IN SELECT jsonb_array_elements(writes->1) LOOP
+        IF (a->>7)::boolean THEN
+            INSERT INTO {s}.aggregates
+                    (aggregate_id, kind, version, status, node_id, last_sequence, state)
+                VALUES (a->>0, a->>1, (a->>2)::bigint, a->>3, a->>4,
+                        CASE WHEN (a->>5)::integer > 0 THEN last - n + (a->>5)::integer
+                             ELSE 0 END, a->>6);
+        ELSE
+            UPDATE {s}.aggregates SET version = (a->>2)::bigint, status = a->>3,
+                    node_id = a->>4, state = a->>6,
+                    last_sequence = CASE WHEN (a->>5)::integer > 0
+                                         THEN last - n + (a->>5)::integer ELSE 0 END
+                WHERE aggregate_id = a->>0;
+        END IF;
+    END LOOP;
+    INSERT INTO {s}.receipts (command_id, payload, result, committed_at)
+        VALUES (write_command.command_id, key, result, at);
+    IF n > 0 THEN
+        PERFORM pg_notify(channel, last::text);
+    END IF;
+    RETURN last;
+END
+$$;
+"""
+_WRITE_COMMAND_3 = _WRITE_COMMAND.replace(  # schema 3 also wrote the outbox table
+    "    END IF;\n    -- One row",
+    """        INSERT INTO {s}.outbox (sequence, aggregate_id, topic)
+            SELECT last - n + e.i, e.v->>0, e.v->>2
+            FROM jsonb_array_elements(writes->0) WITH ORDINALITY AS e(v, i);
+    END IF;
+    -- One row""",
+)
 
 # Forward migrations: MIGRATIONS[n] takes a journal from schema n - 1 to n. "{s}" is the schema.
 MIGRATIONS: dict[int, str] = {
@@ -123,57 +181,26 @@ CREATE TABLE {s}.outbox (
 UPDATE {s}.receipts SET payload = left(encode(sha256(convert_to(payload, 'UTF8')), 'hex'), 32)
     WHERE payload LIKE '{{%%';
 """,
-    # 3: a decided command's writes in one call (``_PostgresCommand.write``): the sequences are
-    # taken from the head row here, so the client sends its writes without waiting for them.
-    # ``writes`` is ``[events, rows]`` as JSON: an event ``[aggregate_id, version, type, data]``,
-    # a row ``[aggregate_id, kind, version, status, node_id, last event (1-based, 0: none),
-    # state, new]``. The head is updated first, before any row is inserted (as every writer
-    # does: a lock order without cycles); NOTIFY says the new last sequence.
-    3: """
-CREATE OR REPLACE FUNCTION {s}.write_command(
-    command_id text, key text, result text, at double precision, channel text, writes jsonb
-) RETURNS bigint LANGUAGE plpgsql AS $$
-DECLARE
-    n integer := jsonb_array_length(writes->0);
-    last bigint := 0;
-    a jsonb;
-BEGIN
-    IF n > 0 THEN
-        UPDATE {s}.head SET sequence = sequence + n RETURNING sequence INTO last;
-        INSERT INTO {s}.events
-                (sequence, aggregate_id, version, type, data, committed_at, command_id)
-            SELECT last - n + e.i, e.v->>0, (e.v->>1)::bigint, e.v->>2, e.v->>3, at,
-                   write_command.command_id
-            FROM jsonb_array_elements(writes->0) WITH ORDINALITY AS e(v, i);
-        INSERT INTO {s}.outbox (sequence, aggregate_id, topic)
-            SELECT last - n + e.i, e.v->>0, e.v->>2
-            FROM jsonb_array_elements(writes->0) WITH ORDINALITY AS e(v, i);
-    END IF;
-    -- One row at a time, each by its key: a join would be planned once, as a scan.
-    FOR a IN SELECT jsonb_array_elements(writes->1) LOOP
-        IF (a->>7)::boolean THEN
-            INSERT INTO {s}.aggregates
-                    (aggregate_id, kind, version, status, node_id, last_sequence, state)
-                VALUES (a->>0, a->>1, (a->>2)::bigint, a->>3, a->>4,
-                        CASE WHEN (a->>5)::integer > 0 THEN last - n + (a->>5)::integer
-                             ELSE 0 END, a->>6);
-        ELSE
-            UPDATE {s}.aggregates SET version = (a->>2)::bigint, status = a->>3,
-                    node_id = a->>4, state = a->>6,
-                    last_sequence = CASE WHEN (a->>5)::integer > 0
-                                         THEN last - n + (a->>5)::integer ELSE 0 END
-                WHERE aggregate_id = a->>0;
-        END IF;
-    END LOOP;
-    INSERT INTO {s}.receipts (command_id, payload, result, committed_at)
-        VALUES (write_command.command_id, key, result, at);
-    IF n > 0 THEN
-        PERFORM pg_notify(channel, last::text);
-    END IF;
-    RETURN last;
-END
-$$;
-""",
+    # 3: a decided command's writes in one call (``_PostgresCommand.write``), then with an
+    # outbox table; 4 replaces it.
+    3: "\n" + _WRITE_COMMAND_3,
+    # 4 (as SQLite's schema 4): the outbox is a view of the events (it repeated each event's
+    # sequence, aggregate and type; nobody marked a row published), and the aggregate indexes
+    # hold only what is looked up (Runs are read by id): the Goals by recency, and the Goals
+    # still moving by status. Queries repeat the WHERE terms word for word (a partial index
+    # serves only a query whose WHERE implies its own).
+    4: f"""
+DROP INDEX {{s}}.aggregates_by_status;
+DROP INDEX {{s}}.aggregates_by_recency;
+CREATE INDEX goals_active ON {{s}}.aggregates (kind, status, node_id)
+    WHERE {GOAL_TERM} AND {ACTIVE_TERM};
+CREATE INDEX goals_by_recency ON {{s}}.aggregates (kind, last_sequence, status)
+    WHERE {GOAL_TERM};
+DROP TABLE {{s}}.outbox;
+CREATE VIEW {{s}}.outbox (sequence, aggregate_id, topic, published) AS
+    SELECT sequence, aggregate_id, type, 0 FROM {{s}}.events;
+"""
+    + _WRITE_COMMAND,
 }
 
 
@@ -433,14 +460,13 @@ class PostgresJournal(Journal):
         ``contains``: only those whose id or stored state text contains it (case-insensitive),
         a coarse pre-filter the caller refines on the parsed state.
         """
-        sql = "SELECT aggregate_id, version, state FROM {s}.aggregates WHERE kind = %s"
-        args: list[Any] = [kind]
+        statuses = None if status is None else [status] if isinstance(status, str) else status
+        sql, args = _of_kind(
+            "SELECT aggregate_id, version, state FROM {s}.aggregates", kind, statuses
+        )
         if contains:
             sql += " AND (strpos(lower(aggregate_id), %s) > 0 OR strpos(lower(state), %s) > 0)"
             args += [contains.lower(), contains.lower()]
-        if status is not None:
-            sql += " AND status = ANY(%s)"
-            args.append([status] if isinstance(status, str) else list(status))
         if node_id is not None:
             sql += " AND node_id = %s"
             args.append(node_id)
@@ -451,10 +477,9 @@ class PostgresJournal(Journal):
         return [stored_row(row) for row in self._rows(sql, args)]
 
     def count(self, kind: str, status: str | None = None) -> int:
-        sql, args = "SELECT count(*) FROM {s}.aggregates WHERE kind = %s", [kind]
-        if status is not None:
-            sql += " AND status = %s"
-            args.append(status)
+        sql, args = _of_kind(
+            "SELECT count(*) FROM {s}.aggregates", kind, None if status is None else [status]
+        )
         return int(self._rows(sql, args)[0][0])
 
     def history(self, aggregate_id: str, after_sequence: int = 0, limit: int = 100) -> list[Event]:
@@ -550,6 +575,10 @@ class PostgresJournal(Journal):
                 last = 0
                 for table, rows in batches:
                     columns, _ = copy_table(table)
+                    if table == "outbox":  # a view of the events: it must agree with them
+                        self._check_outbox_rows(conn, rows)
+                        count += len(rows)
+                        continue
                     with conn.cursor().copy(
                         f"COPY {self.schema}.{table} ({', '.join(columns)}) FROM STDIN"
                     ) as copy:
@@ -560,6 +589,23 @@ class PostgresJournal(Journal):
                     count += len(rows)
                 conn.execute(f"UPDATE {self.schema}.head SET sequence = %s", (last,))
         return count
+
+    def _check_outbox_rows(
+        self, conn: psycopg.Connection[Any], rows: list[tuple[Any, ...]]
+    ) -> None:
+        """Refuse a copied outbox row that is not the one our view derives from its event."""
+        if not rows:
+            return
+        low, high = rows[0][0], rows[-1][0]
+        derived = conn.execute(
+            f"SELECT sequence, aggregate_id, topic, published FROM {self.schema}.outbox"
+            " WHERE sequence BETWEEN %s AND %s ORDER BY sequence",
+            (low, high),
+        ).fetchall()
+        if [tuple(r) for r in rows] != derived:
+            raise InvalidInputError(
+                f"the source's outbox rows {low}..{high} do not match its events: run refine check"
+            )
 
     @contextlib.contextmanager
     def snapshot(self) -> Iterator[PostgresJournal]:
@@ -577,6 +623,20 @@ class PostgresJournal(Journal):
                 self._snapshots -= 1
                 if not conn.broken and not conn.closed:
                     conn.execute("COMMIT")
+
+
+def _of_kind(select: str, kind: str, statuses: Sequence[str] | None) -> tuple[str, list[Any]]:
+    """``select`` with the WHERE terms for one kind and maybe some statuses; for Goals, the
+    partial indexes' own terms, word for word, so the planner may use them in any plan."""
+    sql, args = f"{select} WHERE kind = %s", list[Any]([kind])
+    if kind == "goal":
+        sql, args = f"{select} WHERE {GOAL_TERM}", []
+    if statuses is not None:
+        sql += " AND status = ANY(%s)"
+        args.append(list(statuses))
+        if kind == "goal" and set(statuses) <= set(ACTIVE_STATUSES):
+            sql += f" AND {ACTIVE_TERM}"
+    return sql, args
 
 
 class _SequenceGate:

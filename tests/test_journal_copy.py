@@ -17,6 +17,7 @@ from store.journal_copy import copy_journal
 from store.journal_core import COPY_TABLES
 from store.journal_postgres import PostgresJournal
 from store.journal_url import redact
+from tests.helpers.old_schema import as_pg_schema
 from tests.helpers.postgres_server import PASSWORD
 from tests.helpers.soak_recipes import ROOT
 
@@ -138,9 +139,10 @@ def test_an_outbox_row_that_is_not_its_events_is_refused_on_the_way_into_sqlite(
 
     with busy_journal(tmp_path / "a.db") as source, PostgresJournal.connect(postgres_url) as pg:
         copy_journal(source, pg)
-    with psycopg.connect(postgres_url, autocommit=True) as raw:
-        raw.execute("UPDATE refine.outbox SET topic = 'forged' WHERE sequence = 2")
     with PostgresJournal.connect(postgres_url) as pg, Journal.open(tmp_path / "b.db") as back:
+        as_pg_schema(postgres_url, 3)  # under the open source: an outbox table of its own
+        with psycopg.connect(postgres_url, autocommit=True) as raw:
+            raw.execute("UPDATE refine.outbox SET topic = 'forged' WHERE sequence = 2")
         with pytest.raises(InvalidInputError, match="outbox"):
             copy_journal(pg, back)
         assert back.last_sequence() == 0  # nothing written

@@ -4,12 +4,13 @@ goes away) and the ordering guarantee a reader of "events after N" relies on. A 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import psycopg
 import pytest
 
 import store.journal_postgres as journal_postgres
+from store.check import check_journal
 from store.errors import (
     CommandConflictError,
     InvalidInputError,
@@ -21,9 +22,11 @@ from store.errors import (
     StorageUnreachableError,
     VersionConflictError,
 )
+from store.goals import Goals
 from store.journal import Change
 from store.journal_postgres import PostgresJournal
 from store.journal_url import redact
+from tests.helpers.old_schema import as_pg_schema
 from tests.helpers.postgres_server import PASSWORD, PostgresServer
 
 
@@ -170,12 +173,12 @@ def test_a_schema_1_journal_migrates_its_receipts_to_digests_and_still_replays(
     cmd = dict(command_id="c1", payload={"op": "s"}, expected={"run:a": None})
     with PostgresJournal.connect(postgres_url) as j:
         j.execute(**cmd, decide=create("run:a"))  # type: ignore[arg-type]
+    as_pg_schema(postgres_url, 1)
     with psycopg.connect(postgres_url, autocommit=True) as conn:  # as schema 1 stored it
         conn.execute(
             "UPDATE refine.receipts SET payload = %s",
             ('{"expected":{"run:a":null},"payload":{"op":"s"}}',),
         )
-        conn.execute("DELETE FROM refine.schema_version WHERE version > 1")
     with PostgresJournal.connect(postgres_url) as j:
         again = j.execute(**cmd, decide=create("run:a"))  # type: ignore[arg-type]
         assert again.replayed and again.states["run:a"].state == {"status": "queued"}
@@ -184,6 +187,69 @@ def test_a_schema_1_journal_migrates_its_receipts_to_digests_and_still_replays(
     with psycopg.connect(postgres_url, autocommit=True) as conn:
         row = conn.execute("SELECT payload FROM refine.receipts").fetchone()
         assert row is not None and len(row[0]) == 32 and not row[0].startswith("{")
+
+
+def test_a_schema_3_journal_migrates_to_the_outbox_view_and_the_goal_indexes(
+    postgres_url: str,
+) -> None:
+    with PostgresJournal.connect(postgres_url) as j:
+        goals = Goals(j)
+        goals.create(goal_id="a", title="A", node_id="n1", argv=["true"])
+        goals.create(goal_id="b", title="B", node_id="n2", argv=["true"])
+        goals.start(goal_id="b", node_id="n2", worker="w", token="t")
+        before = (j.outbox(), j.aggregates("goal", status="queued"), j.count("goal"))
+    as_pg_schema(postgres_url, 3)  # the outbox a table of its own, the indexes over every kind
+    with pytest.raises(NotAJournalError, match="migrate"):
+        PostgresJournal.connect(postgres_url, read_only=True)
+    with PostgresJournal.connect(postgres_url) as j:  # the writable open migrates, rows kept
+        assert (j.outbox(), j.aggregates("goal", status="queued"), j.count("goal")) == before
+        assert Goals(j).create(goal_id="a", title="A", node_id="n1", argv=["true"]).replayed
+        Goals(j).create(goal_id="c", title="C", node_id="n1", argv=["true"])
+        last = j.last_sequence()
+        assert j.outbox()[-2:] == [
+            (e.sequence, e.aggregate_id, e.type) for e in j.events_after(last - 2)
+        ]
+        assert check_journal(j).clean
+    with psycopg.connect(postgres_url) as conn:
+        kinds = dict(
+            conn.execute(
+                "SELECT c.relname, c.relkind FROM pg_class c JOIN pg_namespace n"
+                " ON n.oid = c.relnamespace WHERE n.nspname = 'refine'"
+            ).fetchall()
+        )
+    assert kinds["outbox"] == "v" and kinds["goals_active"] == "i"
+    assert "aggregates_by_status" not in kinds and "aggregates_by_recency" not in kinds
+
+
+def test_goal_lookups_read_the_partial_indexes(postgres_url: str) -> None:
+    """The Goal look-ups can use the partial indexes (schema 4): with sequential scans off, each
+    plan names the index (a query whose WHERE does not imply the index's could not use it)."""
+    from store.journal import ACTIVE_STATUSES
+
+    with PostgresJournal.connect(postgres_url) as j:
+        Goals(j).create(goal_id="a", title="A", node_id="n1", argv=["true"])
+        statements: list[tuple[str, list[object]]] = []
+        rows = j._rows
+
+        def recording(sql: str, args: Sequence[object] = ()) -> list[tuple[object, ...]]:
+            statements.append((sql.format(s=j.schema), list(args)))
+            return rows(sql, args)
+
+        j._rows = recording  # type: ignore[method-assign]
+        j.aggregates("goal", status="queued", node_id="n1", limit=5)  # the node's scheduler
+        j.aggregates("goal", status=list(ACTIVE_STATUSES), limit=1000)  # the first paint
+        j.aggregates("goal", status=["completed", "failed"], newest_first=True, limit=200)
+        j.aggregates("goal", newest_first=True, limit=2000, offset=2000)  # the filter's index
+        j.count("goal")
+    with psycopg.connect(postgres_url) as conn:
+        conn.execute("SET enable_seqscan = off")
+        plans = [
+            " ".join(str(row[0]) for row in conn.execute("EXPLAIN " + sql, args))
+            for sql, args in statements
+        ]
+    assert len(plans) == 5
+    assert all("goals_active" in p for p in plans[:2]), plans
+    assert all("goals_by_recency" in p for p in plans[2:]), plans
 
 
 def test_a_viewer_role_with_only_select_reads_and_every_command_is_refused(

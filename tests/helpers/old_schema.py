@@ -30,3 +30,38 @@ def as_schema_3(path: Path) -> None:
         conn.executescript(_SCHEMA_3_SHAPE)
     finally:
         conn.close()
+
+
+# PostgreSQL's schema 3 as it stood (in the schema ``refine``): the same outbox table and indexes,
+# and write_command() writing the outbox rows too.
+_PG_SCHEMA_3_SHAPE = """
+DROP INDEX refine.goals_active;
+DROP INDEX refine.goals_by_recency;
+DROP VIEW refine.outbox;
+CREATE INDEX aggregates_by_status ON refine.aggregates (kind, status, node_id);
+CREATE INDEX aggregates_by_recency ON refine.aggregates (kind, last_sequence);
+CREATE TABLE refine.outbox (
+    sequence      bigint PRIMARY KEY REFERENCES refine.events (sequence),
+    aggregate_id  text NOT NULL,
+    topic         text NOT NULL,
+    published     integer NOT NULL DEFAULT 0
+);
+INSERT INTO refine.outbox (sequence, aggregate_id, topic)
+    SELECT sequence, aggregate_id, type FROM refine.events;
+DELETE FROM refine.schema_version WHERE version > 3;
+"""
+
+
+def as_pg_schema(url: str, version: int) -> None:
+    """Rewrite the PostgreSQL journal at ``url`` (schema 4, in ``refine``) as schema ``version``
+    (1–3) stored the same rows."""
+    import psycopg
+
+    from store.journal_postgres import _WRITE_COMMAND_3
+
+    with psycopg.connect(url, autocommit=True) as conn, conn.transaction():
+        conn.execute(_PG_SCHEMA_3_SHAPE.encode())
+        conn.execute(_WRITE_COMMAND_3.format(s="refine").encode())
+        if version < 3:
+            conn.execute("DROP FUNCTION refine.write_command")
+            conn.execute("DELETE FROM refine.schema_version WHERE version > %s", (version,))
