@@ -12,7 +12,9 @@ recipe runs:
 - launch: from the Goal's ``goal.created`` commit (its ``committed_at``) to the recipe
   process's create time (psutil, put on the wall clock by a probe process; ±10 ms), p50, p95;
   and where that time went, p95 of each leg: commit → the worker's create time (the node
-  waking and forking), → the claim's ``goal.started`` commit, → the recipe's start;
+  waking and forking), → the claim's ``goal.started`` commit, → the recipe's start; and the
+  CPU each launch took: the node's and forkserver's over all launches / N, plus the workers'
+  (with their claim helpers') until their recipes sleep / N;
 - idle CPU of the node, and of all N workers together, over ``--idle`` seconds while the N
   attempts sleep (% of one core).
 """
@@ -95,6 +97,8 @@ def measure_one(
         node = psutil.Process(proc.pid)
         try:
             time.sleep(3.0)  # the node (and its forkserver) is up and watching before the commit
+            node_family = [node, *node.children()]  # and its forkserver
+            node_cpu = _cpu(node_family)
             with Journal.open(path) as journal:
                 goals = Goals(journal)
                 for n in range(count):
@@ -119,7 +123,9 @@ def measure_one(
                 forked = worker.create_time() - offset
                 legs.append((forked - created[goal], claimed[goal] - forked, began - claimed[goal]))
                 uss.append(worker.memory_full_info().uss / 2**20)
+            node_cpu = _cpu(node_family) - node_cpu
             workers = [psutil.Process(pid) for pid in recipes]
+            worker_cpu = _cpu(workers, children=True) / count  # psutil's ticks are 10 ms: a mean
             before, workers_before = node.cpu_times(), _cpu(workers)
             time.sleep(idle_s)
             after, workers_after = node.cpu_times(), _cpu(workers)
@@ -135,6 +141,7 @@ def measure_one(
                 "legs_p95_ms": [percentile([leg[i] for leg in legs], 95) * 1000 for i in range(3)],
                 "idle_cpu_pct": busy / idle_s * 100,
                 "workers_cpu_pct": (workers_after - workers_before) / idle_s * 100,
+                "launch_cpu_ms": (node_cpu / count + worker_cpu) * 1000,
             }
         finally:
             os.killpg(proc.pid, signal.SIGTERM)
@@ -152,13 +159,14 @@ def measure_one(
                 child.kill()  # any recipe the node's ending left behind (our own children)
 
 
-def _cpu(procs: list[psutil.Process]) -> float:
-    """User + system CPU seconds of ``procs`` so far."""
+def _cpu(procs: list[psutil.Process], *, children: bool = False) -> float:
+    """User + system CPU seconds of ``procs`` so far (and of their reaped ``children``: a
+    worker's claim helper)."""
     total = 0.0
     for proc in procs:
         with contextlib.suppress(psutil.Error):
-            times = proc.cpu_times()
-            total += times.user + times.system
+            t = proc.cpu_times()
+            total += t.user + t.system + (t.children_user + t.children_system if children else 0)
     return total
 
 
@@ -187,7 +195,7 @@ def rows(results: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
             f"USS {r['uss_mb']:.1f} MB per attempt (worker); node RSS {r['node_rss_mb']:.0f} MB"
             f" (+ forkserver {r['forkserver_rss_mb']:.0f} MB);"
             f" launch p50 {r['launch_p50_ms']:.0f} ms p95 {r['launch_p95_ms']:.0f} ms"
-            f" ({_legs(r['legs_p95_ms'])});"
+            f" ({_legs(r['legs_p95_ms'])}); CPU per launch {r['launch_cpu_ms']:.1f} ms;"
             f" node idle CPU {r['idle_cpu_pct']:.2f} %,"
             f" all workers' idle CPU {r['workers_cpu_pct']:.2f} %",
             "≤ 4 MB USS, launch p95 ≤ 50 ms",
