@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import signal
 import tempfile
 import time
 from collections.abc import Iterator, Mapping
@@ -29,6 +28,8 @@ from store.records import dataclass
 # psutil (≈ 10 ms to import) is imported by the functions that look at processes: a command
 # that never reaches a process (`refine cancel` of a queued goal) does not pay for it.
 if TYPE_CHECKING:
+    import signal
+
     import psutil
 
     from store.journal_api import Journal
@@ -454,6 +455,8 @@ def stop_process(rec: ProcessRecord, grace_s: float = 5.0) -> StopOutcome:
     The whole group is signalled only while its id is still the recorded one, so children and
     grandchildren die with the worker. Never raises for a process that vanished meanwhile.
     """
+    import signal  # here, not at the top: a stop refused before any process never signals
+
     reaped = _reap_if_our_zombie(rec.pid)
     proc = _process(rec)
     if proc is None:
@@ -543,6 +546,8 @@ def stop_group_members(grace_s: float = 5.0) -> tuple[str, ...]:
     leader (a worker the node started with ``start_new_session``): any other group may hold
     processes that are not ours (a shell's pipeline, a test runner). Returns the signals.
     """
+    import signal
+
     import psutil
 
     me = os.getpid()

@@ -3,7 +3,7 @@
 Nor Rich (ASCII text is laid out without it), nor asyncio (only wake-ups and `wait` need it),
 nor socket (only a node without a name asks the host's), nor uuid (it loads `platform`), nor
 hashlib (a write's digest uses CPython's own SHA-256, without OpenSSL), nor dataclasses and
-inspect (store.records builds the records).
+inspect (store.records builds the records), nor signal (only a stop that reaches a process).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from refine_tui.cli import main
 with contextlib.redirect_stdout(io.StringIO()):
     code = main(["--journal", sys.argv[1], *sys.argv[2:]])
 heavy = ("textual", "psutil", "rich", "asyncio", "socket", "uuid", "platform", "hashlib",
-         "dataclasses", "inspect")
+         "dataclasses", "inspect", "signal")
 print(code, sorted({m.split(".")[0] for m in sys.modules if m.split(".")[0] in heavy}))
 """
 
