@@ -111,10 +111,12 @@ def bench_raw(folder: Path, sync: str, cycles: int) -> Timing:
     def command(agg: str, version: int, command_id: str, type_: str, status: str) -> None:
         conn.execute("BEGIN IMMEDIATE")
         now = time.time()
+        # Chained to the aggregate's previous event, as the journal does.
         seq = conn.execute(
-            "INSERT INTO events (aggregate_id, version, type, data, committed_at, command_id)"
-            " VALUES (?, ?, ?, ?, ?, ?)",
-            (agg, version + 1, type_, '{"epoch":1,"run_id":"bench.r0"}', now, command_id),
+            "INSERT INTO events (aggregate_id, version, type, data, committed_at, command_id,"
+            " prev) VALUES (?, ?, ?, ?, ?, ?,"
+            " (SELECT nullif(last_sequence, 0) FROM aggregates WHERE aggregate_id = ?))",
+            (agg, version + 1, type_, '{"epoch":1,"run_id":"bench.r0"}', now, command_id, agg),
         ).lastrowid
         # The same row write as the journal's: version, status, last_sequence (the dashboard's
         # recency index) and state, checked against the version read.

@@ -185,10 +185,15 @@ def build_journal(path: Path, n: int, templates: dict[str, _Template], mix: str 
         for agg, kind, version, status, node, last, state in t.aggregates:
             aggregates.append((sub(agg), kind, version, status, node, last + base, sub(state)))
         stamps: dict[str, float] = {}
+        heads: dict[str, int] = {}  # each aggregate's event before (the journal's ``prev``)
         for seq, agg, version, type_, data, command_id in t.events:
             at = start_at + (seq + base) * 0.05
             stamps.setdefault(command_id, at)
-            events.append((seq + base, sub(agg), version, type_, sub(data), at, sub(command_id)))
+            prev = heads.get(agg)
+            heads[agg] = seq + base
+            events.append(
+                (seq + base, sub(agg), version, type_, sub(data), at, sub(command_id), prev)
+            )
         for command_id, payload, result in t.receipts:
             receipts.append((sub(command_id), sub(payload), sub(result), stamps[command_id]))
         base += len(t.events)
@@ -197,7 +202,7 @@ def build_journal(path: Path, n: int, templates: dict[str, _Template], mix: str 
         conn.execute("PRAGMA synchronous = OFF")
         conn.execute("BEGIN IMMEDIATE")
         conn.executemany("INSERT INTO aggregates VALUES (?, ?, ?, ?, ?, ?, ?)", aggregates)
-        conn.executemany("INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?)", events)
+        conn.executemany("INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?, ?)", events)
         conn.executemany("INSERT INTO receipts VALUES (?, ?, ?, ?)", receipts)
         conn.execute("COMMIT")
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")

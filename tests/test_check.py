@@ -55,7 +55,8 @@ def test_claim_after_cancel_is_a_violation(tmp_path: Path) -> None:
     with sqlite3.connect(tmp_path / "j.db") as raw:  # forge a goal.started after the cancel
         seq = raw.execute("SELECT max(sequence) FROM events").fetchone()[0] + 1
         raw.execute(
-            "INSERT INTO events VALUES (?, 'goal:old', 3, 'goal.started', '{}', 0, 'x')", (seq,)
+            "INSERT INTO events VALUES (?, 'goal:old', 3, 'goal.started', '{}', 0, 'x', NULL)",
+            (seq,),
         )
     with Journal.open(tmp_path / "j.db", read_only=True) as journal:
         messages = [v.message for v in check_journal(journal).violations]
@@ -84,7 +85,7 @@ def test_run_claim_after_goal_cancel_is_a_violation(tmp_path: Path) -> None:
     with sqlite3.connect(tmp_path / "j.db") as raw:  # forge a claim on the cancelled goal's run
         seq = raw.execute("SELECT max(sequence) FROM events").fetchone()[0] + 1
         raw.execute(
-            "INSERT INTO events VALUES (?, 'run:old.r1', 3, 'attempt.claimed', '{}', 0, 'x')",
+            "INSERT INTO events VALUES (?, 'run:old.r1', 3, 'attempt.claimed', '{}', 0, 'x', NULL)",
             (seq,),
         )
     with Journal.open(tmp_path / "j.db", read_only=True) as journal:

@@ -174,6 +174,28 @@ def test_history_events_after_and_last_commit(journal: Journal) -> None:
     assert sequence == 5 == journal.last_sequence() and at == history[-1].committed_at
 
 
+def test_each_history_is_its_aggregates_events_in_order(journal: Journal) -> None:
+    """Interleaved commands over several aggregates, some writing two events to one aggregate:
+    every aggregate's history, whole and paged, is its slice of "events after", in order."""
+    aggs = [f"run:h{n}" for n in range(4)]
+    for step in range(12):
+        agg = aggs[(step * 3) % 4]
+        events = [("e", {"step": step})] + ([("f", {"step": step})] if step % 3 == 0 else [])
+        journal.execute(
+            command_id=f"h{step}",
+            payload={"step": step},
+            expected={agg: None},
+            decide=lambda loaded, agg=agg, events=events: [Change(agg, {"n": 1}, events)],
+        )
+    everything = journal.events_after(0)
+    for agg in aggs:
+        mine = [e for e in everything if e.aggregate_id == agg]
+        assert journal.history(agg, 0, 1000) == mine
+        assert journal.history(agg, mine[1].sequence, 2) == mine[2:4]
+        assert journal.history(agg, mine[-1].sequence) == []
+    assert journal.history("run:none") == []
+
+
 def test_snapshot_reads_one_state(journal: Journal) -> None:
     make(journal, "run:a")
     with journal.snapshot() as view:
@@ -276,7 +298,7 @@ def test_a_schema_2_journal_migrates_its_receipts_to_digests_and_still_replays(
     conn.close()
 
 
-def test_a_schema_3_journal_reads_as_it_is_and_migrates_to_the_outbox_view(
+def test_a_schema_3_journal_reads_as_it_is_and_migrates_to_the_outbox_view_and_chains(
     tmp_path: Path,
 ) -> None:
     path = tmp_path / "j.db"
@@ -286,14 +308,17 @@ def test_a_schema_3_journal_reads_as_it_is_and_migrates_to_the_outbox_view(
         goals.create(goal_id="b", title="B", node_id="n2", argv=["true"])
         goals.start(goal_id="b", node_id="n2", worker="w", token="t")
         before = (j.outbox(), j.aggregates("goal", status="queued"), j.count("goal"))
+        histories = {agg: j.history(agg) for agg in ("goal:a", "goal:b", "run:b.r1")}
     as_schema_3(path)  # the outbox a table of its own, the indexes over every kind
     with Journal.open(path, read_only=True) as old:  # read as it is, not migrated
         assert (old.outbox(), old.aggregates("goal", status="queued"), old.count("goal")) == before
+        assert {agg: old.history(agg) for agg in histories} == histories
     conn = sqlite3.connect(path)
     assert conn.execute("PRAGMA user_version").fetchone()[0] == 3
     conn.close()
     with Journal.open(path) as j:  # the first writable open migrates, rows as they were
         assert (j.outbox(), j.aggregates("goal", status="queued"), j.count("goal")) == before
+        assert {agg: j.history(agg) for agg in histories} == histories  # chained by migration
         again = Goals(j).create(goal_id="a", title="A", node_id="n1", argv=["true"])
         assert again.replayed
         Goals(j).create(goal_id="c", title="C", node_id="n1", argv=["true"])
@@ -301,8 +326,9 @@ def test_a_schema_3_journal_reads_as_it_is_and_migrates_to_the_outbox_view(
         assert check_journal(j).clean
     conn = sqlite3.connect(path)
     kinds = dict(conn.execute("SELECT name, type FROM sqlite_master WHERE name LIKE '%o%'"))
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
     assert kinds.get("outbox") == "view" and "aggregates_by_status" not in kinds
+    assert "events_by_aggregate" not in kinds
     conn.close()
 
 

@@ -5,8 +5,11 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-# Schema 3 as it stood: a table of outbox rows beside the events and indexes over every kind.
+# Schema 3 as it stood: a table of outbox rows beside the events, indexes over every kind, the
+# events indexed by aggregate rather than chained.
 _SCHEMA_3_SHAPE = """
+ALTER TABLE events DROP COLUMN prev;
+CREATE INDEX events_by_aggregate ON events(aggregate_id, sequence);
 DROP INDEX goals_active;
 DROP INDEX goals_by_recency;
 DROP VIEW outbox;
@@ -24,7 +27,7 @@ PRAGMA user_version = 3;
 
 
 def as_schema_3(path: Path) -> None:
-    """Rewrite the journal at ``path`` (closed, schema 4) as schema 3 stored the same rows."""
+    """Rewrite the journal at ``path`` (closed, current schema) as schema 3 stored its rows."""
     conn = sqlite3.connect(path, isolation_level=None)
     try:
         conn.executescript(_SCHEMA_3_SHAPE)
