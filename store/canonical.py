@@ -32,6 +32,12 @@ _ENCODE = json.encoder.c_make_encoder(  # type: ignore[attr-defined]
 )
 
 
+# Plain leaves, skipped with one set look-up (most children are leaves); subclasses of them fall
+# through to the isinstance test, which is what the encoder itself does.
+_LEAVES = frozenset({str, int, float, bool, type(None)})
+_CONTAINERS = (dict, list, tuple)
+
+
 def canonical_json(value: Any) -> str:
     """Sorted keys, no whitespace, UTF-8 text; only plain JSON data (no NaN, no non-str keys)."""
     try:
@@ -45,7 +51,7 @@ def canonical_json(value: Any) -> str:
         raise InvalidInputError("not plain JSON data: nested too deeply (or circular)") from None
     except TypeError:  # keys json cannot even coerce (e.g. tuples)
         raise InvalidInputError("object keys must be strings") from None
-    if isinstance(value, dict | list | tuple):  # encoded, so finite: no cycle to walk forever
+    if isinstance(value, _CONTAINERS):  # encoded, so finite: no cycle to walk forever
         _check_keys(value)
     return text
 
@@ -53,7 +59,7 @@ def canonical_json(value: Any) -> str:
 def _check_keys(value: Any) -> None:
     """Every object key is a string, looked at without recursion (values go to the encoder)."""
     stack = [value]
-    push, pop = stack.append, stack.pop
+    pop, push = stack.pop, stack.append
     while stack:
         item = pop()
         if isinstance(item, dict):
@@ -63,5 +69,5 @@ def _check_keys(value: Any) -> None:
                 raise InvalidInputError("object keys must be strings") from None
             item = item.values()
         for child in item:
-            if isinstance(child, dict | list | tuple):
+            if type(child) not in _LEAVES and isinstance(child, _CONTAINERS):
                 push(child)

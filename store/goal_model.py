@@ -8,7 +8,6 @@ API (store.goals) decides commands with these pieces; ``refine check`` folds eve
 from __future__ import annotations
 
 import re
-import unicodedata
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any
@@ -41,6 +40,11 @@ PROCESS_GONE_METHOD = "process-exited"
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _IDENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]*")
 _ACTOR = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/@-]*")  # "<operator>@<node>"
+# Unicode categories Cc (C0, DEL, C1) and Cs (surrogates), as unicodedata.category names them;
+# both are fixed by the standard, so the ranges never change.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
+# What str.encode() refuses (a lone surrogate: a str holds code points, never pairs) and NUL.
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 _RUN_OF_GOAL = re.compile(r"([A-Za-z0-9][A-Za-z0-9._-]{0,63})\.r([1-9][0-9]{0,3})")  # MAX_NAME
 _GOAL_KEYS = frozenset(
     {
@@ -180,12 +184,21 @@ def _goal_from_state(state: Any, version: int) -> Goal:
     return goal_view(state, version)
 
 
-def check_goal_state(state: Any) -> None:
-    """InvalidInputError unless ``state`` is a Goal record that keeps every Goal rule."""
+def check_goal_state(state: Any, checked: Mapping[str, Any] | None = None) -> None:
+    """InvalidInputError unless ``state`` is a Goal record that keeps every Goal rule.
+
+    ``checked``: a state that already passed, from which ``state`` was built; fields it shares
+    *by identity* are not checked twice (the rules between fields always are). The first rule
+    broken is the one a full check would name: a shared field passes either way.
+    """
     if type(state) is not dict or set(state) != _GOAL_KEYS:
         raise InvalidInputError("a goal must be an object with exactly the goal fields")
-    goal_id = check_name(state["goal_id"], "goal_id")
-    round_ = check_integer(state["round"], "round", 1, MAX_ROUND)
+    known = checked or _NOTHING_CHECKED
+    goal_id, round_ = state["goal_id"], state["round"]
+    if goal_id is not known.get("goal_id", _UNSEEN):
+        check_name(goal_id, "goal_id")
+    if round_ is not known.get("round", _UNSEEN):
+        check_integer(round_, "round", 1, MAX_ROUND)
     status = state["status"]
     if status not in GOAL_STATUSES:
         raise InvalidInputError(f"unknown goal status {status!r}")
@@ -194,13 +207,11 @@ def check_goal_state(state: Any) -> None:
     reason = state["cancel_reason"]
     if (status == "cancelled") != (reason is not None):
         raise InvalidInputError("cancel_reason is present exactly when the goal is cancelled")
-    if reason is not None:
+    if reason is not None and reason is not known.get("cancel_reason", _UNSEEN):
         check_reason(reason, "cancel_reason")
-    check_recipe(state["recipe"])
-    check_budget(state["budget"])
-    check_title(state["title"])
-    check_name(state["node_id"], "node_id")
-    check_redelivery(state["redelivery"])
+    for key, rule in _FIELD_RULES:
+        if state[key] is not known.get(key, _UNSEEN):
+            rule(state[key])
 
 
 def goal_view(state: Mapping[str, Any], version: int) -> Goal:
@@ -254,17 +265,13 @@ def check_actor(value: Any) -> str | None:
 
 def _storable(value: str) -> bool:
     """UTF-8 encodable (no lone surrogates) and without NUL: SQLite and exec accept it."""
-    try:
-        value.encode()
-    except UnicodeEncodeError:
-        return False
-    return "\0" not in value
+    return _UNSTORABLE.search(value) is None
 
 
 def check_title(value: Any) -> str:
     if type(value) is not str or not value.strip() or len(value) > MAX_TITLE:
         raise InvalidInputError(f"title must be non-empty text of at most {MAX_TITLE} characters")
-    if any(unicodedata.category(c) in ("Cc", "Cs") for c in value):
+    if _CONTROL.search(value):
         raise InvalidInputError("title must not contain control characters")
     return value
 
@@ -314,9 +321,11 @@ def check_argv(value: Any) -> list[str]:
         raise InvalidInputError(
             f"argv must be a non-empty list of at most {MAX_ARGV_ITEMS} strings"
         )
-    if any(type(arg) is not str or not _storable(arg) for arg in value) or not value[0]:
+    # Joined, the strings are searched in one go (no character pairs up across a join).
+    joined = "".join(value) if all(type(arg) is str for arg in value) else None
+    if joined is None or not _storable(joined) or not value[0]:
         raise InvalidInputError("argv must hold strings without NUL, the first one non-empty")
-    if sum(len(arg) for arg in value) > MAX_RECIPE_CHARS:
+    if len(joined) > MAX_RECIPE_CHARS:
         raise InvalidInputError(f"argv must be at most {MAX_RECIPE_CHARS} characters in all")
     return list(value)
 
@@ -340,6 +349,18 @@ def check_budget(value: Any) -> dict[str, int]:
             value["attempt_timeout_ms"], "attempt_timeout_ms", 1, 2**53 - 1
         ),
     }
+
+
+# The Goal fields check_goal_state checks on their own, in the order it checks them.
+_FIELD_RULES: tuple[tuple[str, Callable[[Any], Any]], ...] = (
+    ("recipe", check_recipe),
+    ("budget", check_budget),
+    ("title", check_title),
+    ("node_id", lambda value: check_name(value, "node_id")),
+    ("redelivery", check_redelivery),
+)
+_NOTHING_CHECKED: Mapping[str, Any] = MappingProxyType({})
+_UNSEEN = object()  # matches nothing by identity
 
 
 # --- the fold ---------------------------------------------------------------------------------

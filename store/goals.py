@@ -114,11 +114,13 @@ def _command_id(value: str) -> str:
 # --- decisions: pure functions of what the journal loaded ------------------------------------
 
 
-def _loaded_goal(loaded: Mapping[str, Stored | None], goal_id: str) -> Goal:
+def _loaded_goal(loaded: Mapping[str, Stored | None], goal_id: str) -> tuple[Goal, dict[str, Any]]:
+    """The Goal a command acts on (re-validated) and its stored state, which the new state is
+    built from (so the fields it keeps are not checked twice)."""
     stored = loaded[goal_aggregate_id(goal_id)]
     if stored is None:
         raise GoalNotFoundError(f"no goal {goal_id}", goal_id=goal_id)
-    return goal_from_stored(stored)
+    return goal_from_stored(stored), stored.state
 
 
 def _loaded_run(loaded: Mapping[str, Stored | None], run_id: str) -> Run:
@@ -128,11 +130,17 @@ def _loaded_run(loaded: Mapping[str, Stored | None], run_id: str) -> Run:
     return run_from_stored(stored)
 
 
-def _goal_change(goal: Goal, event: str, data: Mapping[str, Any], **fields: Any) -> Change:
-    """The Goal's new state, checked before it is written (and so never re-checked after)."""
-    state = {**goal.state(), **fields}
+def _goal_change(
+    goal: Goal, before: dict[str, Any], event: str, data: Mapping[str, Any], **fields: Any
+) -> Change:
+    """The Goal's new state, checked before it is written (and so never re-checked after).
+
+    ``before``: the stored state ``goal`` was validated from; the fields the new state keeps
+    from it are the very objects that passed, so only the changed ones are checked again.
+    """
+    state = {**before, **fields}
     try:
-        check_goal_state(state)
+        check_goal_state(state, checked=before)
     except InvalidInputError as exc:
         raise DecisionError(
             f"decision broke a goal rule: {exc.message}", goal_id=goal.goal_id
@@ -179,7 +187,7 @@ def _decide_create(state: dict[str, Any], submit: dict[str, Any], loaded: Any) -
 def _decide_start(
     goal_id: str, node_id: str, run_id: str, claim: dict[str, Any], loaded: Any
 ) -> list[Change]:
-    goal = _loaded_goal(loaded, goal_id)
+    goal, before = _loaded_goal(loaded, goal_id)
     _refuse_terminal(goal)
     if goal.node_id != node_id:
         raise NotThisNodeError(
@@ -191,10 +199,12 @@ def _decide_start(
     run = decide_run("claim", loaded[run_aggregate_id(run_id)], claim)
     epoch = len(run.state["attempts"])
     data = {"round": goal.round, "run_id": run_id, "epoch": epoch, "worker": claim["worker"]}
-    return [_goal_change(goal, "goal.started", data, status="running"), run]
+    return [_goal_change(goal, before, "goal.started", data, status="running"), run]
 
 
-def _after_attempt(goal: Goal, run: Change, why: str, *, interrupted: bool) -> Change | None:
+def _after_attempt(
+    goal: Goal, before: dict[str, Any], run: Change, why: str, *, interrupted: bool
+) -> Change | None:
     """The Goal's ending once its Run's attempt ended (None: the Goal is already right)."""
     status = run.state["status"]
     base = {"round": goal.round, "run_id": goal.run_id, "why": why}
@@ -204,6 +214,7 @@ def _after_attempt(goal: Goal, run: Change, why: str, *, interrupted: bool) -> C
         reason = run.state["cancel_reason"]
         return _goal_change(
             goal,
+            before,
             "goal.cancelled",
             {**base, "reason": reason},
             status="cancelled",
@@ -215,18 +226,18 @@ def _after_attempt(goal: Goal, run: Change, why: str, *, interrupted: bool) -> C
             goal_id=goal.goal_id,
         )
     if status == "completed":
-        return _goal_change(goal, "goal.completed", base, status="completed")
+        return _goal_change(goal, before, "goal.completed", base, status="completed")
     if status == "exhausted":
-        return _goal_change(goal, "goal.exhausted", base, status="exhausted")
+        return _goal_change(goal, before, "goal.exhausted", base, status="exhausted")
     if interrupted and goal.redelivery == "operator":
-        return _goal_change(goal, "goal.held", base, status="held")
-    return _goal_change(goal, "goal.queued", base, status="queued")
+        return _goal_change(goal, before, "goal.held", base, status="held")
+    return _goal_change(goal, before, "goal.queued", base, status="queued")
 
 
 def _decide_settle(
     goal_id: str, run_id: str, epoch: int, outcome: str, inputs: dict[str, Any], loaded: Any
 ) -> list[Change]:
-    goal = _loaded_goal(loaded, goal_id)
+    goal, before = _loaded_goal(loaded, goal_id)
     _same_round(goal, run_id)
     stored_run = loaded[run_aggregate_id(run_id)]
     if outcome == "cancelled":
@@ -237,7 +248,7 @@ def _decide_settle(
     why = f"attempt {epoch} {outcome} (reported by its worker)"
     if outcome == "failed":
         why = f"attempt {epoch} failed: {inputs['reason']}"
-    goal_change = _after_attempt(goal, run, why, interrupted=False)
+    goal_change = _after_attempt(goal, before, run, why, interrupted=False)
     return [c for c in (goal_change, run) if c is not None]
 
 
@@ -258,7 +269,7 @@ def _worker_cancel(run: Run, epoch: int, inputs: dict[str, Any]) -> dict[str, An
 def _decide_interrupt(
     goal_id: str, run_id: str, cleanup: dict[str, Any], loaded: Any
 ) -> list[Change]:
-    goal = _loaded_goal(loaded, goal_id)
+    goal, before = _loaded_goal(loaded, goal_id)
     _same_round(goal, run_id)
     stored_run = loaded[run_aggregate_id(run_id)]
     current = _loaded_run(loaded, run_id)
@@ -272,14 +283,14 @@ def _decide_interrupt(
     else:
         run = decide_run("interrupt", stored_run, {"run_id": run_id, "cleanup": cleanup})
     why = f"attempt {cleanup['epoch']} interrupted ({how})"
-    goal_change = _after_attempt(goal, run, why, interrupted=True)
+    goal_change = _after_attempt(goal, before, run, why, interrupted=True)
     return [c for c in (goal_change, run) if c is not None]
 
 
 def _decide_cancel(
     goal_id: str, run_id: str, reason: str, by: str | None, loaded: Any
 ) -> list[Change]:
-    goal = _loaded_goal(loaded, goal_id)
+    goal, before = _loaded_goal(loaded, goal_id)
     _refuse_terminal(goal)
     if goal.run_id != run_id:
         raise VersionConflictError(
@@ -297,13 +308,15 @@ def _decide_cancel(
         "by": by,
     }
     return [
-        _goal_change(goal, "goal.cancelled", data, status="cancelled", cancel_reason=reason),
+        _goal_change(
+            goal, before, "goal.cancelled", data, status="cancelled", cancel_reason=reason
+        ),
         run,
     ]
 
 
 def _decide_release(goal_id: str, run_id: str, by: str | None, loaded: Any) -> list[Change]:
-    goal = _loaded_goal(loaded, goal_id)
+    goal, before = _loaded_goal(loaded, goal_id)
     _refuse_terminal(goal)
     if goal.status != "held":
         raise GoalStateError(f"goal {goal_id} is {goal.status}, not held", goal_id=goal_id)
@@ -311,11 +324,11 @@ def _decide_release(goal_id: str, run_id: str, by: str | None, loaded: Any) -> l
     if _loaded_run(loaded, run_id).status != "queued":
         raise GoalStateError(f"run {run_id} is not queued", goal_id=goal_id, run_id=run_id)
     data = {"round": goal.round, "run_id": run_id, "by": by}
-    return [_goal_change(goal, "goal.released", data, status="queued")]
+    return [_goal_change(goal, before, "goal.released", data, status="queued")]
 
 
 def _decide_reassign(goal_id: str, node_id: str, old_run: str, loaded: Any) -> list[Change]:
-    goal = _loaded_goal(loaded, goal_id)
+    goal, before = _loaded_goal(loaded, goal_id)
     _refuse_terminal(goal)
     if goal.status not in ("queued", "held"):
         raise GoalStateError(
@@ -350,7 +363,7 @@ def _decide_reassign(goal_id: str, node_id: str, old_run: str, loaded: Any) -> l
         "previous_run_id": old_run,
     }
     change = _goal_change(
-        goal, "goal.reassigned", data, node_id=node_id, round=round_, run_id=new_run
+        goal, before, "goal.reassigned", data, node_id=node_id, round=round_, run_id=new_run
     )
     return [change, old, new]
 

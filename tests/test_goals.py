@@ -414,6 +414,36 @@ def test_fuzzed_input_gives_only_typed_errors(
         assert check_journal(journal).violations == []
 
 
+def test_text_rules_refuse_exactly_control_characters_and_what_cannot_be_stored() -> None:
+    # Titles refuse Unicode categories Cc and Cs; argv and cwd refuse NUL and what UTF-8
+    # cannot encode. The rules search with one regex each: every code point agrees with the
+    # definitions they replace (unicodedata, str.encode).
+    import unicodedata
+
+    from store.goal_model import check_argv, check_cwd, check_title
+
+    def refused(check, value) -> bool:
+        try:
+            check(value)
+        except InvalidInputError:
+            return True
+        return False
+
+    for code in range(0x110000):
+        char = chr(code)
+        control = unicodedata.category(char) in ("Cc", "Cs")
+        try:
+            char.encode()
+            unstorable = char == "\0"
+        except UnicodeEncodeError:
+            unstorable = True
+        assert refused(check_title, f"a{char}") == control, hex(code)
+        assert refused(check_argv, ["a", char]) == unstorable, hex(code)
+        if code % 97 == 0 or unstorable:
+            assert refused(check_cwd, f"/{char}") == unstorable, hex(code)
+    assert refused(check_argv, ["a", "\ud83d", "\ude00"])  # no pair forms across items
+
+
 def test_run_ids_name_their_goal_exactly() -> None:
     assert goal_id_of_run("build.r1") == "build"
     assert goal_id_of_run("a.r1.r2") == "a.r1"
