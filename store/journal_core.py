@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Mapping, Sequence
+from json.encoder import encode_basestring
 from typing import Any, Protocol
 
 from store.canonical import canonical_json
@@ -255,7 +256,8 @@ def _write(
         # A folded state is rebuilt from the events on replay: the receipt keeps its version.
         entry = str(version) if change.folded else f'{{"state":{state_text},"version":{version}}}'
         entries.append((agg, entry))
-    result = ",".join(f"{json.dumps(agg, ensure_ascii=False)}:{e}" for agg, e in sorted(entries))
+    # encode_basestring: json.dumps(agg, ensure_ascii=False) without its per-call set-up
+    result = ",".join(f"{encode_basestring(agg)}:{e}" for agg, e in sorted(entries))
     writes = Writes(
         command_id, key, "{" + result + "}", now, rows, puts,
         [last_of.get(row.aggregate_id, 0) for row in puts],
@@ -301,7 +303,7 @@ def check_page(after_sequence: Any, limit: Any) -> None:
 
 
 def text_field(state: Mapping[str, Any], name: str) -> str | None:
-    value = state.get(name) if isinstance(state, Mapping) else None
+    value = state.get(name) if type(state) is dict or isinstance(state, Mapping) else None
     return value if isinstance(value, str) else None
 
 
