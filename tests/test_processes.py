@@ -307,3 +307,49 @@ def test_log_tail(tmp_path: Path) -> None:
     assert log_tail(log, lines=0) == []
     assert log_tail(tmp_path / "missing.log") == []
     assert len(log_tail(log)) == 20
+
+
+def test_the_create_time_read_from_proc_is_psutils_to_the_bit(spawn: Spawn) -> None:
+    from store.processes import _stat
+
+    proc, _ = spawn(SLEEPER)
+    zombie = subprocess.Popen(["true"])
+    while psutil.Process(zombie.pid).status() != psutil.STATUS_ZOMBIE:
+        time.sleep(0.01)
+    try:
+        for pid in (os.getpid(), proc.pid, zombie.pid, 1):
+            seen = _stat(pid)
+            assert seen is not None
+            theirs = psutil.Process(pid)
+            assert seen[3] == theirs.create_time()  # equal floats, not close ones
+            assert seen[1:3] == (theirs.ppid(), os.getpgid(pid))
+            assert (seen[0] == "Z") == (theirs.status() == psutil.STATUS_ZOMBIE)
+        assert _stat(zombie.pid)[0] == "Z"  # type: ignore[index]
+    finally:
+        zombie.wait()
+    assert _stat(zombie.pid) is None
+
+
+# A stop in a fresh interpreter: then, was psutil imported?
+STOP_PROBE = """
+import json, sys
+from store.processes import ProcessRecord, stop_process
+rec = ProcessRecord.from_json(json.loads(sys.argv[1]))
+print(stop_process(rec, 0.5).outcome, "psutil" in sys.modules)
+"""
+
+
+def test_a_stop_checks_identity_and_signals_without_psutil(spawn: Spawn) -> None:
+    stubborn, _ = spawn(STUBBORN)
+    other, _ = spawn(SLEEPER)
+    reused = _record(other.pid, create_time=psutil.Process(other.pid).create_time() - 1)
+    for rec, outcome in [(reused, "mismatch"), (_record(stubborn.pid), "killed")]:
+        done = subprocess.run(
+            [sys.executable, "-c", STOP_PROBE, json.dumps(rec.to_json())],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        assert done.stdout.split() == [outcome, "False"], done.stdout + done.stderr
+    assert same_process(_record(other.pid)) and not _gone(other.pid)  # never signalled
+    stubborn.wait(timeout=5)
