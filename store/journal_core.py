@@ -164,7 +164,18 @@ def key_digest(text: str) -> str:
 def _sha256(data: bytes) -> Any:
     """CPython's own SHA-256, the one hashlib falls back to: the same digest without loading
     OpenSSL and every other algorithm (importing hashlib is ≈ 2 ms of a quick `refine cancel`;
-    a read never hashes)."""
+    a read never hashes). Found once: a failed import searches sys.path again on every try
+    (≈ 30 µs a command on 3.11, which has no ``_sha2``)."""
+    global _SHA256
+    if _SHA256 is None:
+        _SHA256 = _find_sha256()
+    return _SHA256(data)
+
+
+_SHA256: Any = None
+
+
+def _find_sha256() -> Any:
     try:
         from _sha2 import sha256  # type: ignore[import-not-found,unused-ignore]  # CPython ≥ 3.12
     except ImportError:
@@ -172,7 +183,7 @@ def _sha256(data: bytes) -> Any:
             from _sha256 import sha256  # type: ignore[import-not-found,unused-ignore]  # 3.11
         except ImportError:  # another Python
             from hashlib import sha256
-    return sha256(data)
+    return sha256
 
 
 def run_command(
