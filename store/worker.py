@@ -53,6 +53,7 @@ JOURNAL_ENV = "REFINE_JOURNAL"
 # While the journal is unreachable (a server restart), the owner keeps trying to learn its
 # verdict and to report, with the same command id: the report applies or replays exactly once.
 REPORT_PATIENCE_S = 3600.0
+REHEARSALS = int(os.environ.get("REFINE_REHEARSALS", "8"))  # see rehearse
 RETRY_MAX_S = 5.0
 
 
@@ -157,24 +158,32 @@ def run_worker(
         ready.registry().remove(ready.claim.run_id, ready.claim.epoch)
 
 
-def rehearse() -> None:
-    """One whole attempt on a scratch journal, in the forkserver before it forks: what a
-    worker runs for the first time (bytecode specialised, caches and lazy state filled) would
-    otherwise write to pages it shares with the forkserver; rehearsed, those writes happen
-    once, there (issue 14: ≈ 0.3 MB less per running attempt). Any failure is ignored."""
+def rehearse(rounds: int = REHEARSALS) -> None:
+    """Whole attempts on a scratch journal, in the forkserver before it forks.
+
+    What a worker runs writes to the pages it shares with the forkserver: the objects' reference
+    counts, and in the first runs its bytecode too (specialised, counters) and lazy state
+    (caches). Rehearsed here, those first-run writes happen once, in the forkserver, not in
+    every worker (issue 14: ≈ 0.5 MB less per running attempt). Any failure is ignored.
+    """
     import tempfile
 
     with contextlib.suppress(Exception), tempfile.TemporaryDirectory() as scratch:
-        journal = Journal.open(os.path.join(scratch, "rehearsal.db"))
-        with journal:
-            goals = Goals(journal)
-            goals.create(goal_id="rehearsal", title="rehearsal", node_id="z", argv=["true"])
-            ready = _claim(journal, "z", "rehearsal", "t", None, owner=os.getpid())
-            assert isinstance(ready, Ready)
-            ready = Ready.from_json(ready.to_json())
-            with open(ready.log_path, "ab") as log:
-                _own(goals, ready, _launch(ready, log), log)
-            ready.registry().remove(ready.claim.run_id, ready.claim.epoch)
+        location = os.path.join(scratch, "rehearsal.db")
+        Journal.open(location).close()
+        for n in range(rounds):
+            with Journal.open(location, create=False) as journal:
+                goals = Goals(journal)
+                goals.create(goal_id=f"r{n}", title="rehearsal", node_id="z", argv=["true"])
+                ready = _claim(journal, "z", f"r{n}", "t", None, owner=os.getpid())
+                assert isinstance(ready, Ready)
+                ready = Ready.from_json(ready.to_json())
+                with open(ready.log_path, "ab") as log:
+                    _own(goals, ready, _launch(ready, log), log)
+                ready.registry().remove(ready.claim.run_id, ready.claim.epoch)
+                changes = journal.changes()
+                for _ in range(8):  # the waiting worker's loop, specialised
+                    _look(goals, ready.claim, changes, True)
 
 
 def _claim_in_helper(
