@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 from pathlib import Path
 
 import psutil
@@ -373,6 +374,51 @@ def test_the_forkserver_reports_exit_codes_and_outlives_a_crashing_worker(env: E
             assert len(cmdline([*head, "x" * 600])) > 600
         finally:
             server.close()
+
+
+def test_the_forkserver_forks_many_workers_at_once_in_order(env: Env) -> None:
+    from store.forkserver import Forkserver
+    from store.worker import EXIT_REFUSED
+
+    for name in ("a", "b"):
+        env.goal(name, QUICK)
+    with open(env.dir / "node.log", "ab") as log:
+        server = Forkserver({**os.environ, "REFINE_JOURNAL": str(env.path)}, log, 600)
+        try:
+            head = [PY, "-m", "store.worker", "--node", "n1"]
+            got = server.launch_all(
+                [
+                    [*head, "--goal", "a", "--token", "t1"],
+                    [*head, "x" * 600],  # too long to show: None in its place, the rest go on
+                    [*head, "--goal", "nosuch", "--token", "t2"],
+                    [*head, "--goal", "b", "--token", "t3"],
+                ]
+            )
+            assert got[1] is None and None not in (got[0], got[2], got[3])
+            pids = [fork[0] for fork in got if fork is not None]
+            assert len(set(pids)) == 3
+            assert server.exit_code(pids[1], 20) == EXIT_REFUSED  # the replies kept their order
+            assert [server.exit_code(pid, 20) for pid in (pids[0], pids[2])] == [0, 0]
+            assert _completed(env, "a") and _completed(env, "b")
+        finally:
+            server.close()
+
+
+def test_a_crashing_claim_helper_ends_only_its_own_attempt_before_any_recipe(env: Env) -> None:
+    from store.worker import EXIT_CRASHED
+
+    env.goal("g", "import os, sys; open(os.path.join(sys.argv[1], 'ran'), 'w')")
+    env.goal("other", QUICK)
+    script = str(Path(__file__).parent / "helpers" / "crashing_claim_worker.py")
+    args = ["--journal", str(env.path), "--node", "n1", "--goal", "g", "--token", "t1"]
+    crashing = subprocess.Popen([PY, script, *args], start_new_session=True)
+    env.started.append(crashing)
+    assert crashing.wait(timeout=30) == EXIT_CRASHED
+    assert not (env.dir / "ran").exists(), "a recipe started after its claim helper crashed"
+    assert env.status("g") == "running"  # claimed: without a record, left for an operator
+    assert ours(env.marker) == []  # no helper left behind
+    assert env.worker("other", "t2").wait(timeout=30) == 0  # the next attempt runs as ever
+    assert _completed(env, "other")
 
 
 def _dead(proc: psutil.Process) -> bool:

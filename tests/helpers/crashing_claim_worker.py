@@ -1,0 +1,21 @@
+"""``python crashing_claim_worker.py <store.worker args>``: the real worker, whose claim helper
+raises (not an OSError: a bug) when it writes the process record, after the claim committed.
+
+A test sees that such a crash ends only this attempt's worker, before any recipe starts.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from store import worker
+from store.processes import ProcessRecord, ProcessRegistry
+
+
+def _crash(self: ProcessRegistry, rec: ProcessRecord) -> object:
+    raise RuntimeError("the claim helper crashed")
+
+
+if __name__ == "__main__":
+    ProcessRegistry.record = _crash  # type: ignore[method-assign]
+    sys.exit(worker.main(sys.argv[1:]))
