@@ -7,12 +7,13 @@ A test sees that such a crash ends only this attempt's worker, before any recipe
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from store import worker
 from store.processes import ProcessRecord, ProcessRegistry
 
 
-def _crash(self: ProcessRegistry, rec: ProcessRecord) -> object:
+def _crash(self: ProcessRegistry, rec: ProcessRecord) -> Path:
     raise RuntimeError("the claim helper crashed")
 
 
