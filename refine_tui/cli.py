@@ -9,7 +9,9 @@ and is laid out by display width; ``--json`` is exact.
 from __future__ import annotations
 
 import argparse
+import atexit
 import contextlib
+import gc
 import io
 import json
 import os
@@ -705,6 +707,7 @@ def exit_code(error: RefineError) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    exit_without_collecting()
     if isinstance(sys.stdout, io.TextIOWrapper):  # a terminal or pipe that is not UTF-8
         sys.stdout.reconfigure(errors="backslashreplace")
     try:
@@ -732,6 +735,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return EXIT_REFUSED
+
+
+def exit_without_collecting() -> None:
+    """At exit, freeze what is alive rather than let the interpreter's last garbage collections
+    walk every object (≈ 5–7 ms of a command, a fifth of Python's own start-up). Nothing here
+    needs a collector to end it: journals, records and logs are closed before main returns."""
+    atexit.unregister(gc.freeze)  # once, however often main runs in one process
+    atexit.register(gc.freeze)
 
 
 def discard_stdout() -> None:

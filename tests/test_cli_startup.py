@@ -163,3 +163,23 @@ def test_a_receipt_digest_looks_for_its_sha256_once() -> None:
     finally:
         sys.meta_path.remove(Noting)
     assert searched == []
+
+
+# The CLI's exit freezes the heap before the interpreter's last collections (an earlier atexit
+# handler runs later, so this one sees what the CLI left).
+EXIT_PROBE = """
+import atexit, gc, sys
+atexit.register(lambda: print("frozen at exit:", gc.get_freeze_count() > 0))
+from refine_tui.cli import main
+code = main(["--journal", sys.argv[1], "goals"])
+print("frozen before exit:", gc.get_freeze_count() > 0)
+sys.exit(code)
+"""
+
+
+def test_the_cli_exits_without_collecting_garbage(journal: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", EXIT_PROBE, str(journal)], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-2:] == ["frozen before exit: False", "frozen at exit: True"]
