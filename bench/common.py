@@ -303,10 +303,13 @@ class TmuxDashboard:
         self.session = f"refine-bench-{os.getpid()}-{time.monotonic_ns() % 10**9}"
         command = [sys.executable, "-m", "refine_tui.cli", "--journal", str(path)]
         command += ["--node", NODE, "tui"]
+        # A tmux server started earlier (by anyone) gives a new session its own environment:
+        # pass ours, so the pane runs this tree's code (PYTHONPATH), not the server's.
+        env = f"PYTHONPATH={os.environ.get('PYTHONPATH', '')}"
         self.started = time.monotonic()
         pane_pid = self._tmux(
-            "new-session", "-d", "-P", "-F", "#{pane_pid}", "-s", self.session,
-            "-x", str(size[0]), "-y", str(size[1]), " ".join(command),
+            "new-session", "-d", "-P", "-F", "#{pane_pid}", "-s", self.session, "-e", env,
+            "-c", os.getcwd(), "-x", str(size[0]), "-y", str(size[1]), " ".join(command),
         )  # fmt: skip
         self.process = _python_in(int(pane_pid))
 

@@ -4,9 +4,11 @@
 
 - idle: ``refine tui`` in a real terminal (tmux, 120×40) on a journal nobody writes to, left
   alone; CPU is the process's user+system time (psutil ``cpu_times``) over the window, in % of
-  one core. Two journals: "quiet" (nothing running: the event-driven floor) and "busy" (5 % of
-  the Goals running, so elapsed times tick once a second and this node's running attempts are
-  re-observed every 5 s, as an operator would see them).
+  one core. Three journals: "quiet" (nothing running: the event-driven floor) and "busy" (5 % of
+  the Goals running: this node's running attempts are re-observed every 5 s, as an operator
+  would see them), twice: "young", its history shifted to end seconds before the dashboard
+  starts (every running attempt is < 10 min old, so its elapsed time shows seconds and ticks
+  once a second on screen), and "old", shifted to end an hour before (elapsed shows minutes).
 - node idle: ``refine node`` on a journal whose 3 Goals it has finished, left alone; CPU as
   above (DESIGN §9 wants it at ≈ 0 between events, as supervisord and systemd are).
 - load, real terminal: the same, while another process commits ``rate`` commands per second
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -38,6 +41,9 @@ from store.goals import Goals
 from store.journal import Journal
 
 SETTLE_S = 3.0  # after the first paint, before measuring
+# How long before the dashboard starts the busy journal's history ends (it spans ≈ 5 min at 1,000
+# Goals): "young" running attempts show ticking seconds, "old" ones minutes (fmt.duration).
+HISTORY_ENDS_S = {"young": 5.0, "old": 3600.0}
 
 
 def load_steps(rate: float, seconds: float) -> list[str]:
@@ -46,6 +52,42 @@ def load_steps(rate: float, seconds: float) -> list[str]:
     return [
         f"{op}:load{n:05d}" for n in range(count // 3 + 1) for op in ("create", "start", "settle")
     ]
+
+
+def shift_history(path: Path, ends_ago: float) -> None:
+    """Move every commit time so the journal's last commit was ``ends_ago`` seconds ago.
+
+    The cached journal keeps the times it was built at: its running attempts would be as old as
+    the cache. Times live only in ``committed_at`` (claims start elapsed times from there).
+    """
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        (last,) = conn.execute("SELECT max(committed_at) FROM events").fetchone()
+        delta = time.time() - ends_ago - last
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("UPDATE events SET committed_at = committed_at + ?", (delta,))
+        conn.execute("UPDATE receipts SET committed_at = committed_at + ?", (delta,))
+        conn.execute("COMMIT")
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    finally:
+        conn.close()
+
+
+def idle_journals(n: int, folder: Path, log=print) -> dict[str, Path]:
+    """The idle journals by name (quiet, busy young, busy old), each a copy in ``folder``."""
+    out = {}
+    for name, mix, ends_ago in (
+        ("quiet", "quiet", None),
+        ("busy, young", "busy", HISTORY_ENDS_S["young"]),
+        ("busy, old", "busy", HISTORY_ENDS_S["old"]),
+    ):
+        sub = folder / name.replace(", ", "-")  # the tmux command line is split at spaces
+        sub.mkdir()
+        path = journal_with(n, sub, mix=mix, log=log)
+        if ends_ago is not None:
+            shift_history(path, ends_ago)
+        out[name] = path
+    return out
 
 
 def _cpu(proc: psutil.Process) -> float:
@@ -184,10 +226,9 @@ def _missed(app: ProbeApp, path: Path, touched: set[str]) -> dict[str, int]:
 def measure(sizes: list[int], seconds: float, rate: float, log=print) -> dict[str, Any]:
     results: dict[str, Any] = {}
     for n in sizes:
-        for mix in ("quiet", "busy"):
-            with tempfile.TemporaryDirectory(prefix="refine-bench-") as folder:
-                path = journal_with(n, Path(folder), mix=mix, log=log)
-                results[f"idle {n} {mix}"] = tmux_cpu(path, seconds)
+        with tempfile.TemporaryDirectory(prefix="refine-bench-") as folder:
+            for name, path in idle_journals(n, Path(folder), log=log).items():
+                results[f"idle {n} {name}"] = tmux_cpu(path, seconds)
     with tempfile.TemporaryDirectory(prefix="refine-bench-") as folder:
         path = journal_with(sizes[0], Path(folder), log=log)
         results["load tmux"] = tmux_cpu(path, seconds, rate)
@@ -204,11 +245,11 @@ def rows(r: dict[str, Any]) -> list[tuple[str, str, str]]:
     """(figure, value, target) lines for the summary table."""
     out = []
     for n in r["sizes"]:
-        for mix in ("quiet", "busy"):
-            idle = r[f"idle {n} {mix}"]
+        for name in ("quiet", "busy, young", "busy, old"):
+            idle = r[f"idle {n} {name}"]
             if idle:
                 out.append((
-                    f"idle CPU, {n:,} goals, {mix} (tmux)",
+                    f"idle CPU, {n:,} goals, {name} (tmux)",
                     f"{idle['cpu_percent']:.2f} % of a core over {idle['seconds']:.0f} s"
                     + (" (indicative: < 20 s)" if idle["seconds"] < 20 else ""),
                     "≤ 0.5 %",
