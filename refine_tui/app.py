@@ -25,6 +25,7 @@ from textual import events, on, work
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Vertical
+from textual.driver import Driver
 from textual.notifications import SeverityLevel
 from textual.screen import Screen
 from textual.timer import Timer
@@ -199,6 +200,14 @@ class RefineApp(App[None]):
         self._held_updates: list[JournalUpdate] = []  # read while paused, shown on resume
         self._launching: dict[str, float] = {}  # starting rows → when their launch window ends
         self._launch_timer: Timer | None = None
+
+    def get_driver_class(self) -> type[Driver]:
+        driver = super().get_driver_class()
+        if driver.__name__ == "LinuxDriver":  # a terminal: the input thread that does not poll
+            from refine_tui.driver import QuietLinuxDriver
+
+            return QuietLinuxDriver
+        return driver
 
     # --- layout --------------------------------------------------------------------------------
 
