@@ -965,13 +965,15 @@ async def test_elapsed_tick_repaints_only_visible_rows_whose_text_changed(tmp_pa
         await loaded(pilot)
         table = goals_table(app)
         repainted: list[int] = []
-        refresh_row = table.refresh_row
+        repaint_cells = table.repaint_cells
+        elapsed = [c.key for c in table.spec].index("elapsed")
 
-        def counting(index: int):
+        def counting(index: int, first: int, last: int) -> None:
+            assert (first, last) == (elapsed, elapsed)  # the elapsed cell, not the whole row
             repainted.append(index)
-            return refresh_row(index)
+            repaint_cells(index, first, last)
 
-        table.refresh_row = counting  # type: ignore[method-assign]
+        table.repaint_cells = counting  # type: ignore[method-assign]
         visible = table.visible_keys()
         assert 5 < len(visible) < 60  # the window shows some of the 60 running rows
 

@@ -136,3 +136,40 @@ async def test_a_column_sized_to_content_widens_for_new_and_changed_rows() -> No
         table.upsert("r1", data["r1"])
         await pilot.pause()
         assert screen(app) == await fresh_screen(data, "r0", 0, columns)
+
+
+def styled_screen(app: App) -> list[list[tuple[str, str]]]:
+    """The composed screen with each run's style (what a patched row render must keep)."""
+    update = app.screen._compositor.render_full_update()
+    lines = []
+    for line in update.strips:
+        segments = [s for strip in line for s in strip]
+        lines.append([(s.text, str(s.style)) for s in segments if s.text])
+    return lines
+
+
+async def test_a_cell_written_in_place_keeps_its_row_style_cursor_and_stripes() -> None:
+    """The written cell's render goes into its row's cached render: the cursor row, zebra
+    stripes and a focused table look exactly as a table built fresh with those cells."""
+    app = TableApp()
+    async with app.run_test(size=SIZE) as pilot:
+        table = app.query_one(KeyedTable)
+        table.focus()
+        data = rows(20)
+        table.sync(data)
+        table.select("r02")
+        await pilot.pause()
+        for tick in range(3):  # several frames of ticking cells: cursor, odd and even rows
+            for key in ("r01", "r02", "r03", "r04"):
+                data[key] = (key, data[key][1], f"{tick}s")
+                table.set_cell(key, "age", f"{tick}s")
+            await pilot.pause()
+        patched = styled_screen(app)
+    fresh = TableApp()
+    async with fresh.run_test(size=SIZE) as pilot:
+        table = fresh.query_one(KeyedTable)
+        table.focus()
+        table.sync(data)
+        table.select("r02")
+        await pilot.pause()
+        assert patched == styled_screen(fresh)
