@@ -12,7 +12,7 @@ from typing import Any
 
 from store.errors import RefineError
 from store.goal_model import GOAL_EVENT_STATUS, fold_goal, goal_from_stored
-from store.journal_api import Event, Journal, Stored
+from store.journal_api import MAX_PAGE, Event, Journal, Stored
 from store.run_model import fold_run, run_from_stored
 
 __all__ = ["GOAL_EVENT_STATUS", "CheckReport", "Violation", "check_journal", "fold_goal"]
@@ -81,6 +81,7 @@ def check_journal(journal: Journal) -> CheckReport:
         events = _events_by_aggregate(journal, report)
         stored = {s.aggregate_id: s for kind in ("goal", "run") for s in journal.aggregates(kind)}
         outbox = {row[0]: row for row in _all_outbox(journal)}
+        _check_histories(report, journal, events)
     _check_outbox(report, events, outbox)
     for aggregate_id in sorted(set(stored) | set(events)):
         _check_aggregate(
@@ -116,6 +117,20 @@ def _all_outbox(journal: Journal) -> Iterator[tuple[int, str, str]]:
     while page := journal.outbox(after):
         yield from page
         after = page[-1][0]
+
+
+def _check_histories(
+    report: CheckReport, journal: Journal, events: Mapping[str, list[Event]]
+) -> None:
+    """Each aggregate's history (read by the way the backend finds one aggregate's events: on
+    SQLite a chain through ``prev``, on PostgreSQL an index) is its slice of the events."""
+    for aggregate_id, mine in events.items():
+        found: list[int] = []
+        while page := journal.history(aggregate_id, found[-1] if found else 0, MAX_PAGE):
+            found += [e.sequence for e in page]
+        if found != [e.sequence for e in mine]:
+            missing = sorted({e.sequence for e in mine} ^ set(found))
+            report.add(aggregate_id, tuple(missing[:20]), "its history differs from its events")
 
 
 def _check_outbox(

@@ -122,3 +122,20 @@ def test_an_outbox_that_disagrees_with_the_events_is_a_violation(postgres_url: s
         ("outbox", (1,), "events without an outbox row"),
         ("outbox", (3,), "outbox rows that differ from their event"),
     }
+
+
+def test_a_broken_chain_of_events_is_a_violation(tmp_path: Path) -> None:
+    """SQLite finds one aggregate's events through each event's ``prev``: a broken link hides
+    the older ones from its history, and check says which."""
+    make_journal(tmp_path / "j.db")
+    with sqlite3.connect(tmp_path / "j.db") as raw:
+        last = raw.execute("SELECT last_sequence FROM aggregates WHERE aggregate_id = 'goal:build'")
+        (head,) = last.fetchone()
+        raw.execute("UPDATE events SET prev = NULL WHERE sequence = ?", (head,))
+    with Journal.open(tmp_path / "j.db", read_only=True) as journal:
+        older = [e.sequence for e in journal.events_after(0) if e.aggregate_id == "goal:build"]
+        report = check_journal(journal)
+    [violation] = report.violations
+    assert violation.aggregate_id == "goal:build"
+    assert violation.message == "its history differs from its events"
+    assert violation.sequences == tuple(older[:-1])
