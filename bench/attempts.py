@@ -29,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -126,9 +127,9 @@ def measure_one(
             node_cpu = _cpu(node_family) - node_cpu
             workers = [psutil.Process(pid) for pid in recipes]
             worker_cpu = _cpu(workers, children=True) / count  # psutil's ticks are 10 ms: a mean
-            before, workers_before = node.cpu_times(), _cpu(workers)
+            before, workers_before = node.cpu_times(), _on_cpu_ns(recipes)
             time.sleep(idle_s)
-            after, workers_after = node.cpu_times(), _cpu(workers)
+            after, workers_after = node.cpu_times(), _on_cpu_ns(recipes)
             busy = (after.user - before.user) + (after.system - before.system)
             return {
                 "count": count,
@@ -140,7 +141,7 @@ def measure_one(
                 "launch_p95_ms": percentile(launches, 95),
                 "legs_p95_ms": [percentile([leg[i] for leg in legs], 95) * 1000 for i in range(3)],
                 "idle_cpu_pct": busy / idle_s * 100,
-                "workers_cpu_pct": (workers_after - workers_before) / idle_s * 100,
+                "workers_cpu_pct": (workers_after - workers_before) / 1e9 / idle_s * 100,
                 "launch_cpu_ms": (node_cpu / count + worker_cpu) * 1000,
             }
         finally:
@@ -167,6 +168,16 @@ def _cpu(procs: list[psutil.Process], *, children: bool = False) -> float:
         with contextlib.suppress(psutil.Error):
             t = proc.cpu_times()
             total += t.user + t.system + (t.children_user + t.children_system if children else 0)
+    return total
+
+
+def _on_cpu_ns(pids: Iterable[int]) -> int:
+    """Nanoseconds these processes have run on a CPU (``/proc/PID/schedstat``: psutil's CPU
+    times count 10 ms ticks, and a sleeping worker uses less than one in a few seconds)."""
+    total = 0
+    for pid in pids:
+        with contextlib.suppress(OSError), open(f"/proc/{pid}/schedstat") as f:
+            total += int(f.read().split()[0])
     return total
 
 
