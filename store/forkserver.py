@@ -214,16 +214,19 @@ def serve() -> int:
         ready = select.select([0, wake_r], [], [])[0]
         if wake_r in ready:
             os.read(wake_r, 4096)
-        _reap()
-        if 0 not in ready:
-            continue
-        data = os.read(0, 65536)
-        if not data:
-            return 0
-        pending += data
+        replies = _reap()
+        data = os.read(0, 65536) if 0 in ready else None
+        if data is not None:
+            pending += data
         while b"\n" in pending:
             line, pending = pending.split(b"\n", 1)
-            _fork(json.loads(line), room, parser, (wake_r, wake_w))
+            replies.append(_fork(json.loads(line), room, parser, (wake_r, wake_w)))
+        # One write for all the requests read at once: a reply each would wake the node (and
+        # switch to it) once per fork, which with 1,000 at once took a quarter of our time.
+        if replies:
+            _say(*replies)
+        if data == b"":
+            return 0
 
 
 def _warm() -> argparse.ArgumentParser:
@@ -240,36 +243,36 @@ def _warm() -> argparse.ArgumentParser:
     return parser
 
 
-def _reap() -> None:
+def _reap() -> list[str]:
+    """``exited PID CODE`` for each worker that exited (reaped now)."""
+    said: list[str] = []
     while True:
         try:
             pid, status = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
-            return
+            return said
         if pid == 0:
-            return
-        _say(f"exited {pid} {os.waitstatus_to_exitcode(status)}")
+            return said
+        said.append(f"exited {pid} {os.waitstatus_to_exitcode(status)}")
 
 
 def _fork(
     argv: list[str], room: int, parser: argparse.ArgumentParser, private: tuple[int, int]
-) -> None:
+) -> str:
+    """Fork the worker ``argv`` names; the reply: ``started PID CREATE_TIME`` or ``failed WHY``."""
     if len(cmdline(argv)) > room:
-        _say("failed the command line does not fit")
-        return
+        return "failed the command line does not fit"
     try:
         pid = os.fork()
     except OSError as exc:
-        _say(f"failed {exc}")
-        return
+        return f"failed {exc}"
     if pid == 0:
         _child(argv, parser, private)
     try:  # unreaped until we wait for it, so the pid is still this child's
         create_time = psutil.Process(pid).create_time()
     except psutil.Error as exc:
-        _say(f"failed {exc}")  # the child exits or is reaped as any other
-        return
-    _say(f"started {pid} {create_time!r}")
+        return f"failed {exc}"  # the child exits or is reaped as any other
+    return f"started {pid} {create_time!r}"
 
 
 def _child(argv: list[str], parser: argparse.ArgumentParser, private: tuple[int, int]) -> None:
@@ -319,8 +322,10 @@ def _argv_area() -> tuple[int, int]:
     return start, end - start
 
 
-def _say(line: str) -> None:
-    os.write(1, line.encode() + b"\n")
+def _say(*lines: str) -> None:
+    data = "".join(line + "\n" for line in lines).encode()
+    while data:
+        data = data[os.write(1, data) :]
 
 
 if __name__ == "__main__":
