@@ -37,6 +37,7 @@ _RUN_KEYS = rules.keys("run_id", "pins", "budget", "status", "attempts")
 _RUN_OPTIONAL = rules.keys("cancel_requested", "cancel_reason")
 _REASON = rules.keys("reason")
 _UNSEEN = object()  # matches nothing by identity
+_NOTHING_CHECKED: Mapping[str, Any] = MappingProxyType({})
 
 
 def run_aggregate_id(run_id: str) -> str:
@@ -204,10 +205,12 @@ def _check_state(state: Any, run_id: str | None, checked: Mapping[str, Any] | No
     if state is None:
         raise Invalid("the record is null")
     run = rules.record(state, "run", _RUN_KEYS, _RUN_OPTIONAL)
-    rid = rules.run_id_rule(run["run_id"])
+    known = checked or _NOTHING_CHECKED
+    rid = run["run_id"]
+    if rid is not known.get("run_id", _UNSEEN):
+        rules.run_id_rule(rid)
     if run_id is not None and rid != run_id:
         raise Invalid(f"run_id {rid} is stored under run:{run_id}")
-    known = checked or {}
     if run["pins"] is not known.get("pins", _UNSEEN):
         rules.pins(run["pins"])
     if run["budget"] is not known.get("budget", _UNSEEN):
