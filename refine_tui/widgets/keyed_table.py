@@ -42,7 +42,7 @@ class Column:
 
 
 Cells = Sequence[RenderableType]
-REBUILD_AT = 100  # removing more rows than this rebuilds the table once
+REBUILD_AT = 10  # removing more rows than this rebuilds the table once (a new list)
 
 
 class KeyedTable(DataTable[RenderableType]):
