@@ -243,6 +243,58 @@ async def test_filter_index_follows_commits_and_long_lists_arrive_whole(tmp_path
         assert app.header_state.shown == 151
 
 
+async def test_a_new_filter_paints_nothing_of_the_old_list(
+    journal_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 16: closing the box and focusing the table would repaint the whole old list
+    (focus is in every cached render's key) while the new one is read; nothing is painted
+    until the new list is in the table, and no garbage collection runs meanwhile."""
+    monkeypatch.setattr(refine_tui.app, "HOLD_PAINT_S", 60.0)  # only the new list releases it
+    app = RefineApp(journal=journal_path, node=NODE)
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        table = goals_table(app)
+        painted: list[list[str]] = []
+        render_lines = table.render_lines
+
+        def noting(crop: Any) -> Any:
+            painted.append(table.keys())
+            return render_lines(crop)
+
+        table.render_lines = noting  # type: ignore[method-assign]
+        await pilot.press("slash", *"running")
+        painted.clear()
+        gc_during: list[bool] = []
+        feed_read = app.live.read
+
+        def reading(*args: Any) -> Any:
+            gc_during.append(__import__("gc").isenabled())
+            return feed_read(*args)
+
+        app.live.read = reading  # type: ignore[method-assign]
+        await pilot.press("enter")
+        await until(pilot, lambda: set(table.keys()) == {"gpu-train", "nightly-report"})
+        await pilot.pause()
+        await until(pilot, lambda: bool(painted))
+        assert all(set(keys) == {"gpu-train", "nightly-report"} for keys in painted)
+        assert gc_during == [False] and __import__("gc").isenabled()
+        assert not app.query_one("#filter", Input).display
+
+
+async def test_a_filter_while_paused_is_painted_after_the_hold(journal_path: Path) -> None:
+    """Paused, no read comes: the held paint is released by its timer (box closed, crumbs)."""
+    app = RefineApp(journal=journal_path, node=NODE)
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        await pilot.press("p")
+        await pilot.press("slash", *"running", "enter")
+        await until(pilot, lambda: app._paint_held is None)
+        assert not app._batch_count and __import__("gc").isenabled()
+        assert "running" in str(app.query_one("#crumbs", Label).render())
+        await pilot.press("p")
+        await until(pilot, lambda: set(goals_table(app).keys()) == {"gpu-train", "nightly-report"})
+
+
 async def test_commits_show_while_the_index_builds_and_the_index_takes_them_in(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
