@@ -1,4 +1,4 @@
-"""``@dataclass(frozen=True)`` as dataclasses makes it, for a fifth of the start-up cost.
+"""``@dataclass(frozen=True)`` as dataclasses makes it, at a fraction of its start-up cost.
 
 dataclasses compiles six methods per class and imports ``inspect``: the ≈ 20 records a `refine`
 command loads cost ≈ 8 ms plus ≈ 3 ms, a third of Python's own start-up (DESIGN §9, CLI
@@ -21,7 +21,7 @@ from typing import Any, TypeVar, dataclass_transform, overload
 T = TypeVar("T")
 
 _MISSING = object()
-# Set by the class body or by dataclasses, never replaced here.
+# A class whose body defines one of these goes to dataclasses, which has rules for each.
 _OWN = ("__init__", "__repr__", "__eq__", "__hash__", "__setattr__", "__delattr__")
 _OTHER = ("__post_init__", "__slots__", "__dataclass_fields__", "__dataclass_params__")
 _KINDS = ("ClassVar", "InitVar", "KW_ONLY")
