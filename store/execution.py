@@ -41,6 +41,7 @@ from store.run_model import (
     fold_run,
     run_aggregate_id,
     run_from_stored,
+    run_text,
     run_view,
 )
 from store.run_rules import (
@@ -132,9 +133,8 @@ def decide_run(op: str, stored: Stored | None, inputs: Mapping[str, Any]) -> Cha
     except CorruptRunError as exc:
         raise DecisionError(f"decision broke an invariant: {exc.message}", run_id=run_id) from exc
     check_transition(before, after)
-    return Change(
-        aggregate_id, after, [(t, {"run_id": run_id, **d}) for t, d in events], folded=True
-    )
+    events_ = [(t, {"run_id": run_id, **d}) for t, d in events]
+    return Change(aggregate_id, after, events_, folded=True, text=run_text(after))
 
 
 def _current(stored: Stored | None, run_id: str) -> State:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
+from json.encoder import encode_basestring as _quote
 from types import MappingProxyType
 from typing import Any
 
@@ -212,6 +213,25 @@ def check_goal_state(state: Any, checked: Mapping[str, Any] | None = None) -> No
     for key, rule in _FIELD_RULES:
         if state[key] is not known.get(key, _UNSEEN):
             rule(state[key])
+
+
+def goal_text(state: Mapping[str, Any]) -> str:
+    """``canonical_json(state)`` of a state that passed check_goal_state, ≈ 4× faster: its keys
+    are known and its values are exact str, int, None and a list of str (the rules check exact
+    types), so one format in sorted key order gives the same bytes (tests/test_canonical.py)."""
+    recipe, budget, reason = state["recipe"], state["budget"], state["cancel_reason"]
+    cwd = recipe["cwd"]
+    return (
+        f'{{"budget":{{"attempt_timeout_ms":{budget["attempt_timeout_ms"]},'
+        f'"max_attempts":{budget["max_attempts"]}}},'
+        f'"cancel_reason":{"null" if reason is None else _quote(reason)},'
+        f'"goal_id":{_quote(state["goal_id"])},"node_id":{_quote(state["node_id"])},'
+        f'"recipe":{{"argv":[{",".join(map(_quote, recipe["argv"]))}],'
+        f'"cwd":{"null" if cwd is None else _quote(cwd)}}},'
+        f'"redelivery":{_quote(state["redelivery"])},"round":{state["round"]},'
+        f'"run_id":{_quote(state["run_id"])},"status":{_quote(state["status"])},'
+        f'"title":{_quote(state["title"])}}}'
+    )
 
 
 def goal_view(state: Mapping[str, Any], version: int) -> Goal:

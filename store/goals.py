@@ -67,6 +67,7 @@ from store.goal_model import (
     goal_aggregate_id,
     goal_from_stored,
     goal_id_of_run,
+    goal_text,
     goal_view,
     pins_for,
     run_id_for,
@@ -150,6 +151,7 @@ def _goal_change(
         state,
         [(event, {"goal_id": goal.goal_id, **data})],
         folded=True,
+        text=goal_text(state),
     )
 
 
@@ -179,6 +181,7 @@ def _decide_create(state: dict[str, Any], submit: dict[str, Any], loaded: Any) -
             state,
             [("goal.created", {"goal_id": goal_id, **data})],
             folded=True,
+            text=goal_text(state),  # every field checked by create, exact types
         ),
         run,
     ]

@@ -56,6 +56,9 @@ class Change:
     # True when ``state`` is the fold (``FOLDS[kind]``) of the aggregate's events: the receipt
     # then keeps only the version, and a replay re-derives the state from the events.
     folded: bool = False
+    # ``canonical_json(state)`` when the decision already has it: a model's own encoder for a
+    # record its rules just checked (proven byte-identical over a hypothesis corpus).
+    text: str | None = None
 
 
 @dataclass(frozen=True)
@@ -249,7 +252,7 @@ def _write(
     entries: list[tuple[str, str]] = []
     for change in changes:
         agg, version = change.aggregate_id, versions[change.aggregate_id]
-        state_text = canonical_json(change.state)
+        state_text = change.text if change.text is not None else canonical_json(change.state)
         puts.append(
             AggregateRow(
                 agg,

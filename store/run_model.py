@@ -13,10 +13,12 @@ and each Attempt holds ``attempt_id, epoch, worker, state`` plus, by state: comp
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from json.encoder import encode_basestring as _quote
 from types import MappingProxyType
 from typing import Any
 
 from store import run_rules as rules
+from store.canonical import canonical_json
 from store.errors import CorruptRunError, DecisionError
 from store.journal_api import Event, Stored
 from store.journal_core import register_fold
@@ -178,6 +180,58 @@ def run_from_stored(stored: Stored) -> Run:
         raise CorruptRunError(f"stored Run {run_id} has a bad version", run_id=run_id)
     check_run(stored.state, run_id=run_id)
     return run_view(stored.state, stored.version)
+
+
+def run_text(state: Mapping[str, Any]) -> str:
+    """``canonical_json(state)`` of a state that passed check_run, ≈ 3× faster: its keys are
+    the known ones and its values exact str and int (the rules check exact types), so formats
+    in sorted key order give the same bytes (tests/test_canonical.py)."""
+    pins, budget = state["pins"], state["budget"]
+    if not _plain_records(state):  # a mappingproxy passes the rules but is no JSON: refused
+        return canonical_json(state)
+    parts = [
+        f'{{"attempts":[{",".join(map(_attempt_text, state["attempts"]))}],'
+        f'"budget":{{"attempt_timeout_ms":{budget["attempt_timeout_ms"]},'
+        f'"max_attempts":{budget["max_attempts"]}}}'
+    ]
+    if "cancel_reason" in state:
+        parts.append(f',"cancel_reason":{_quote(state["cancel_reason"])}')
+    if "cancel_requested" in state:
+        parts.append(
+            f',"cancel_requested":{{"reason":{_quote(state["cancel_requested"]["reason"])}}}'
+        )
+    parts.append(
+        f',"pins":{{"candidate_digest":{_quote(pins["candidate_digest"])},'
+        f'"recipe_revision":{_quote(pins["recipe_revision"])},'
+        f'"scenario_revision":{_quote(pins["scenario_revision"])}}},'
+        f'"run_id":{_quote(state["run_id"])},"status":{_quote(state["status"])}}}'
+    )
+    return "".join(parts)
+
+
+def _plain_records(state: Mapping[str, Any]) -> bool:
+    """Every record in a checked Run is a dict (the rules also let a mappingproxy through)."""
+    if type(state["pins"]) is not dict or type(state["budget"]) is not dict:
+        return False
+    if "cancel_requested" in state and type(state["cancel_requested"]) is not dict:
+        return False
+    return all(type(a["cleanup"]) is dict for a in state["attempts"] if "cleanup" in a)
+
+
+def _attempt_text(attempt: Mapping[str, Any]) -> str:
+    text = f'{{"attempt_id":{_quote(attempt["attempt_id"])}'
+    if "cleanup" in attempt:
+        cleanup = attempt["cleanup"]
+        text += (
+            f',"cleanup":{{"confirmed_by":{_quote(cleanup["confirmed_by"])},'
+            f'"epoch":{cleanup["epoch"]},"method":{_quote(cleanup["method"])}}}'
+        )
+    text += f',"epoch":{attempt["epoch"]}'
+    if "evidence" in attempt:
+        text += f',"evidence":[{",".join(map(_quote, attempt["evidence"]))}]'
+    if "reason" in attempt:
+        text += f',"reason":{_quote(attempt["reason"])}'
+    return text + f',"state":{_quote(attempt["state"])},"worker":{_quote(attempt["worker"])}}}'
 
 
 # --- invariants ------------------------------------------------------------------------------

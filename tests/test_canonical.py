@@ -91,3 +91,135 @@ def test_a_refusal_leaves_the_encoder_clean() -> None:
     with pytest.raises(InvalidInputError):
         canonical_json([shared, float("nan")])
     assert canonical_json([shared, shared]) == '[{"x":1},{"x":1}]'
+
+
+# --- the models' own encoders for the records their rules check -------------------------------
+
+# Any text the rules accept: quotes, backslashes, control characters (not in titles), non-BMP.
+texts = st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=12)
+names = st.from_regex(r"[A-Za-z0-9][A-Za-z0-9._-]{0,10}", fullmatch=True)
+small = st.integers(min_value=1, max_value=20)
+budgets = st.fixed_dictionaries(
+    {"max_attempts": small, "attempt_timeout_ms": st.integers(1, 2**53 - 1)}
+)
+
+
+@st.composite
+def goal_states(draw: st.DrawFn) -> dict[str, Any]:
+    from store.goal_model import GOAL_STATUSES, run_id_for
+
+    goal_id, round_ = draw(names), draw(st.integers(1, 9999))
+    status = draw(st.sampled_from(GOAL_STATUSES))
+    return {
+        "goal_id": goal_id,
+        "title": draw(texts.filter(lambda t: t.strip() and t.isprintable())),
+        "node_id": draw(names),
+        "status": status,
+        "round": round_,
+        "run_id": run_id_for(goal_id, round_),
+        "recipe": {
+            "argv": draw(st.lists(texts, min_size=1, max_size=3) | st.tuples(texts, texts)),
+            "cwd": draw(st.none() | texts),
+        },
+        "budget": draw(budgets),
+        "redelivery": draw(st.sampled_from(["safe", "operator"])),
+        "cancel_reason": draw(texts.filter(str.strip)) if status == "cancelled" else None,
+    }
+
+
+@st.composite
+def run_states(draw: st.DrawFn) -> dict[str, Any]:
+    run_id = draw(names)
+    ends = draw(st.lists(st.sampled_from(["failed", "interrupted"]), max_size=3))
+    last = draw(st.sampled_from(["", "running", "completed", "failed", "interrupted"]))
+    attempts = []
+    for epoch, state in enumerate([*ends, last] if last else ends, 1):
+        attempt: dict[str, Any] = {
+            "attempt_id": f"{run_id}/{epoch}",
+            "epoch": epoch,
+            "worker": draw(names),
+            "state": state,
+        }
+        refs = st.lists(names, unique=True, max_size=3) | st.tuples(names)
+        if state == "completed":
+            attempt["evidence"] = draw(refs)
+        if state == "failed":
+            attempt.update(reason=draw(texts.filter(str.strip)), evidence=draw(refs))
+        if state == "interrupted":
+            attempt["cleanup"] = {
+                "epoch": epoch,
+                "confirmed_by": draw(names) + "@n1",
+                "method": draw(texts.filter(str.strip)),
+            }
+        attempts.append(attempt)
+    running = attempts and attempts[-1]["state"] == "running"
+    completed = attempts and attempts[-1]["state"] == "completed"
+    status = (
+        "running"
+        if running
+        else "completed"
+        if completed
+        else draw(st.sampled_from(["queued", "exhausted", "cancelled"]))
+    )
+    state = {
+        "run_id": run_id,
+        "pins": {
+            "candidate_digest": "sha256:" + draw(st.from_regex(r"[0-9a-f]{64}", fullmatch=True)),
+            "recipe_revision": draw(names),
+            "scenario_revision": "node:" + draw(names),
+        },
+        "budget": draw(budgets),
+        "status": status,
+        "attempts": attempts,
+    }
+    if status == "cancelled":
+        state["cancel_reason"] = draw(texts.filter(str.strip))
+    if status == "running" and draw(st.booleans()):
+        state["cancel_requested"] = {"reason": draw(texts.filter(str.strip))}
+    return state
+
+
+@settings(max_examples=1500, deadline=None)
+@given(goal_states())
+def test_goal_text_is_the_canonical_json_of_every_checked_goal(state: dict[str, Any]) -> None:
+    from store.goal_model import check_goal_state, goal_text
+
+    try:
+        check_goal_state(state)
+    except InvalidInputError:
+        return  # not a record the rules accept: goal_text is never asked
+    assert goal_text(state) == canonical_json(state)
+
+
+@settings(max_examples=1500, deadline=None)
+@given(run_states())
+def test_run_text_is_the_canonical_json_of_every_checked_run(state: dict[str, Any]) -> None:
+    from store.errors import CorruptRunError
+    from store.run_model import check_run, run_text
+
+    try:
+        check_run(state)
+    except CorruptRunError:
+        return  # not a record the rules accept: run_text is never asked
+    assert run_text(state) == canonical_json(state)
+
+
+def test_run_text_refuses_a_record_that_is_no_json_as_canonical_json_does() -> None:
+    from types import MappingProxyType
+
+    from store.run_model import check_run, run_text
+
+    state = {
+        "run_id": "r",
+        "pins": MappingProxyType({
+            "candidate_digest": "sha256:" + "a" * 64,
+            "recipe_revision": "v1",
+            "scenario_revision": "node:n1",
+        }),
+        "budget": {"max_attempts": 3, "attempt_timeout_ms": 1},
+        "status": "queued",
+        "attempts": [],
+    }  # fmt: skip
+    check_run(state)  # the rules accept a mappingproxy record
+    with pytest.raises(InvalidInputError):
+        run_text(state)
