@@ -4,7 +4,10 @@ One transaction per command. The aggregates it reads are locked (``SELECT … FO
 version-checked by the shared command code (``store.journal_core``). Sequences come from one
 head row (``UPDATE … RETURNING``) whose lock is held to commit: writers that append events
 commit in sequence order, so a reader of "events after N" can never skip an event that commits
-late. The same transaction sends ``NOTIFY`` with the new last sequence.
+late. The same transaction sends ``NOTIFY`` with the new last sequence. A command is two round
+trips (the decision, in Python, needs the locked state): the locks and the receipt, then one
+call of the schema's ``write_command()`` and COMMIT; its statements are prepared once per
+connection.
 
 Tables live in their own schema (default ``refine``; ``?schema=NAME`` in the URL or the
 ``schema`` argument picks another). A database without our schema is refused unless the journal
@@ -64,6 +67,7 @@ SCHEMA_VERSION = 4
 APPLICATION = "refine-journal"
 CHANNEL = "refine_journal"
 _IDLE = psycopg.pq.TransactionStatus.IDLE
+_UNPREPARED = pgerrors.InvalidSqlStatementName
 _RETRIES = 8  # a lost race on a new row, a deadlock or a serialization failure: run it again
 
 # A decided command's writes in one call (``_PostgresCommand.write``): the sequences are taken
@@ -124,8 +128,10 @@ _WRITE_COMMAND_3 = _WRITE_COMMAND.replace(  # schema 3 also wrote the outbox tab
 )
 
 # A command's statements, prepared once per connection (``EXECUTE`` then skips parsing and
-# planning them: a third of the server's work per command when sent as plain text).
+# planning them: a third of the server's work per command when sent as plain text). The
+# connection prepares nothing else (``prepare_threshold``), so DEALLOCATE ALL drops only these.
 _PREPARE = """
+DEALLOCATE ALL;
 PREPARE refine_lock (text[]) AS SELECT aggregate_id, version, state FROM {s}.aggregates
     WHERE aggregate_id = ANY($1) ORDER BY aggregate_id FOR UPDATE;
 PREPARE refine_lock_one (text) AS SELECT aggregate_id, version, state FROM {s}.aggregates
@@ -346,6 +352,9 @@ class PostgresJournal(Journal):
             self._conn = None
         if self._conn is None:
             self._conn = psycopg.connect(self._conninfo, autocommit=True)
+            # psycopg prepares repeated statements itself and then answers any ROLLBACK with
+            # DEALLOCATE ALL, which would drop the command statements (``_PREPARE``) too.
+            self._conn.prepare_threshold = None
         return self._conn
 
     @contextlib.contextmanager
@@ -375,7 +384,7 @@ class PostgresJournal(Journal):
             raise JournalReadOnlyError("journal is open read-only", **first_ids(expected))
         key = command_key(payload, expected)
         with self._lock:
-            reconnected = False
+            reconnected = reprepared = False
             for attempt in range(_RETRIES):
                 reused = self._conn is not None
                 try:
@@ -386,6 +395,11 @@ class PostgresJournal(Journal):
                     # that did commit replay, so it never applies twice).
                     if not reconnected and self._dropped(reused) and not self._snapshots:
                         reconnected = True
+                        continue
+                    # The session lost the prepared statements (DEALLOCATE ALL, DISCARD ALL):
+                    # prepare them again and rerun the command (it was rolled back).
+                    if not reprepared and isinstance(exc.__cause__, _UNPREPARED):
+                        reprepared, self._cursor = True, None
                         continue
                     if not _transient(exc.__cause__) or attempt == _RETRIES - 1:
                         raise

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 import psycopg
 import pytest
@@ -96,6 +97,45 @@ def test_a_command_commits_state_receipt_events_outbox_and_notifies(
     with pytest.raises(VersionConflictError):
         journal.execute(command_id="b", payload={}, expected={"run:a": 7}, decide=bump)
     assert journal.last_sequence() == 2 and len(journal.outbox()) == 2
+
+
+def test_a_command_takes_two_round_trips_and_a_replay_two(journal: PostgresJournal) -> None:
+    """BEGIN + locks + receipt, then write_command() + COMMIT: each one query string sent."""
+    add(journal, "run:a")  # the first command also prepares the connection's statements
+    add(journal, "run:b")
+    sent: list[str] = []
+
+    class Counting(psycopg.ClientCursor[Any]):
+        def execute(self, query: Any, params: Any = None, **kw: Any) -> Any:
+            sent.append(str(query))
+            return super().execute(query, params, **kw)
+
+    assert journal._conn is not None
+    journal._cursor = Counting(journal._conn)
+    expected = {"run:a": 1, "run:b": 1}
+    journal.execute(command_id="c1", payload={}, expected=expected, decide=bump)
+    assert len(sent) == 2 and sent[0].startswith("BEGIN") and sent[1].endswith("COMMIT")
+    sent.clear()
+    assert journal.execute(command_id="c1", payload={}, expected=expected, decide=bump).replayed
+    assert len(sent) == 2 and sent[1] == "COMMIT"
+
+
+def test_the_command_statements_outlive_rollbacks_and_a_deallocate(
+    journal: PostgresJournal,
+) -> None:
+    """psycopg answers a ROLLBACK with DEALLOCATE ALL once it has prepared a statement of its
+    own (a read repeated 5 times): a refused command then left the next one without its
+    prepared statements. And a session that lost them prepares them again."""
+    add(journal, "run:a")
+    for _ in range(8):
+        assert journal.load("run:a") is not None
+    with pytest.raises(VersionConflictError):  # rolled back
+        journal.execute(command_id="c1", payload={}, expected={"run:a": 7}, decide=bump)
+    journal.execute(command_id="c2", payload={}, expected={"run:a": 1}, decide=bump)
+    assert journal._conn is not None
+    journal._conn.execute("DEALLOCATE ALL")
+    journal.execute(command_id="c3", payload={}, expected={"run:a": 2}, decide=bump)
+    assert journal.load("run:a").version == 3  # type: ignore[union-attr]
 
 
 def test_a_database_without_a_journal_is_refused_and_nothing_is_created(
@@ -211,7 +251,7 @@ def test_a_schema_3_journal_migrates_to_the_outbox_view_and_the_goal_indexes(
         ]
         assert check_journal(j).clean
     with psycopg.connect(postgres_url) as conn:
-        kinds = dict(
+        kinds: dict[str, str] = dict(
             conn.execute(
                 "SELECT c.relname, c.relkind FROM pg_class c JOIN pg_namespace n"
                 " ON n.oid = c.relnamespace WHERE n.nspname = 'refine'"
