@@ -2,6 +2,7 @@
 workers started as fresh processes (``REFINE_FORKSERVER=0``, the design before), side by side.
 
     python -m bench.attempts [--counts 1 100 1000] [--idle 5] [--modes forked fresh]
+                             [--serial K] [--trees DIR ...]
 
 For each count N: a fresh journal, a real ``refine node --capacity N``, then N ``refine goal
 add`` commits (through the Goals API, in this process) of a recipe that sleeps. Once every
@@ -17,6 +18,11 @@ recipe runs:
   (with their claim helpers') until their recipes sleep / N;
 - idle CPU of the node, and of all N workers together, over ``--idle`` seconds while the N
   attempts sleep (% of one core).
+
+``--serial K`` (count 1 only): K single attempts one after another on the same node, each
+committed once the previous one's recipe runs, so p50/p95 of one attempt are over K launches.
+``--trees A B``: the node runs the code of each tree in turn (its ``PYTHONPATH``), rounds
+alternating, for before/after side by side under the same load.
 """
 
 from __future__ import annotations
@@ -45,14 +51,17 @@ NODE = "bench-node"
 SLEEP_S = 600
 
 
-def _node(path: Path, capacity: int, mode: str) -> subprocess.Popen[bytes]:
+def _node(path: Path, capacity: int, mode: str, tree: str | None) -> subprocess.Popen[bytes]:
     command = [sys.executable, "-m", "refine_tui.cli", "--journal", str(path), "--node", NODE]
+    env = {**os.environ, FORKSERVER_ENV: "1" if mode == "forked" else "0"}
+    if tree is not None:
+        env["PYTHONPATH"] = tree
     return subprocess.Popen(
         [*command, "node", "--capacity", str(capacity)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
-        env={**os.environ, FORKSERVER_ENV: "1" if mode == "forked" else "0"},
+        env=env,
     )
 
 
@@ -89,12 +98,20 @@ def _clock_offset() -> float:
 
 
 def measure_one(
-    count: int, idle_s: float, mode: str = "forked", timeout_s: float = 600.0
+    count: int,
+    idle_s: float,
+    mode: str = "forked",
+    timeout_s: float = 600.0,
+    *,
+    serial: int = 1,
+    tree: str | None = None,
 ) -> dict[str, Any]:
+    """``serial`` > 1 (``count`` 1): that many single attempts, one after another."""
+    batches, total = ([1] * serial, serial) if count == 1 and serial > 1 else ([count], count)
     with tempfile.TemporaryDirectory(prefix="refine-attempts-") as scratch:
         path = Path(scratch) / "journal.db"
         Journal.open(path).close()
-        proc = _node(path, count, mode)
+        proc = _node(path, total, mode, tree)
         node = psutil.Process(proc.pid)
         try:
             time.sleep(3.0)  # the node (and its forkserver) is up and watching before the commit
@@ -102,20 +119,21 @@ def measure_one(
             node_cpu = _cpu(node_family)
             with Journal.open(path) as journal:
                 goals = Goals(journal)
-                for n in range(count):
-                    goals.create(
-                        goal_id=f"a{n}", title=f"sleep {n}", node_id=NODE,
-                        argv=["sleep", str(SLEEP_S)],
-                    )  # fmt: skip
-                deadline = time.monotonic() + timeout_s
-                while len(recipes := _recipes(node)) < count:
-                    if time.monotonic() > deadline or proc.poll() is not None:
-                        raise RuntimeError(f"only {len(recipes)} of {count} recipes started")
-                    time.sleep(0.2)
+                done = 0
+                for batch in batches:
+                    for n in range(done, done + batch):
+                        goals.create(
+                            goal_id=f"a{n}", title=f"sleep {n}", node_id=NODE,
+                            argv=["sleep", str(SLEEP_S)],
+                        )  # fmt: skip
+                    done += batch
+                    recipes = _wait_recipes(node, proc, done, timeout_s, 0.2 if batch > 1 else 0.01)
+                    if batch == 1 and done < total:
+                        time.sleep(0.3)  # idle again before the next one
                 created, claimed = _commit_times(journal)
             launches, uss, offset = [], [], _clock_offset()
             legs: list[tuple[float, float, float]] = []
-            names = {f"a{n}" for n in range(count)}
+            names = {f"a{n}" for n in range(total)}
             for worker_pid, recipe in recipes.items():
                 worker = psutil.Process(worker_pid)
                 goal = "goal:" + next(a for a in worker.cmdline() if a in names)
@@ -126,7 +144,7 @@ def measure_one(
                 uss.append(worker.memory_full_info().uss / 2**20)
             node_cpu = _cpu(node_family) - node_cpu
             workers = [psutil.Process(pid) for pid in recipes]
-            worker_cpu = _cpu(workers, children=True) / count  # psutil's ticks are 10 ms: a mean
+            worker_cpu = _cpu(workers, children=True) / total  # psutil's ticks are 10 ms: a mean
             before, workers_before = node.cpu_times(), _on_cpu_ns(recipes)
             time.sleep(idle_s)
             after, workers_after = node.cpu_times(), _on_cpu_ns(recipes)
@@ -142,7 +160,8 @@ def measure_one(
                 "legs_p95_ms": [percentile([leg[i] for leg in legs], 95) * 1000 for i in range(3)],
                 "idle_cpu_pct": busy / idle_s * 100,
                 "workers_cpu_pct": (workers_after - workers_before) / 1e9 / idle_s * 100,
-                "launch_cpu_ms": (node_cpu / count + worker_cpu) * 1000,
+                "launch_cpu_ms": (node_cpu / total + worker_cpu) * 1000,
+                "serial": len(batches) if count == 1 else 1,
             }
         finally:
             os.killpg(proc.pid, signal.SIGTERM)
@@ -158,6 +177,17 @@ def measure_one(
                     os.killpg(worker.pid, signal.SIGKILL)
             for child in psutil.Process().children(recursive=True):
                 child.kill()  # any recipe the node's ending left behind (our own children)
+
+
+def _wait_recipes(
+    node: psutil.Process, proc: subprocess.Popen[bytes], n: int, timeout_s: float, poll_s: float
+) -> dict[int, psutil.Process]:
+    deadline = time.monotonic() + timeout_s
+    while len(recipes := _recipes(node)) < n:
+        if time.monotonic() > deadline or proc.poll() is not None:
+            raise RuntimeError(f"only {len(recipes)} of {n} recipes started")
+        time.sleep(poll_s)
+    return recipes
 
 
 def _cpu(procs: list[psutil.Process], *, children: bool = False) -> float:
@@ -202,7 +232,8 @@ def _legs(p95_ms: list[float]) -> str:
 def rows(results: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
     return [
         (
-            f"{r['count']:,} sleeping attempt(s), {r['mode']} workers",
+            f"{r['count']:,} sleeping attempt(s), {r['mode']} workers"
+            + (f" ({r['serial']} one after another)" if r.get("serial", 1) > 1 else ""),
             f"USS {r['uss_mb']:.1f} MB per attempt (worker); node RSS {r['node_rss_mb']:.0f} MB"
             f" (+ forkserver {r['forkserver_rss_mb']:.0f} MB);"
             f" launch p50 {r['launch_p50_ms']:.0f} ms p95 {r['launch_p95_ms']:.0f} ms"
@@ -220,10 +251,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--counts", type=int, nargs="+", default=[1, 100])
     parser.add_argument("--idle", type=float, default=5.0)
     parser.add_argument("--modes", nargs="+", default=["forked", "fresh"])
+    parser.add_argument("--serial", type=int, default=1)
+    parser.add_argument("--trees", nargs="+", default=[None])
+    parser.add_argument("--rounds", type=int, default=1)
     args = parser.parse_args(argv)
-    results = [measure_one(n, args.idle, mode) for n in args.counts for mode in args.modes]
-    for row in rows(results):
-        print(" | ".join(row))
+    for r in range(args.rounds):
+        for n in args.counts:
+            for mode in args.modes:
+                for tree in args.trees:
+                    result = measure_one(n, args.idle, mode, serial=args.serial, tree=tree)
+                    for row in rows([result]):
+                        print(f"round {r} {tree or '.'} | " * (tree is not None) + " | ".join(row))
+                    sys.stdout.flush()
     return 0
 
 

@@ -39,7 +39,7 @@ from store.execution import Execution
 from store.forkserver import Forkserver, cmdline
 from store.goal_model import MAX_NAME, PROCESS_GONE_METHOD
 from store.goals import Goal, GoalResult, Goals, check_name, goal_id_of_run
-from store.journal_api import Journal, JournalHandle, relay
+from store.journal_api import ChangeSource, Journal, JournalHandle, relay
 from store.locations import resolve_location
 from store.processes import (
     ProcessRecord,
@@ -49,6 +49,7 @@ from store.processes import (
     stop_process,
 )
 from store.run_model import Run
+from store.watch import JournalWatcher
 from store.worker import EXIT_REFUSED, JOURNAL_ENV
 
 # Workers are forked from the warm forkserver unless this is "0" (then each is a fresh process,
@@ -58,6 +59,13 @@ EXIT_REPORT_S = 1.0  # how long to wait for the forkserver's word on a forked wo
 SAFETY_POLL_S = 2.0  # ticks happen on journal changes, and at least this often
 GONE_GRACE_S = 3.0  # while running, an exited worker is reconciled after this long (see tick)
 STOP_GRACE_S = 5.0
+# The node's file watcher wakes this long after a commit's first write (the watcher's default
+# 20 ms collapses bursts for readers; the node collapses them itself, and each launch waited it).
+WAKE_STEP_MS = 2
+# A file wake-up can come before its commit is readable (the writer still syncs the WAL and then
+# publishes the commit) and none comes after: after one, the node looks whether another
+# connection committed at these intervals, and ticks again when one did.
+SETTLE_S = (0.002, 0.004, 0.008, 0.016, 0.032, 0.064, 0.128)
 
 
 @dataclass
@@ -112,6 +120,7 @@ class Node:
         self._gone_since: dict[tuple[str, int], float] = {}
         self._log: IO[bytes] | None = None
         self._forkserver: Forkserver | None = None
+        self._changes: tuple[Journal, ChangeSource] | None = None  # see _committed_meanwhile
         # serve() points these at its event loop, so a worker's exit wakes the node at once.
         self.watch_fd: Callable[[int], object] = lambda fd: None
         self.unwatch_fd: Callable[[int], object] = lambda fd: None
@@ -397,6 +406,9 @@ class Node:
         if _forking():
             self._forkserver_for(self._worker_env(), self._node_log()).start()
         watcher = Journal.watch(self.journal_path)
+        files = False  # a file watcher (SQLite); PostgreSQL notifies after the commit
+        if isinstance(watcher, JournalWatcher):
+            files, watcher.step_ms = True, WAKE_STEP_MS
         pump = asyncio.create_task(relay(watcher, wake))
         try:
             self._guarded(self.reconcile)
@@ -404,17 +416,23 @@ class Node:
             # time: while commits keep waking us (1,000 claims), launches do not queue behind
             # one round after another.
             due = 0.0  # when housekeeping may run again
+            settling = False  # after a file wake-up: commits may still become readable
             while not stop.is_set():
                 wake.clear()
+                if settling:
+                    self._changes_since_now()  # what the tick cannot read yet shows later
                 began = time.monotonic()
                 keep = began >= due
                 self._guarded(functools.partial(self.tick, housekeeping=keep))
                 now = time.monotonic()
                 if keep:
                     due = now + (now - began)
+                if settling and await self._committed_meanwhile(wake):
+                    continue
                 wait = SAFETY_POLL_S if keep else min(SAFETY_POLL_S, max(0.0, due - now))
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(wake.wait(), wait)
+                settling = files and wake.is_set()
         finally:
             watcher.stop()
             pump.cancel()
@@ -427,6 +445,32 @@ class Node:
                     self.unwatch_fd(launch.pidfd)
             self.watch_fd = self.unwatch_fd = lambda fd: None
         return 0
+
+    def _changes_since_now(self) -> ChangeSource | None:
+        """This journal's change source, reset to now (None: unreadable for now)."""
+        if self._changes is None or self._changes[0] is not self.journal:
+            self._changes = (self.journal, self.journal.changes())
+        try:
+            self._changes[1].changed()
+        except RefineError:
+            return None
+        return self._changes[1]
+
+    async def _committed_meanwhile(self, wake: asyncio.Event) -> bool:
+        """Whether another connection committed since the tick began (or a wake-up came),
+        looking for up to ``SETTLE_S``."""
+        if self._changes is None or self._changes[0] is not self.journal:
+            return True  # the journal was reopened: tick on it
+        changes = self._changes[1]
+        for delay in SETTLE_S:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(wake.wait(), delay)
+            try:
+                if wake.is_set() or changes.changed():
+                    return True
+            except RefineError:
+                return False
+        return False
 
     def _guarded(self, step: Callable[[], object]) -> None:
         try:

@@ -6,14 +6,18 @@ marker argument of the recipe), so the fixture can find and kill every leftover 
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import os
 import signal
 import subprocess
+import threading
 from pathlib import Path
 
 import psutil
 import pytest
 
+from store import scheduler
 from store.errors import RunTerminalError, StaleAttemptError
 from store.goals import Goals
 from store.journal import Journal
@@ -426,3 +430,41 @@ def _dead(proc: psutil.Process) -> bool:
         return proc.status() == psutil.STATUS_ZOMBIE  # the node reaps it when it next launches
     except psutil.NoSuchProcess:
         return True
+
+
+def test_the_node_launches_each_commit_from_its_wake_ups_alone(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the safety poll off, goals committed one after another all launch: the node wakes
+    2 ms after a commit's first write, and when that is before the commit is readable (the
+    writer still syncs the WAL) it looks again shortly after (a race the test cannot force)."""
+    monkeypatch.setattr(scheduler, "SAFETY_POLL_S", 3600.0)
+    loop = asyncio.new_event_loop()
+    stop = asyncio.Event()
+    failures: list[BaseException] = []
+
+    def commit_one_after_another() -> None:
+        try:
+            with Journal.open(env.path) as journal:
+                goals = Goals(journal)
+                for n in range(12):
+                    goals.create(goal_id=f"w{n}", title="w", node_id="n1", argv=[PY, "-c", "0"])
+                    wait_until(functools.partial(_launched, goals, f"w{n}"), what=f"w{n}")
+        except BaseException as exc:
+            failures.append(exc)
+        finally:
+            loop.call_soon_threadsafe(stop.set)
+
+    with Node(env.path, "n1", capacity=20) as node:
+        committer = threading.Thread(target=commit_one_after_another)
+        committer.start()
+        loop.run_until_complete(node.serve(stop))
+        committer.join()
+    loop.close()
+    assert not failures, failures
+    wait_until(lambda: all(_completed(env, f"w{n}") for n in range(12)), what="all completed")
+
+
+def _launched(goals: Goals, goal_id: str) -> bool:
+    goal = goals.read(goal_id)
+    return goal is not None and goal.status != "queued"
