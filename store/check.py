@@ -138,8 +138,9 @@ def _check_outbox(
     events: Mapping[str, list[Event]],
     outbox: Mapping[int, tuple[int, str, str]],
 ) -> None:
-    """The outbox feed names every event, with its aggregate and its type as topic (a view of
-    the events on both backends since schema 4; a journal kept as a table before)."""
+    """The outbox feed names every event, with its aggregate and its type as topic. Both
+    backends now derive it from the events (a view); a journal read before its migration still
+    has the table of rows it kept, and an exported one is checked by its target's import."""
     fed = {e.sequence: (e.sequence, e.aggregate_id, e.type) for evs in events.values() for e in evs}
     missing = sorted(set(fed) - set(outbox))
     if missing:

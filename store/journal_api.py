@@ -199,7 +199,8 @@ class Journal(Protocol):
         ...
 
     def outbox(self, after_sequence: int = 0, limit: int = MAX_PAGE) -> list[tuple[int, str, str]]:
-        """Outbox rows ``(sequence, aggregate_id, topic)`` after ``after_sequence``."""
+        """Outbox rows ``(sequence, aggregate_id, topic)`` after ``after_sequence``: one for each
+        event, its type as topic (a view of the events)."""
         ...
 
     def last_sequence(self) -> int: ...

@@ -125,8 +125,8 @@ class CommandTx(Protocol):
         """One aggregate's events up to ``up_to_version``, oldest first."""
 
     def write(self, writes: Writes) -> list[int]:
-        """Insert the events and their outbox rows, put the rows, add the receipt; returns the
-        events' sequences (gap-free, in commit order)."""
+        """Insert the events (the outbox is a view of them), put the rows, add the receipt;
+        returns the events' sequences (gap-free, in commit order)."""
 
 
 class StepTx(Protocol):
@@ -135,8 +135,8 @@ class StepTx(Protocol):
     def append(
         self, events: Sequence[tuple[str, int, str, str]], now: float, command_id: str
     ) -> list[int]:
-        """Insert events ``(aggregate_id, version, type, data text)`` and their outbox rows;
-        returns their sequences (gap-free, in commit order)."""
+        """Insert events ``(aggregate_id, version, type, data text)``; returns their sequences
+        (gap-free, in commit order)."""
 
     def put(self, row: AggregateRow) -> None: ...
 
@@ -376,8 +376,10 @@ class Unreadable(str):
 
 # --- copying a journal between backends (``refine copy``) ------------------------------------
 
-# Every stored table with its columns in one order for every backend, and its key order; events
-# come before the outbox rows that refer to them.
+# Every table a copy carries with its columns in one order for every backend, and its key order;
+# events come before the outbox rows that name them. The outbox is a view of the events on both
+# backends: a target checks the rows it is given against its own view. SQLite's ``prev`` (each
+# event's previous one of its aggregate) is derived, not copied.
 COPY_TABLES: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("events", ("sequence", "aggregate_id", "version", "type", "data", "committed_at",
                 "command_id"), "sequence"),
