@@ -21,7 +21,7 @@ from store.errors import (
     RefineError,
     VersionConflictError,
 )
-from store.records import dataclass, replace
+from store.records import dataclass
 
 MAX_SAFE_INTEGER = 2**53 - 1
 MAX_PAGE = 1000
@@ -148,7 +148,12 @@ def write_steps(tx: StepTx, writes: Writes) -> list[int]:
     the receipt."""
     sequences = tx.append(writes.events, writes.now, writes.command_id)
     for row, last in zip(writes.rows, writes.last_events, strict=True):
-        tx.put(replace(row, last_sequence=sequences[last - 1]) if last else row)
+        if last:  # built directly: records.replace reads every field by name (≈ 2 µs a row)
+            row = AggregateRow(
+                row.aggregate_id, row.kind, row.version, row.status, row.node_id,
+                sequences[last - 1], row.state, row.new,
+            )  # fmt: skip
+        tx.put(row)
     tx.add_receipt(writes.command_id, writes.key, writes.result, writes.now)
     return sequences
 
