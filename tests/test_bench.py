@@ -87,3 +87,17 @@ def test_postgres_bench_runs_every_contender_on_its_own_server() -> None:
     assert set(m) == set(postgres.CONTENDERS)
     assert all(wall > 0 and server >= 0 for timings in m.values() for wall, _, server in timings)
     assert len(postgres.rows(m, 3, False)) == 2
+
+
+def test_pages_attributes_every_wal_frame_of_a_command_to_its_b_tree(tmp_path: Path) -> None:
+    """bench.pages: an Execution command writes its Run's row, its events and its receipt (and
+    page 1 as the file grows), no index: Runs are in no Goal index and events are chained."""
+    from bench import pages
+
+    per = pages.attribute("execution", "NORMAL", 20, 1, tmp_path)
+    assert set(per) == {"submit", "claim", "complete"}
+    trees = {tree for counts in per.values() for tree, _kind in counts}
+    assert trees <= {"aggregates", "events", "receipts", "page 1 (header)"}, trees
+    for counts in per.values():  # one leaf of each of the three at least, every command
+        for tree in ("aggregates", "events", "receipts"):
+            assert sum(n for (t, _), n in counts.items() if t == tree) >= 20
