@@ -38,7 +38,7 @@ import traceback
 from collections.abc import Mapping, Sequence
 from typing import IO
 
-import psutil
+from store.processes import create_time
 
 READY_S = 30.0  # a zygote not ready by then (a loaded box) is given up for the usual path
 REPLY_S = 5.0  # how long a fork request may take before the zygote is given up
@@ -268,11 +268,11 @@ def _fork(
         return f"failed {exc}"
     if pid == 0:
         _child(argv, parser, private)
-    try:  # unreaped until we wait for it, so the pid is still this child's
-        create_time = psutil.Process(pid).create_time()
-    except psutil.Error as exc:
-        return f"failed {exc}"  # the child exits or is reaped as any other
-    return f"started {pid} {create_time!r}"
+    # Unreaped until we wait for it, so the pid is still this child's (a zombie has one too).
+    created = create_time(pid)
+    if created is None:
+        return "failed the worker is gone"  # never: it is our unreaped child
+    return f"started {pid} {created!r}"
 
 
 def _child(argv: list[str], parser: argparse.ArgumentParser, private: tuple[int, int]) -> None:

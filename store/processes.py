@@ -96,10 +96,12 @@ class ProcessRecord:
         import psutil
 
         me = psutil.Process()
+        created = create_time(me.pid)
+        assert created is not None  # we are alive
         return cls(
             node_id=node_id,
             pid=me.pid,
-            create_time=me.create_time(),
+            create_time=created,
             pgid=os.getpgid(0),
             run_id=run_id,
             epoch=epoch,
@@ -174,13 +176,29 @@ class ProcessRegistry:
         legacy = self._legacy_path("logs", run_id, epoch, "log")
         return legacy if legacy is not None and legacy.exists() and not path.exists() else path
 
-    def record(self, rec: ProcessRecord) -> Path:
-        """Write ``rec`` atomically (temp file + ``os.replace``): readers see old or new, whole."""
+    def record(self, rec: ProcessRecord, *, sync: bool = True) -> Path:
+        """Write ``rec`` atomically (temp file + ``os.replace``): readers see old or new, whole.
+
+        ``sync=False`` leaves the fsync to ``sync`` later (a worker's record, synced once its
+        recipe started: off the launch path). Unsynced, the record is still what every process
+        reads; only an OS crash can lose it, and that ends the process it names too, so the
+        attempt is then what it would be had the crash come just before the record: claimed
+        with no record, left for an operator (the node never guesses without one).
+        """
         self.processes_dir.mkdir(parents=True, exist_ok=True)
         self.logs_dir.mkdir(parents=True, exist_ok=True)
         target = self._record_path(rec.run_id, rec.epoch)
-        _write_atomically(target, rec.to_json())
+        _write_atomically(target, rec.to_json(), sync=sync)
         return target
+
+    def sync(self, run_id: str, epoch: int) -> None:
+        """Make a record written with ``sync=False`` durable (nothing when it is gone)."""
+        with contextlib.suppress(FileNotFoundError):
+            fd = os.open(self._record_path(run_id, epoch), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
 
     # A Stop in progress owns its attempt's ending: from its first signal until it has recorded
     # (or its deadline passed, should the stopper die) this node does not reconcile the attempt.
@@ -263,13 +281,14 @@ def _safe_name(value: str) -> str:
     return file_name(value)
 
 
-def _write_atomically(target: Path, data: Mapping[str, Any]) -> None:
+def _write_atomically(target: Path, data: Mapping[str, Any], *, sync: bool = True) -> None:
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".part", dir=target.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             json.dump(data, f, sort_keys=True)
             f.flush()
-            os.fsync(f.fileno())
+            if sync:
+                os.fsync(f.fileno())
         os.replace(tmp, target)
     except BaseException:
         with contextlib.suppress(OSError):
@@ -317,6 +336,13 @@ def _stat(pid: int) -> tuple[str, int, int, float] | None:
     fields = data[data.rfind(b")") + 2 :].split()  # after the name, which may hold ") "
     create_time = (float(fields[19]) / _CLOCK_TICKS) + _boot_time()
     return fields[0].decode("ascii"), int(fields[1]), int(fields[2]), create_time
+
+
+def create_time(pid: int) -> float | None:
+    """``pid``'s create time exactly as psutil gives it (see ``_stat``), None when there is no
+    such process: the identity a record holds, without building a psutil object."""
+    seen = _stat(pid)
+    return None if seen is None else seen[3]
 
 
 def _boot_time() -> float:

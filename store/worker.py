@@ -38,7 +38,7 @@ from store.errors import RefineError, StorageError
 from store.execution import Execution
 from store.goals import Goals
 from store.journal_api import ChangeSource, Journal
-from store.processes import ProcessRecord, ProcessRegistry, stop_group_members
+from store.processes import ProcessRecord, ProcessRegistry, create_time, stop_group_members
 
 POLL_S = 0.25  # how often the worker looks whether the journal changed
 STOP_GRACE_S = 5.0  # SIGTERM → SIGKILL for its own recipe
@@ -109,6 +109,11 @@ class Ready:
     def registry(self) -> ProcessRegistry:
         return ProcessRegistry(self.location, self.claim.node_id, self.journal_id)
 
+    def sync_record(self) -> None:
+        """Make the process record durable, once the recipe was launched (off its path)."""
+        with contextlib.suppress(OSError):  # e.g. an I/O error: it stays what readers see
+            self.registry().sync(self.claim.run_id, self.claim.epoch)
+
     def to_json(self) -> str:
         return json.dumps(asdict(self))
 
@@ -153,6 +158,7 @@ def run_worker(
                 recipe = _launch(ready, log)
             except OSError as exc:
                 return _unlaunched(Goals(journal), ready, log, exc)
+            ready.sync_record()
             return _own(Goals(journal), ready, recipe, log)
     finally:
         ready.registry().remove(ready.claim.run_id, ready.claim.epoch)
@@ -202,7 +208,10 @@ def _claim_in_helper(
         send(EXIT_UNAVAILABLE)
         return
     with journal:  # closed after sending: the worker launches meanwhile
-        send(_claim(journal, node_id, goal_id, token, round, owner=owner))
+        result = _claim(journal, node_id, goal_id, token, round, owner=owner)
+        send(result)
+        if isinstance(result, Ready):
+            result.sync_record()
 
 
 def _claim(
@@ -236,7 +245,8 @@ def _claim(
     registry = ProcessRegistry.for_journal(journal, node_id)
     log_path = registry.log_path(claim.run_id, claim.epoch)
     try:
-        registry.record(_record_of(owner, claim, log_path, journal.journal_id))
+        # Synced once the recipe runs (``Ready.sync_record``): see ProcessRegistry.record.
+        registry.record(_record_of(owner, claim, log_path, journal.journal_id), sync=False)
     except OSError as exc:  # e.g. disk full: as the owner, say so rather than vanish
         _say(f"{claim.run_id}/{claim.epoch}: cannot record this process: {exc}")
         why = f"cannot record the worker process: {exc}"[:400]
@@ -278,13 +288,10 @@ def _record_of(owner: int, claim: Claim, log_path: Path, journal_id: str | None)
     )
     if owner == rec.pid:
         return rec
-    import psutil
-
-    try:
-        create_time = psutil.Process(owner).create_time()
-    except psutil.Error as exc:
-        raise OSError(f"the worker {owner} is gone: {exc}") from None
-    return replace(rec, pid=owner, create_time=create_time)
+    created = create_time(owner)
+    if created is None:
+        raise OSError(f"the worker {owner} is gone")
+    return replace(rec, pid=owner, create_time=created)
 
 
 def _in_helper(step: Callable[[Callable[[int | Ready], None]], None]) -> int | Ready:

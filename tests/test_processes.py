@@ -18,6 +18,7 @@ import pytest
 from store.processes import (
     ProcessRecord,
     ProcessRegistry,
+    create_time,
     live_worker,
     log_tail,
     observe,
@@ -241,6 +242,18 @@ def test_registry_records_atomically_and_reads_back(tmp_path: Path) -> None:
     assert reg.all() == []
 
 
+def test_a_record_written_unsynced_reads_the_same_and_is_synced_later(tmp_path: Path) -> None:
+    reg = ProcessRegistry(tmp_path / "journal.db", "n1")
+    rec = _record(os.getpid(), pgid=os.getpgid(0), run_id="build.r1", epoch=1)
+
+    reg.record(rec, sync=False)
+    assert reg.get("build.r1", 1) == rec and reg.all() == [rec]
+    reg.sync("build.r1", 1)
+    assert reg.get("build.r1", 1) == rec
+    assert reg.remove("build.r1", 1)
+    reg.sync("build.r1", 1)  # gone meanwhile (the attempt ended): nothing to do
+
+
 def test_registry_skips_unreadable_records(tmp_path: Path) -> None:
     reg = ProcessRegistry(tmp_path / "journal.db", "n1")
     good = _record(os.getpid(), pgid=os.getpgid(0))
@@ -325,9 +338,12 @@ def test_the_create_time_read_from_proc_is_psutils_to_the_bit(spawn: Spawn) -> N
             assert seen[1:3] == (theirs.ppid(), os.getpgid(pid))
             assert (seen[0] == "Z") == (theirs.status() == psutil.STATUS_ZOMBIE)
         assert _stat(zombie.pid)[0] == "Z"  # type: ignore[index]
+        for pid in (os.getpid(), proc.pid, zombie.pid):  # the public one: what records hold
+            assert create_time(pid) == psutil.Process(pid).create_time()
     finally:
         zombie.wait()
     assert _stat(zombie.pid) is None
+    assert create_time(zombie.pid) is None
 
 
 # A stop in a fresh interpreter: then, was psutil imported?

@@ -13,7 +13,7 @@ from store import worker
 from store.processes import ProcessRecord, ProcessRegistry
 
 
-def _crash(self: ProcessRegistry, rec: ProcessRecord) -> Path:
+def _crash(self: ProcessRegistry, rec: ProcessRecord, *, sync: bool = True) -> Path:
     raise RuntimeError("the claim helper crashed")
 
 

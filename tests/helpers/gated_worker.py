@@ -17,8 +17,8 @@ from store.processes import ProcessRecord, ProcessRegistry
 _record = ProcessRegistry.record
 
 
-def _held(self: ProcessRegistry, rec: ProcessRecord) -> object:
-    written = _record(self, rec)
+def _held(self: ProcessRegistry, rec: ProcessRecord, *, sync: bool = True) -> object:
+    written = _record(self, rec, sync=sync)
     deadline = time.monotonic() + 30
     while not os.path.exists(GATE) and time.monotonic() < deadline:
         time.sleep(0.02)
