@@ -62,6 +62,7 @@ def _node(path: Path, capacity: int, mode: str, tree: str | None) -> subprocess.
         stderr=subprocess.DEVNULL,
         start_new_session=True,
         env=env,
+        cwd=tree,  # ``python -m`` puts the working directory first on sys.path
     )
 
 
