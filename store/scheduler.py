@@ -65,7 +65,7 @@ WAKE_STEP_MS = 2
 # A file wake-up can come before its commit is readable (the writer still syncs the WAL and then
 # publishes the commit) and none comes after: after one, the node looks whether another
 # connection committed at these intervals, and ticks again when one did.
-SETTLE_S = (0.002, 0.004, 0.008, 0.016, 0.032, 0.064, 0.128)
+SETTLE_S = (0.004, 0.016, 0.064)
 
 
 @dataclass
