@@ -179,11 +179,11 @@ class ProcessRegistry:
     def record(self, rec: ProcessRecord, *, sync: bool = True) -> Path:
         """Write ``rec`` atomically (temp file + ``os.replace``): readers see old or new, whole.
 
-        ``sync=False`` leaves the fsync to ``sync`` later (a worker's record, synced once its
-        recipe started: off the launch path). Unsynced, the record is still what every process
-        reads; only an OS crash can lose it, and that ends the process it names too, so the
-        attempt is then what it would be had the crash come just before the record: claimed
-        with no record, left for an operator (the node never guesses without one).
+        ``sync=False`` leaves the fsync to ``sync`` later (a worker's record, synced by its claim
+        helper while the worker starts the recipe: off the launch path). Unsynced, the record is
+        still what every process reads; only an OS crash can lose it, and that ends the process
+        it names too, so the attempt is then what it would be had the crash come just before the
+        record: claimed with no record, left for an operator (the node never guesses without one).
         """
         self.processes_dir.mkdir(parents=True, exist_ok=True)
         self.logs_dir.mkdir(parents=True, exist_ok=True)

@@ -110,7 +110,7 @@ class Ready:
         return ProcessRegistry(self.location, self.claim.node_id, self.journal_id)
 
     def sync_record(self) -> None:
-        """Make the process record durable, once the recipe was launched (off its path)."""
+        """Make the process record durable (after the hand-over: off the launch path)."""
         with contextlib.suppress(OSError):  # e.g. an I/O error: it stays what readers see
             self.registry().sync(self.claim.run_id, self.claim.epoch)
 
@@ -245,7 +245,8 @@ def _claim(
     registry = ProcessRegistry.for_journal(journal, node_id)
     log_path = registry.log_path(claim.run_id, claim.epoch)
     try:
-        # Synced once the recipe runs (``Ready.sync_record``): see ProcessRegistry.record.
+        # Synced after the hand-over, while the worker launches (``Ready.sync_record``): see
+        # ProcessRegistry.record.
         registry.record(_record_of(owner, claim, log_path, journal.journal_id), sync=False)
     except OSError as exc:  # e.g. disk full: as the owner, say so rather than vanish
         _say(f"{claim.run_id}/{claim.epoch}: cannot record this process: {exc}")
