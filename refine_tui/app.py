@@ -204,6 +204,7 @@ class RefineApp(App[None]):
         self._launch_timer: Timer | None = None
         self._paint_held: Timer | None = None  # a new filter's list is on its way (hold_paint)
         self._gc_held = False  # hold_paint turned the garbage collector off
+        self._closing_box = False  # the filter box closes the frame after the new list
 
     def get_driver_class(self) -> type[Driver]:
         driver = super().get_driver_class()
@@ -863,7 +864,7 @@ class RefineApp(App[None]):
 
     def go_back(self) -> None:
         box = self.query_one("#filter", Input)
-        if box.display:  # escape in the filter clears it (k9s)
+        if box.display and not self._closing_box:  # escape in the filter clears it (k9s)
             self.set_filter("")
         elif self.detail is not None:
             self.close_detail()
@@ -1007,6 +1008,7 @@ class RefineApp(App[None]):
     def action_filter(self) -> None:
         box = self.query_one("#filter", Input)
         box.value = self.filter_text
+        self._closing_box = False
         box.display = True
         box.focus()
 
@@ -1019,7 +1021,9 @@ class RefineApp(App[None]):
         self.filter_text = text.strip()
         self.stop_filling()  # a newer filter: the older list's remaining chunks would be stale
         self.hold_paint()
-        self.query_one("#filter", Input).display = False
+        # The box closes a frame after the new list is painted: closing it with the list would
+        # lay the screen out again and draw every line of the taller table in the list's frame.
+        self._closing_box = self.query_one("#filter", Input).display
         if self.view != "goals":
             self.focus_goal = self.focus_run = None
             self.switch_view("goals", "Goals")
@@ -1049,8 +1053,15 @@ class RefineApp(App[None]):
             self._paint_held.stop()
             self._paint_held = None
             self._end_batch()
+            if self._closing_box:
+                self.call_after_refresh(self._close_box)
             if self._gc_held:
                 self.call_after_refresh(gc.enable)
+
+    def _close_box(self) -> None:
+        if self._closing_box:  # not opened again meanwhile
+            self._closing_box = False
+            self.query_one("#filter", Input).display = False
 
     def action_pause(self) -> None:
         self.paused = not self.paused

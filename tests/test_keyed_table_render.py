@@ -173,3 +173,39 @@ async def test_a_cell_written_in_place_keeps_its_row_style_cursor_and_stripes() 
         table.select("r02")
         await pilot.pause()
         assert patched == styled_screen(fresh)
+
+
+async def test_a_new_list_reuses_cell_renders_only_where_content_and_place_match() -> None:
+    """A new list (a filter, the filter cleared) reuses the renders of cells with the same
+    content at the same place; the screen is exactly a fresh table's, styles included."""
+    app = TableApp()
+    async with app.run_test(size=SIZE) as pilot:
+        table = app.query_one(KeyedTable)
+        table.focus()
+        everything = rows(20)
+        table.sync(everything)
+        await pilot.pause()
+        rendered = len(table._renders)
+        table.sync({k: everything[k] for k in ("r05", "r07", "r15")})  # a filter
+        await pilot.pause()
+        table.sync(everything)  # cleared: the same cells at the same places again
+        await pilot.pause()
+        assert len(table._renders) == rendered + 3 * 3  # only the filter's own rows were new
+        changed = dict(everything)
+        changed["r01"] = ("r01", Text("running", style="green"), "2s")
+        changed["r03"] = changed.pop("r03")  # content moved: r03 is now last, r04 second
+        for _ in range(12):
+            table.sync({k: everything[k] for k in list(everything)[:12:2]})  # > REBUILD_AT gone
+            await pilot.pause()
+            table.sync(changed)
+            table.select("r04")
+            await pilot.pause()
+        reused = styled_screen(app)
+    fresh = TableApp()
+    async with fresh.run_test(size=SIZE) as pilot:
+        table = fresh.query_one(KeyedTable)
+        table.focus()
+        table.sync(changed)
+        table.select("r04")
+        await pilot.pause()
+        assert reused == styled_screen(fresh)

@@ -23,7 +23,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from rich.console import RenderableType
+from rich.segment import Segment
+from rich.style import Style
 from rich.text import Text
+from textual.cache import LRUCache
 from textual.coordinate import Coordinate
 from textual.geometry import Region
 from textual.strip import Strip
@@ -43,12 +46,18 @@ class Column:
 
 Cells = Sequence[RenderableType]
 REBUILD_AT = 10  # removing more rows than this rebuilds the table once (a new list)
+CELL_RENDERS = 4_000  # cells' renders kept across new lists (a screen is ≈ 40 rows × 9 cells)
 
 
 class KeyedTable(DataTable[RenderableType]):
     """Row-cursor table whose rows are addressed by string keys."""
 
     def __init__(self, columns: Sequence[Column], **kwargs: object) -> None:
+        # Cell renders by what they depend on (place, content, style), not by row key and the
+        # table-wide counter: a new list (a filter, a cleared filter) shows many of the same
+        # cells at the same places (the same rows back, a status, an empty round).
+        self._renders: LRUCache[tuple[Any, ...], list[list[Segment]]] = LRUCache(CELL_RENDERS)
+        self._keep_renders = False
         super().__init__(cursor_type="row", zebra_stripes=True, **kwargs)  # type: ignore[arg-type]
         self.spec = tuple(columns)
         self._column_index = {column.key: i for i, column in enumerate(self.spec)}
@@ -160,6 +169,35 @@ class KeyedTable(DataTable[RenderableType]):
         y = row + (self.header_height if self.show_header else 0)
         self._refresh_region(Region(x, y, sum(widths[first : last + 1]), 1))
 
+    def _clear_caches(self) -> None:
+        super()._clear_caches()
+        if not self._keep_renders:  # a style, width or cursor change: every render may differ
+            self._renders.clear()
+
+    def _render_cell(
+        self,
+        row_index: int,
+        column_index: int,
+        base_style: Style,
+        width: int,
+        cursor: bool = False,
+        hover: bool = False,
+    ) -> list[list[Segment]]:
+        """DataTable's render of a cell, reused when a new list puts the same content there
+        (its render carries its row and column index, as mouse meta)."""
+        key = self._row_locations.get_key(row_index) if row_index >= 0 else None
+        cells = self._cells.get(key.value or "") if key is not None else None
+        content = _content(cells[column_index]) if cells and column_index >= 0 else None
+        if content is None or not self._fixed:
+            return super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
+        place = (row_index, column_index, content, base_style, width, cursor, hover)
+        state = (self._show_hover_cursor, self._pseudo_class_state, self.show_cursor)
+        lines = self._renders.get((place, state))
+        if lines is None:
+            lines = super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
+            self._renders.set((place, state), lines)
+        return lines
+
     def render_lines(self, crop: Region) -> list[Strip]:
         if self._stale:
             self._forget_stale_renders()
@@ -256,7 +294,11 @@ class KeyedTable(DataTable[RenderableType]):
         Only for an operator's own change of the row set; the cursor goes back to its key.
         """
         selected = self.selected_key
-        self.clear()
+        self._keep_renders = True  # renders depend on content and place, not on the rows
+        try:
+            self.clear()
+        finally:
+            self._keep_renders = False
         self._cells = {}
         for key, cells in rows.items():
             self.upsert(key, cells)
@@ -273,6 +315,16 @@ def cell(value: RenderableType) -> RenderableType:
     if isinstance(value, Text):
         return literal_text(value)
     return value
+
+
+def _content(value: RenderableType) -> object:
+    """What a cell's render depends on, hashable; None: not known (not reused)."""
+    if isinstance(value, (str, int)):
+        return (type(value), value)
+    if isinstance(value, Text):
+        spans = tuple(value.spans)
+        return (Text, value.plain, str(value.style), spans, value.justify, value.overflow)
+    return None
 
 
 def _discard(cache, stale: Callable[[Any], bool]) -> None:  # cache: textual.cache.LRUCache
