@@ -121,6 +121,7 @@ class Node:
         self._log: IO[bytes] | None = None
         self._forkserver: Forkserver | None = None
         self._changes: tuple[Journal, ChangeSource] | None = None  # see _committed_meanwhile
+        self._exited = False  # a worker's pidfd fired since the last tick (see serve)
         # serve() points these at its event loop, so a worker's exit wakes the node at once.
         self.watch_fd: Callable[[int], object] = lambda fd: None
         self.unwatch_fd: Callable[[int], object] = lambda fd: None
@@ -397,7 +398,12 @@ class Node:
 
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, quit_)
-        self.watch_fd = lambda fd: loop.add_reader(fd, wake.set)
+
+        def exited() -> None:
+            self._exited = True
+            wake.set()
+
+        self.watch_fd = lambda fd: loop.add_reader(fd, exited)
         self.unwatch_fd = loop.remove_reader
         for launch in self.launched.values():
             if launch.pidfd is not None:
@@ -415,24 +421,30 @@ class Node:
             # Housekeeping (its rounds over every record) takes at most about half the loop's
             # time: while commits keep waking us (1,000 claims), launches do not queue behind
             # one round after another.
-            due = 0.0  # when housekeeping may run again
+            due = now = 0.0  # when housekeeping may run again
+            keep = True
             settling = False  # after a file wake-up: commits may still become readable
+            force = True  # tick whatever the journal says (first, safety poll, a commit seen)
             while not stop.is_set():
                 wake.clear()
-                if settling:
-                    self._changes_since_now()  # what the tick cannot read yet shows later
-                began = time.monotonic()
-                keep = began >= due
-                self._guarded(functools.partial(self.tick, housekeeping=keep))
-                now = time.monotonic()
-                if keep:
-                    due = now + (now - began)
-                if settling and await self._committed_meanwhile(wake):
+                # A file wake-up that shows no commit (yet: see _committed_meanwhile) needs no
+                # tick: a commit's writes, journal opens and checkpoints wake us several times.
+                if force or not settling or not self._nothing_new():
+                    began = time.monotonic()
+                    keep = began >= due
+                    self._guarded(functools.partial(self.tick, housekeeping=keep))
+                    now = time.monotonic()
+                    if keep:
+                        due = now + (now - began)
+                force = False
+                if settling and (seen := await self._committed_meanwhile(wake)):
+                    force = seen == "commit"
                     continue
                 wait = SAFETY_POLL_S if keep else min(SAFETY_POLL_S, max(0.0, due - now))
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(wake.wait(), wait)
                 settling = files and wake.is_set()
+                force = not settling
         finally:
             watcher.stop()
             pump.cancel()
@@ -446,31 +458,41 @@ class Node:
             self.watch_fd = self.unwatch_fd = lambda fd: None
         return 0
 
-    def _changes_since_now(self) -> ChangeSource | None:
-        """This journal's change source, reset to now (None: unreadable for now)."""
+    def _nothing_new(self) -> bool:
+        """Since the last look: no other connection committed, no worker exited, the journal's
+        file is the same (reset to now; False when unsure)."""
+        if self._exited:
+            self._exited = False
+            return False
         if self._changes is None or self._changes[0] is not self.journal:
             self._changes = (self.journal, self.journal.changes())
         try:
-            self._changes[1].changed()
+            return not self._changes[1].changed() and not self.journal.replaced()
         except RefineError:
-            return None
-        return self._changes[1]
+            return False
 
-    async def _committed_meanwhile(self, wake: asyncio.Event) -> bool:
-        """Whether another connection committed since the tick began (or a wake-up came),
-        looking for up to ``SETTLE_S``."""
+    async def _committed_meanwhile(self, wake: asyncio.Event) -> str | None:
+        """Look for up to ``SETTLE_S``: "commit" once another connection committed since the
+        last look, "wake" on a wake-up, None when neither came (or the journal is unreadable:
+        the safety poll ticks)."""
         if self._changes is None or self._changes[0] is not self.journal:
-            return True  # the journal was reopened: tick on it
+            # Reopened by the tick that just ran: look from now on (a new source's first
+            # answer is always "changed").
+            self._changes = (self.journal, self.journal.changes())
+            with contextlib.suppress(RefineError):
+                self._changes[1].changed()
         changes = self._changes[1]
         for delay in SETTLE_S:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(wake.wait(), delay)
             try:
-                if wake.is_set() or changes.changed():
-                    return True
+                if changes.changed():
+                    return "commit"
             except RefineError:
-                return False
-        return False
+                return None
+            if wake.is_set():
+                return "wake"
+        return None
 
     def _guarded(self, step: Callable[[], object]) -> None:
         try:
