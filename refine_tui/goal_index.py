@@ -13,6 +13,7 @@ the dashboard reads anyway: every commit reaches it as a touched Goal whose row 
 from __future__ import annotations
 
 import heapq
+from bisect import bisect_left
 from collections.abc import Iterable, Mapping
 
 from refine_tui.rows import ACTIVE, TERMINAL, GoalRow
@@ -31,6 +32,10 @@ class GoalIndex:
 
     def __init__(self, lines: dict[str, str], status: dict[str, str], order: list[str]) -> None:
         self._lines = lines
+        # The lines again in id order: a filter's hits come by id, so a common word stops at
+        # the list's cap ("queued" at 100k: the first 1,200 of ≈ 30,000), not at the end.
+        self._ids = sorted(lines)
+        self._texts = [lines[g] for g in self._ids]
         self._status = status
         self._active = {g for g, s in status.items() if s in ACTIVE}
         self._order = dict.fromkeys(order)  # least recently changed first
@@ -64,12 +69,14 @@ class GoalIndex:
         touched, oldest change first (they become the most recent)."""
         for goal_id, row in rows.items():
             if row is None:
-                self._lines.pop(goal_id, None)
+                if self._lines.pop(goal_id, None) is not None:
+                    at = bisect_left(self._ids, goal_id)
+                    del self._ids[at], self._texts[at]
                 self._status.pop(goal_id, None)
                 self._active.discard(goal_id)
                 self._order.pop(goal_id, None)
                 continue
-            self._lines[goal_id] = _words(goal_id, row.title, row.status, row.node_id)
+            self._put(goal_id, _words(goal_id, row.title, row.status, row.node_id))
             if row.status == "corrupt":  # a broken record keeps the place its status gave it
                 continue
             self._status[goal_id] = row.status
@@ -82,11 +89,24 @@ class GoalIndex:
                 self._order.pop(goal_id, None)
                 self._order[goal_id] = None  # now the most recent
 
+    def _put(self, goal_id: str, line: str) -> None:
+        at = bisect_left(self._ids, goal_id)
+        if goal_id in self._lines:
+            self._texts[at] = line
+        else:
+            self._ids.insert(at, goal_id)
+            self._texts.insert(at, line)
+        self._lines[goal_id] = line
+
     def matching(self, text: str, limit: int) -> list[str]:
         """The first ``limit`` Goal ids (by id) whose id, title, status or node has ``text``."""
-        needle = text.lower()
-        found = sorted(g for g, line in self._lines.items() if needle in line)
-        return found[:limit]
+        needle, found = text.lower(), []
+        for goal_id, line in zip(self._ids, self._texts, strict=True):
+            if needle in line:
+                found.append(goal_id)
+                if len(found) >= limit:
+                    break
+        return found
 
     def listed(self, active: int, recent: int) -> list[str]:
         """The unfiltered list, by id: the first ``active`` active Goals (by id) and the

@@ -43,6 +43,11 @@ def test_the_cleared_list_comes_from_the_index_as_the_journal_orders_it(journal:
     assert index.listed(3, 3) == journal_list(journal, 3, 3)
     assert index.listed(3, 3) == ["g00a", "g01", "g03", "g04", "g05", "g11"]
     assert index.matching("new", 10) == ["g00a"]
+    # A filter's hits come in id order, the new Goal in its place, cut at the limit.
+    assert index.matching("n1", 4) == ["g00", "g00a", "g01", "g02"]
+    index.update({"g00a": None, "g01": None})  # gone from the journal
+    assert index.matching("n1", 3) == ["g00", "g02", "g03"]
+    assert index.matching("goal 1", 5) == ["g10", "g11"]
 
 
 def test_a_build_in_pages_equals_one_read_of_every_goal(
