@@ -82,7 +82,10 @@ def run_attempts(s: Settings) -> list[Row]:
     counts = [1, 100] if s.samples >= 100 else [1, 20]
     idle_s = min(s.idle_s, 10.0)
     modes = ("forked", "fresh")
-    return attempts.rows([attempts.measure_one(n, idle_s, m) for n in counts for m in modes])
+    serial = 30 if s.samples >= 100 else 10  # one attempt's p95: that many, one after another
+    return attempts.rows(
+        [attempts.measure_one(n, idle_s, m, serial=serial) for n in counts for m in modes]
+    )
 
 
 def run_latency(s: Settings) -> list[Row]:
