@@ -171,10 +171,19 @@ class ProcessRegistry:
 
     def find_log(self, run_id: str, epoch: int) -> Path:
         """Where this attempt's log is to be read without its record: ``log_path``, or the
-        older shared folder's when only that one exists."""
+        older shared folder's when only that one exists and is this journal's."""
         path = self.log_path(run_id, epoch)
         legacy = self._legacy_path("logs", run_id, epoch, "log")
-        return legacy if legacy is not None and legacy.exists() and not path.exists() else path
+        if legacy is None or path.exists() or not legacy.exists():
+            return path
+        # A log does not name its journal and every journal in the folder wrote there: it is
+        # ours only while the shared folder's record of the attempt is this journal's (read in
+        # place, as ``get`` reads it). Without one it may be another journal's log of the same
+        # run id + epoch, so none is shown: an older attempt of ours that ended (its record
+        # removed) loses its log from view, which is better than showing a stranger's.
+        record = self._legacy_path("processes", run_id, epoch, "json")
+        ours = record is not None and self._ours(_read_record(record)) is not None
+        return legacy if ours else path
 
     def record(self, rec: ProcessRecord, *, sync: bool = True) -> Path:
         """Write ``rec`` atomically (temp file + ``os.replace``): readers see old or new, whole.

@@ -19,7 +19,7 @@ import pytest
 from store.errors import StorageError
 from store.goals import Goals
 from store.journal import SCHEMA_VERSION, Journal
-from store.processes import ProcessRegistry, same_process
+from store.processes import ProcessRecord, ProcessRegistry, same_process
 from store.watch import ChangeFeed
 from tests.helpers.node_env import HANG, PY, Env
 from tests.helpers.old_schema import as_schema_3
@@ -262,6 +262,53 @@ def test_two_journals_in_one_folder_keep_their_own_records_of_the_same_attempt(e
     done = refine(other, "cancel", "g", "--reason", "r", "--json")
     assert done.returncode == 0 and json.loads(done.stdout)["process"] == "exited", done.stderr
     assert not same_process(theirs)
+
+
+def test_an_older_log_of_another_journal_in_the_same_folder_is_never_shown(tmp_path: Path) -> None:
+    """Logs do not name their journal: before the fix, an attempt with no record and no log of
+    its own showed the other journal's old log of the same run id + epoch from nodes/n1/."""
+    from refine_tui.rows import Reader
+    from store.operator import cleanup_evidence
+
+    journals = [Journal.open(tmp_path / name) for name in ("a.db", "b.db")]
+    try:
+        for journal in journals:  # the same attempt g.r1/1 claimed in both, no record yet
+            goals = Goals(journal)
+            goals.create(goal_id="g", title="g", node_id="n1", argv=["true"])
+            goals.start(goal_id="g", node_id="n1", worker="n1/gone", token="gone")
+        a, b = journals
+        # b's attempt as an older version left it: record and log in the shared nodes/n1/.
+        shared = ProcessRegistry(b.location, "n1")
+        old_log = shared.log_path("g.r1", 1)
+        shared.record(
+            ProcessRecord(
+                node_id="n1",
+                pid=2**22 - 1,
+                create_time=1.0,
+                pgid=2**22 - 1,
+                run_id="g.r1",
+                epoch=1,
+                worker="n1/gone",
+                argv=("true",),
+                log_path=str(old_log),
+                started_at=1.0,
+                journal_id=b.journal_id,
+            )
+        )
+        old_log.write_text("b's output\n")
+
+        mine, theirs = Reader(a, "n1"), Reader(b, "n1")
+        assert mine.log_path("g.r1", 1, "n1") == str(mine.registry.log_path("g.r1", 1))
+        assert not mine.registry.find_log("g.r1", 1).exists()  # no log: the claim is starting
+        assert cleanup_evidence(a, "g.r1", epoch=1, node="n1").log_tail == []
+        # b still reads its own older log in place (nothing was moved).
+        assert theirs.log_path("g.r1", 1, "n1") == str(old_log)
+        assert cleanup_evidence(b, "g.r1", epoch=1, node="n1").log_tail == ["b's output"]
+        shared.remove("g.r1", 1)  # b's old worker ended and removed its record: a still sees none
+        assert not mine.registry.find_log("g.r1", 1).exists()
+    finally:
+        for journal in journals:
+            journal.close()
 
 
 # --- a journal in a read-only folder -------------------------------------------------------
