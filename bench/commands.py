@@ -2,11 +2,13 @@
 
     python bench/commands.py [--cycles 500] [--repeats 5] [--sync FULL NORMAL]
 
-Contenders, each on a fresh file with WAL and the same ``synchronous`` pragma:
+Contenders, each on a fresh file with WAL and the same ``synchronous`` pragma, each given the
+same Runs submitted through ours before the clock starts:
 - ours: ``Execution.claim`` + ``Execution.complete`` (validation, checks, replay receipt, events
   whose outbox is a view of them; the complete writes two events);
-- raw: one ``BEGIN IMMEDIATE`` transaction per command doing the same three writes by hand
-  (version-checked UPDATE of the state, receipt and event INSERTs), same schema;
+- raw: one ``BEGIN IMMEDIATE`` transaction per command writing by hand exactly the rows ours
+  writes (the events chained by ``prev``, the version-checked UPDATE of the row, the receipt),
+  their texts made before the clock starts; tests/test_bench.py checks both files are the same;
 - eventsourcing: its ``SQLiteApplicationRecorder`` inserting one event per transaction.
 
 Target: ours ≥ 50 % of raw and ≥ eventsourcing. Prints medians over the repeats and the ratios.
@@ -15,7 +17,6 @@ Target: ours ≥ 50 % of raw and ≥ eventsourcing. Prints medians over the repe
 from __future__ import annotations
 
 import argparse
-import json
 import sqlite3
 import statistics
 import sys
@@ -27,8 +28,12 @@ from pathlib import Path
 from eventsourcing.persistence import StoredEvent
 from eventsourcing.sqlite import SQLiteApplicationRecorder, SQLiteDatastore
 
-from store.execution import Execution
-from store.journal import Journal
+from store.canonical import canonical_json
+from store.execution import Execution, decide_run, run_aggregate_id, validate_run_command
+from store.journal import Journal, Stored
+from store.journal_core import command_key
+from store.records import dataclass
+from store.run_model import run_text
 
 PINS = {
     "candidate_digest": "sha256:" + "ab" * 32,
@@ -58,11 +63,10 @@ class Clock:
 
 
 def bench_ours(folder: Path, sync: str, cycles: int) -> Timing:
-    with Journal.open(folder / "ours.db", synchronous=sync) as journal:  # type: ignore[arg-type]
+    path = folder / "ours.db"
+    runs = _submitted(path, sync, cycles)
+    with Journal.open(path, synchronous=sync) as journal:  # type: ignore[arg-type]
         ex = Execution(journal)
-        runs = [f"bench.r{n}" for n in range(cycles)]
-        for run_id in runs:
-            ex.submit(command_id=f"{run_id}:submit", run_id=run_id, pins=PINS, budget=BUDGET)
         with Clock() as clock:
             for run_id in runs:
                 ex.claim(
@@ -86,57 +90,95 @@ def _connect(path: Path, sync: str) -> sqlite3.Connection:
     return conn
 
 
+@dataclass(frozen=True)
+class RawCommand:
+    """One command's rows as ours writes them: the raw contender writes exactly these."""
+
+    aggregate_id: str
+    command_id: str
+    version: int  # the row's new version (checked against version - 1)
+    status: str
+    events: list[tuple[str, str]]  # (type, data text), in order
+    state: str
+    key: str  # the receipt's payload digest
+    result: str  # the receipt's compact result
+
+
+def command_writes(run_id: str) -> list[RawCommand]:
+    """What ours writes for one Run's claim and complete, made outside the timed loop by the
+    same decision and encoders (raw only writes it; tests/test_bench.py compares the files)."""
+    agg = run_aggregate_id(run_id)
+    inputs = validate_run_command("submit", {"run_id": run_id, "pins": PINS, "budget": BUDGET})
+    stored = Stored(agg, 1, decide_run("submit", None, inputs).state)
+    out = []
+    for op, command_id, fields in (
+        ("claim", f"{run_id}:claim", {"worker": "w1"}),
+        ("complete", f"{run_id}:settle:1", {"epoch": 1, "evidence": ["log:1"]}),
+    ):
+        inputs = validate_run_command(op, {"run_id": run_id, **fields})
+        change = decide_run(op, stored, inputs)
+        key = command_key({"op": op, **inputs}, {agg: stored.version})
+        version = stored.version + 1
+        events = [(type_, canonical_json(data)) for type_, data in change.events]
+        state = run_text(change.state)
+        result = f'{{"{agg}":{version}}}'
+        out.append(
+            RawCommand(agg, command_id, version, change.state["status"], events, state, key, result)
+        )
+        stored = Stored(agg, version, change.state)
+    return out
+
+
+def _submitted(path: Path, sync: str, cycles: int) -> list[str]:
+    """A fresh journal with ``cycles`` Runs submitted through ours (untimed, for both)."""
+    with Journal.open(path, synchronous=sync) as journal:  # type: ignore[arg-type]
+        ex = Execution(journal)
+        runs = [f"bench.r{n}" for n in range(cycles)]
+        for run_id in runs:
+            ex.submit(command_id=f"{run_id}:submit", run_id=run_id, pins=PINS, budget=BUDGET)
+    return runs
+
+
 def bench_raw(folder: Path, sync: str, cycles: int) -> Timing:
     path = folder / "raw.db"
-    Journal.open(path).close()  # the same schema and indexes as ours
+    commands = [c for run_id in _submitted(path, sync, cycles) for c in command_writes(run_id)]
     conn = _connect(path, sync)
-    state = json.dumps(
-        {
-            "run_id": "bench.r0",
-            "pins": PINS,
-            "budget": BUDGET,
-            "status": "running",
-            "attempts": [
-                {"attempt_id": "bench.r0/1", "epoch": 1, "worker": "w1", "state": "running"}
-            ],
-        }
-    )
-    runs = [f"run:bench.r{n}" for n in range(cycles)]
-    conn.executemany(
-        "INSERT INTO aggregates (aggregate_id, kind, version, status, last_sequence, state)"
-        " VALUES (?, 'run', 1, 'queued', 0, ?)",
-        [(agg, state) for agg in runs],
-    )
 
-    def command(agg: str, version: int, command_id: str, type_: str, status: str) -> None:
+    def command(c: RawCommand) -> None:
         conn.execute("BEGIN IMMEDIATE")
         now = time.time()
-        # Chained to the aggregate's previous event, as the journal does.
+        # The first event is chained to the aggregate's newest, each next one to the one before.
+        (type_, data), *more = c.events
         seq = conn.execute(
             "INSERT INTO events (aggregate_id, version, type, data, committed_at, command_id,"
             " prev) VALUES (?, ?, ?, ?, ?, ?,"
-            " (SELECT nullif(last_sequence, 0) FROM aggregates WHERE aggregate_id = ?))",
-            (agg, version + 1, type_, '{"epoch":1,"run_id":"bench.r0"}', now, command_id, agg),
+            " (SELECT last_sequence FROM aggregates WHERE aggregate_id = ?))",
+            (c.aggregate_id, c.version, type_, data, now, c.command_id, c.aggregate_id),
         ).lastrowid
-        # The same row write as the journal's: version, status, last_sequence (the dashboard's
-        # recency index) and state, checked against the version read.
+        for type_, data in more:
+            seq = conn.execute(
+                "INSERT INTO events (aggregate_id, version, type, data, committed_at,"
+                " command_id, prev) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (c.aggregate_id, c.version, type_, data, now, c.command_id, seq),
+            ).lastrowid
+        # The journal's row write (version, status, last_sequence: the newest event, state),
+        # checked against the version the command was decided on.
         cur = conn.execute(
             "UPDATE aggregates SET version = ?, status = ?, last_sequence = ?, state = ?"
             " WHERE aggregate_id = ? AND version = ?",
-            (version + 1, status, seq, state, agg, version),
+            (c.version, c.status, seq, c.state, c.aggregate_id, c.version - 1),
         )
         if cur.rowcount != 1:
             raise RuntimeError("version conflict")
         conn.execute(
             "INSERT INTO receipts (command_id, payload, result, committed_at) VALUES (?,?,?,?)",
-            (command_id, state, state, now),
+            (c.command_id, c.key, c.result, now),
         )
         conn.execute("COMMIT")
 
     with Clock() as clock:
-        for agg in runs:
-            command(agg, 1, agg + ":claim", "attempt.claimed", "running")
-            command(agg, 2, agg + ":settle", "attempt.completed", "completed")
+        for c in commands:
+            command(c)
     conn.close()
     return clock.timing
 
