@@ -29,7 +29,7 @@ from textual.driver import Driver
 from textual.notifications import SeverityLevel
 from textual.screen import Screen
 from textual.timer import Timer
-from textual.widgets import ContentSwitcher, DataTable, Footer, Input, Label, Static
+from textual.widgets import ContentSwitcher, DataTable, Input, Label, Static
 
 from refine_tui import format as fmt
 from refine_tui.actions import (
@@ -47,6 +47,7 @@ from refine_tui.live import LiveReader, ReadRequest
 from refine_tui.messages import JournalTrouble, JournalUpdate
 from refine_tui.rows import AttemptRow, GoalRow, RunRow, WorkerRow
 from refine_tui.screens.help import HelpScreen
+from refine_tui.widgets.key_footer import KeyFooter
 from refine_tui.widgets.keyed_table import Column, KeyedTable
 from refine_tui.widgets.status_header import HeaderState, StatusHeader
 from store.errors import (
@@ -230,7 +231,7 @@ class RefineApp(App[None]):
             yield DetailPane(self.find_log, id="detail", max_lines=5000)
         yield Input(placeholder="filter goals: id, title, status or node (enter)", id="filter")
         yield Label("", id="why")
-        yield Footer(compact=True, show_command_palette=False)
+        yield KeyFooter(compact=True, show_command_palette=False)
 
     def on_mount(self) -> None:
         self.show_header()
@@ -765,8 +766,8 @@ class RefineApp(App[None]):
             self.tell_detail()
 
     def selection_changed(self) -> None:
-        # Only when an action became (un)available: Textual 8.2's Footer keeps every key widget
-        # it recomposes on refresh_bindings(), so refreshing per journal update grows memory.
+        # Only when an action became (un)available: refresh_bindings() has every widget with
+        # bindings looked at again (and Textual 8.2's Footer kept each key widget it recomposed).
         selection = self.selection()  # once: every action below is judged on it
         actions = (*OPERATOR_ACTIONS, *SELECTION_ACTIONS)
         enabled = tuple(why(a, selection) is None for a in actions)
