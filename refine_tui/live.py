@@ -7,9 +7,10 @@ and what the ``ReadRequest`` carries, captured on the UI thread; results go back
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from textual.message import Message
@@ -23,9 +24,38 @@ from store.watch import ChangeFeed
 
 FIRST_SCREEN = 100  # a full read shows this many rows first when the height is not known
 PAINT_WAIT_S = 1.0  # how long a full read waits for its first screen to be painted
-# While the index is built beside them, the read and UI threads get the GIL back this soon after
-# each SQLite call or wait (Python's default, 5 ms, made a change read wait 100-400 ms).
-BUILD_SWITCH_S = 0.0005
+# While a long read runs beside them (the index's build, the rest of a new list), the other
+# threads get the GIL back this soon (Python's default, 5 ms, made a change read wait 100-400 ms
+# during the build, and each step of the frame after a new list's first screen wait too).
+HANDOFF_SWITCH_S = 0.0005
+
+
+class _Handoff:
+    """Python's switch interval lowered while any long read runs (it is process-wide: the last
+    one to finish puts it back)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._running = 0
+        self._saved = sys.getswitchinterval()
+
+    @contextlib.contextmanager
+    def __call__(self) -> Iterator[None]:
+        with self._lock:
+            if not self._running:
+                self._saved = sys.getswitchinterval()
+                sys.setswitchinterval(HANDOFF_SWITCH_S)
+            self._running += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._running -= 1
+                if not self._running:
+                    sys.setswitchinterval(self._saved)
+
+
+gil_handoff = _Handoff()
 
 
 @dataclass(frozen=True)
@@ -68,15 +98,10 @@ class LiveReader:
         generation, journal = self.feed.generation, self.feed.journal
         if journal is None:
             return None
-        switch = sys.getswitchinterval()
-        sys.setswitchinterval(BUILD_SWITCH_S)
-        try:
-            with Journal.open(self.feed.location, read_only=True, create=False) as own:
-                if own.journal_id != journal.journal_id:
-                    return None  # the location names another journal now: the feed reopens
-                seen, index = GoalIndex.build(own)
-        finally:
-            sys.setswitchinterval(switch)
+        with gil_handoff(), Journal.open(self.feed.location, read_only=True, create=False) as own:
+            if own.journal_id != journal.journal_id:
+                return None  # the location names another journal now: the feed reopens
+            seen, index = GoalIndex.build(own)
         return generation, seen, index
 
     def adopt_index(self, built: tuple[int, int, GoalIndex]) -> None:
@@ -152,7 +177,8 @@ class LiveReader:
                 painted.wait(PAINT_WAIT_S)  # painted before the rest competes for the GIL
         if full:
             self._listed = req.filter
-        goals = first | reader.goal_rows(ids[len(first) :])  # the first screen is read once
+        with gil_handoff() if first else contextlib.nullcontext():
+            goals = first | reader.goal_rows(ids[len(first) :])  # the first screen is read once
         if index is not None:
             index.update(goals, changed)
         seq, at = journal.last_commit()

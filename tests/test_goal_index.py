@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from refine_tui import goal_index
 from refine_tui.goal_index import GoalIndex
-from refine_tui.rows import ACTIVE, TERMINAL, Reader
+from refine_tui.rows import ACTIVE, TERMINAL, GoalRow, Reader
 from store import reads
 from store.goals import Goals
 from store.journal_api import Journal
@@ -68,3 +70,38 @@ def test_a_build_in_pages_equals_one_read_of_every_goal(
     assert len(index) == 11
     assert index.listed(11, 11) == journal_list(journal, 11, 11)
     assert index.listed(0, 2) == ["g00", "g09"]  # the two most recently ended
+
+
+def test_searching_by_chunks_finds_what_a_scan_of_every_line_finds(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Chunks joined for the C-level search stay true through inserts, removals and changes
+    that move lines across chunk boundaries; the active list stays sorted."""
+    monkeypatch.setattr(goal_index, "CHUNK", 4)
+    rng = random.Random(16)
+    words = ("alpha", "beta", "gamma", "queued", "running", "completed", "held", "n1", "n2")
+
+    def row(goal_id: str) -> GoalRow:
+        status = rng.choice(("queued", "running", "held", "completed", "failed"))
+        title = " ".join(rng.sample(words, 2))
+        return GoalRow(goal_id, title, rng.choice(("n1", "n2")), status, 0, "0/1", "", None, "")
+
+    rows: dict[str, GoalRow] = {f"g{n:03d}": row(f"g{n:03d}") for n in range(0, 60, 2)}
+    lines = {g: f"{g}\n{r.title}\n{r.status}\n{r.node_id}".lower() for g, r in rows.items()}
+    index = GoalIndex(lines, {g: r.status for g, r in rows.items()}, list(rows))
+    for step in range(300):
+        goal_id = f"g{rng.randrange(70):03d}"
+        if goal_id in rows and rng.random() < 0.3:
+            del rows[goal_id]
+            index.update({goal_id: None})
+        else:
+            rows[goal_id] = row(goal_id)
+            index.update({goal_id: rows[goal_id]}, [goal_id])
+        needle = rng.choice((*words, "g0", "g01", "a b", "\n", "zzz"))
+        limit = rng.choice((1, 3, 10, 100))
+        every = sorted(
+            g for g, r in rows.items() if needle in f"{g}\n{r.title}\n{r.status}\n{r.node_id}"
+        )
+        assert index.matching(needle, limit) == every[:limit], (step, needle)
+        active = sorted(g for g, r in rows.items() if r.status in ACTIVE)
+        assert index.listed(len(rows), 0) == active

@@ -7,8 +7,11 @@ the same rows, so a stale cached render would show up as a difference.
 
 from __future__ import annotations
 
+from rich.segment import Segment
+from rich.style import Style
 from rich.text import Text
 from textual.app import App, ComposeResult
+from textual.widgets import DataTable
 
 from refine_tui.widgets.keyed_table import Column, KeyedTable
 
@@ -209,3 +212,71 @@ async def test_a_new_list_reuses_cell_renders_only_where_content_and_place_match
         table.select("r04")
         await pilot.pause()
         assert reused == styled_screen(fresh)
+
+
+TEXT_CELLS = (
+    "",
+    "ok",
+    "exactly-9",  # the cell's width
+    "a much longer title than fits",
+    "日本語のタイトル",  # wide characters, cut inside one at an odd width
+    "🚀 launch 🚀",
+    "[bold]not markup[/]",
+    "\x1b[31mescape\x07 \u202ertl",  # made visible by cell()
+    Text("running", style="bold green"),
+    Text("needs cleanup", style="on red"),
+    Text.assemble(("can", "yellow"), "cel", ("ling…", "italic")),
+    Text("a cut with an ellipsis at the end", overflow="ellipsis"),
+    Text("cropped text that is long", overflow="crop"),
+)
+
+
+async def test_a_text_cell_renders_as_datatable_renders_it() -> None:
+    """The one-line text cell path gives DataTable's segments, styles and mouse meta included:
+    cursor, hover, stripes, focus, cut and wide characters."""
+    columns = (Column("a", "A", 9), Column("b", "B", 4), Column("c", "C", 1))
+    app = TableApp(columns)
+    async with app.run_test(size=SIZE) as pilot:
+        table = app.query_one(KeyedTable)
+        data = {f"r{i}": (v, v, v) for i, v in enumerate(TEXT_CELLS)}
+        table.sync(data)
+        await pilot.pause()
+        compared = 0
+        for focused in (False, True):
+            if focused:
+                table.focus()
+                await pilot.pause()
+            for row in range(len(TEXT_CELLS)):
+                for column, spec in enumerate(columns):
+                    width = table.ordered_columns[column].get_render_width(table)
+                    assert width == spec.width + 2 * table.cell_padding
+                    for cursor, hover in ((False, False), (True, False), (False, True)):
+                        style = table._get_row_style(row, table.rich_style)
+                        args = (row, column, style, width, cursor, hover)
+                        fast = table._render_text_cell(*args)
+                        slow = DataTable._render_cell(table, *args)
+                        assert fast is not None
+                        assert _runs(fast) == _runs(slow), (TEXT_CELLS[row], spec, args)
+                        compared += 1
+        assert compared == 2 * len(TEXT_CELLS) * 3 * 3
+
+
+async def test_other_cells_are_left_to_datatable() -> None:
+    columns = (Column("a", "A", 9),)
+    app = TableApp(columns)
+    async with app.run_test(size=SIZE) as pilot:
+        table = app.query_one(KeyedTable)
+        wrapped = Text("wraps at words")
+        wrapped.no_wrap = False
+        cells = (wrapped, Text("right", justify="right"))  # (a line break is shown escaped)
+        table.sync({f"r{i}": (c,) for i, c in enumerate(cells)})
+        await pilot.pause()
+        width = table.ordered_columns[0].get_render_width(table)
+        for row in range(len(cells)):
+            assert table._render_text_cell(row, 0, table.rich_style, width, False, False) is None
+        assert table._render_text_cell(-1, 0, table.rich_style, width, False, False) is None
+
+
+def _runs(lines: list[list[Segment]]) -> list[list[tuple[str, Style | None]]]:
+    """Lines as runs of equal style (how the segments are split does not show)."""
+    return [[(s.text, s.style) for s in Segment.simplify(line)] for line in lines]

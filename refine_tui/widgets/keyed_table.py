@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rich.console import RenderableType
+from rich.console import Console, OverflowMethod, RenderableType
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
@@ -194,9 +194,65 @@ class KeyedTable(DataTable[RenderableType]):
         state = (self._show_hover_cursor, self._pseudo_class_state, self.show_cursor)
         lines = self._renders.get((place, state))
         if lines is None:
-            lines = super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
+            lines = self._render_text_cell(
+                row_index, column_index, base_style, width, cursor, hover
+            )
+            if lines is None:
+                lines = super()._render_cell(
+                    row_index, column_index, base_style, width, cursor, hover
+                )
             self._renders.set((place, state), lines)
         return lines
+
+    def _render_text_cell(
+        self,
+        row_index: int,
+        column_index: int,
+        base_style: Style,
+        width: int,
+        cursor: bool,
+        hover: bool,
+    ) -> list[list[Segment]] | None:
+        """DataTable's render of a one-line text cell, without Rich's render pipeline.
+
+        DataTable renders every cell through Padding, Styled and ``Console.render_lines``
+        (≈ 80 µs a cell, most of a new list's frame: a screen is ≈ 300 cells). A cell of a row
+        one line high holding unwrapped text is its text cut to the width, the padding around
+        it and the same styles: the same segments (``tests/test_keyed_table.py`` compares them).
+        None: not such a cell (DataTable renders it).
+        """
+        row_key = self._row_locations.get_key(row_index)
+        row = self.rows.get(row_key) if row_key is not None else None
+        if row is None or row.height != 1 or column_index < 0:
+            return None
+        text = self._get_row_renderables(row_index).cells[column_index]
+        if not isinstance(text, Text) or not _one_line(text):
+            return None
+        component_style, post_style = self._get_styles_to_render_cell(
+            False,
+            False,
+            row_index < self.fixed_rows or column_index < self.fixed_columns,
+            hover,
+            cursor,
+            self.show_cursor,
+            self._show_hover_cursor,
+            self.cursor_foreground_priority == "css",
+            self.cursor_background_priority == "css",
+        )
+        meta = Style.from_meta({"row": row_index, "column": column_index})
+        pre_style = base_style + meta + component_style
+        options = self.app.console_options
+        return [
+            _text_line(
+                self.app.console,
+                text,
+                width,
+                self.cell_padding,
+                options.overflow,
+                pre_style,
+                post_style,
+            )
+        ]
 
     def render_lines(self, crop: Region) -> list[Strip]:
         if self._stale:
@@ -315,6 +371,39 @@ def cell(value: RenderableType) -> RenderableType:
     if isinstance(value, Text):
         return literal_text(value)
     return value
+
+
+def _one_line(text: Text) -> bool:
+    """Rendered as one line cut to its width: no line break, tab, wrapping or justification."""
+    plain = text.plain
+    return (
+        text.no_wrap is not False
+        and text.justify in (None, "default")
+        and "\n" not in plain
+        and "\t" not in plain
+    )
+
+
+def _text_line(
+    console: Console,
+    text: Text,
+    width: int,
+    padding: int,
+    overflow: OverflowMethod | None,
+    pre_style: Style,
+    post_style: Style,
+) -> list[Segment]:
+    """``text`` as Padding(text, (0, padding)) in Styled(pre_style, post_style) renders it, on
+    one line of ``width`` cells (Rich's Text.wrap with no_wrap, then the line's shape)."""
+    inner = max(width - 2 * padding, 0)
+    line = text.copy()
+    line.truncate(inner, overflow=text.overflow or overflow or "fold")
+    segments = [Segment(" " * padding)] if padding else []
+    segments += Text("\n").join([line]).render(console, end="")  # its style as a span
+    segments = Segment.adjust_line_length(segments, inner + padding)
+    if padding:
+        segments.append(Segment(" " * padding))
+    return list(Segment.apply_style(segments, pre_style, post_style))
 
 
 def _content(value: RenderableType) -> object:
