@@ -1022,6 +1022,9 @@ class RefineApp(App[None]):
         self.filter_text = text.strip()
         self.stop_filling()  # a newer filter: the older list's remaining chunks would be stale
         self.hold_paint()
+        # The read goes first: it is asked for (in the read task) after the view below is set,
+        # and starts before the focus change's messages are handled, beside them.
+        self.wake(full=True)
         # The box closes a frame after the new list is painted: closing it with the list would
         # lay the screen out again and draw every line of the taller table in the list's frame.
         self._closing_box = self.query_one("#filter", Input).display
@@ -1031,7 +1034,6 @@ class RefineApp(App[None]):
         crumbs = f"Goals — filter “{self.filter_text}”" if self.filter_text else "Goals"
         self.set_crumbs(crumbs)
         self.query_one("#goals", KeyedTable).focus()
-        self.wake(full=True)
 
     def hold_paint(self) -> None:
         """Paint nothing until the new list is shown (or HOLD_PAINT_S passed).
