@@ -37,8 +37,10 @@ from store.run_model import (
     Run,
     attempt_id_for,
     check_run,
+    check_stored_run,
     check_transition,
     fold_run,
+    passed_run,
     run_aggregate_id,
     run_from_stored,
     run_text,
@@ -134,13 +136,15 @@ def decide_run(op: str, stored: Stored | None, inputs: Mapping[str, Any]) -> Cha
         raise DecisionError(f"decision broke an invariant: {exc.message}", run_id=run_id) from exc
     check_transition(before, after)
     events_ = [(t, {"run_id": run_id, **d}) for t, d in events]
-    return Change(aggregate_id, after, events_, folded=True, text=run_text(after))
+    text = run_text(after)
+    passed_run(run_id, text)
+    return Change(aggregate_id, after, events_, folded=True, text=text)
 
 
 def _current(stored: Stored | None, run_id: str) -> State:
     """The stored Run a command acts on; a stored JSON null counts as missing (seed, inv. 9)."""
     if stored is not None and stored.state is not None:
-        check_run(stored.state, run_id=run_id)
+        check_stored_run(stored, run_id)
         return stored.state
     raise RunNotFoundError(f"Run {run_id} was never submitted", run_id=run_id)
 

@@ -44,6 +44,9 @@ class Stored:
     aggregate_id: str
     version: int
     state: Any
+    # The JSON text ``state`` was parsed from, when read from a row (None otherwise): a model
+    # need not validate again a text it has already seen pass (``run_model.check_stored_run``).
+    text: str | None = None
 
 
 @dataclass(frozen=True)
@@ -328,11 +331,12 @@ def text_field(state: Mapping[str, Any], name: str) -> str | None:
 
 def stored_row(row: Sequence[Any]) -> Stored:
     """``(aggregate_id, version, state text)`` → Stored; text that is not JSON stays Unreadable."""
+    text = row[2]
     try:
-        state = json.loads(row[2])
+        state = json.loads(text)
     except ValueError:
-        state = Unreadable(row[2])
-    return Stored(str(row[0]), int(row[1]), state)
+        return Stored(str(row[0]), int(row[1]), Unreadable(text))
+    return Stored(str(row[0]), int(row[1]), state, text if type(text) is str else None)
 
 
 def event_row(row: Sequence[Any]) -> Event:

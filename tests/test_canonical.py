@@ -204,6 +204,23 @@ def test_run_text_is_the_canonical_json_of_every_checked_run(state: dict[str, An
     assert run_text(state) == canonical_json(state)
 
 
+@settings(max_examples=1500, deadline=None)
+@given(run_states())
+def test_a_checked_run_reads_back_as_a_run_that_passes(state: dict[str, Any]) -> None:
+    """What lets a command remember its new Run's text as passing (run_model.passed_run): the
+    text, parsed as the next command loads it, passes check_run too."""
+    import json
+
+    from store.errors import CorruptRunError
+    from store.run_model import check_run, run_text
+
+    try:
+        check_run(state)
+    except CorruptRunError:
+        return
+    check_run(json.loads(run_text(state)), run_id=state["run_id"])
+
+
 def test_run_text_refuses_a_record_that_is_no_json_as_canonical_json_does() -> None:
     from types import MappingProxyType
 
