@@ -126,9 +126,17 @@ def _signature(fields: dict[str, tuple[str, Any]]) -> str:
 
 
 def _init(cls: type, fields: dict[str, tuple[str, Any]]) -> Callable[..., None]:
-    """The one compiled method: dataclasses' text, so its signature and errors are the same."""
+    """The one compiled method: dataclasses' signature, so its errors are the same. Its body
+    stores the fields in the instance's ``__dict__`` directly (what ``object.__setattr__`` does
+    for a name no class attribute intercepts, ≈ 4× faster a field) unless a class attribute
+    would: a slot or another data descriptor, then it is dataclasses' own body."""
     params, body = [], []
     closure: dict[str, Any] = {"__dataclass_builtins_object__": object}
+    direct = _plain_attributes(cls, fields)
+    if direct and fields:
+        body.append(
+            "  __dataclass_dict__=__dataclass_builtins_object__.__getattribute__(self,'__dict__')"
+        )
     for name, (annotation, default) in fields.items():
         closure[f"__dataclass_type_{name}__"] = annotation
         param = f"{name}:__dataclass_type_{name}__"
@@ -136,7 +144,10 @@ def _init(cls: type, fields: dict[str, tuple[str, Any]]) -> Callable[..., None]:
             closure[f"__dataclass_dflt_{name}__"] = default
             param += f"=__dataclass_dflt_{name}__"
         params.append(param)
-        body.append(f"  __dataclass_builtins_object__.__setattr__(self,{name!r},{name})")
+        if direct:
+            body.append(f"  __dataclass_dict__[{name!r}]={name}")
+        else:
+            body.append(f"  __dataclass_builtins_object__.__setattr__(self,{name!r},{name})")
     closure["__dataclass_return_type__"] = None
     text = (
         f"def __create_fn__({', '.join(closure)}):\n"
@@ -150,6 +161,19 @@ def _init(cls: type, fields: dict[str, tuple[str, Any]]) -> Callable[..., None]:
     exec(code, module.__dict__ if module else {}, namespace)
     init: Callable[..., None] = namespace["__create_fn__"](**closure)
     return init
+
+
+def _plain_attributes(cls: type, fields: dict[str, tuple[str, Any]]) -> bool:
+    """Every instance has a ``__dict__`` and no field's name is a data descriptor of the class
+    (a slot, a property): storing into the ``__dict__`` is then what ``object.__setattr__``
+    does."""
+    if any("__slots__" in base.__dict__ for base in cls.__mro__[:-1]):
+        return False
+    return not any(
+        hasattr(type(getattr(cls, name, None)), "__set__")
+        or hasattr(type(getattr(cls, name, None)), "__delete__")
+        for name in fields
+    )
 
 
 def _values(names: tuple[str, ...]) -> Callable[[Any], tuple[Any, ...]]:

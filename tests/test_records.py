@@ -183,3 +183,24 @@ def test_the_store_builds_its_records_without_dataclasses_or_inspect() -> None:
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]", done.stdout + done.stderr
+
+
+def test_a_field_a_class_attribute_intercepts_is_set_as_dataclasses_sets_it() -> None:
+    """A record's ``__init__`` stores fields into the instance's ``__dict__`` directly only when
+    nothing of the class intercepts the name: a slot of a base is still filled as a slot."""
+
+    class Slotted:
+        __slots__ = ("__dict__", "x")
+
+    @records.dataclass(frozen=True)
+    class Record(Slotted):
+        x: int
+        y: int = 2
+
+    assert vars(Record)["__record_fields__"] is not None  # built here
+    made = Record(1)
+    assert (made.x, made.y) == (1, 2) and "x" not in vars(made)
+    twin = dataclasses.dataclass(frozen=True)(
+        type("Record", (Slotted,), {"__annotations__": {"x": "int", "y": "int"}, "y": 2})
+    )
+    assert vars(twin(1)) == vars(made)
