@@ -362,7 +362,8 @@ class SqliteJournal(Journal):
                         f"journal {self.path} was deleted or replaced since it was opened:"
                         " reopen it"
                     )
-                outcome = run_command(_SqliteCommand(conn), command_id, key, expected, decide)
+                tx = _SqliteCommand(conn, command_id)
+                outcome = run_command(tx, command_id, key, expected, decide)
                 conn.execute("COMMIT")
                 return outcome
             except BaseException:
@@ -709,21 +710,39 @@ class _SqliteCommand:
     """The storage steps of one command inside ``BEGIN IMMEDIATE`` (which already excludes
     every other writer, so loading needs no row locks)."""
 
-    def __init__(self, conn: sqlite3.Connection) -> None:
+    def __init__(self, conn: sqlite3.Connection, command_id: str) -> None:
         self.conn = conn
+        self.command_id = command_id
         self.heads: dict[str, int] = {}  # aggregate → its newest event's sequence (chain head)
+        self.found_receipt: tuple[str, str] | None = None
+        self.last: int | None = None  # the newest event's sequence, once read
 
     def load(self, aggregate_ids: Sequence[str]) -> dict[str, Stored | None]:
+        """The aggregates, and in the same statement (one step of the VM, not three) this
+        command's receipt and the newest sequence: the write lock is held from BEGIN IMMEDIATE
+        to COMMIT, so what ``receipt`` and ``append`` would read later is what this reads."""
+        marks = ",".join("?" * len(aggregate_ids))
         rows = self.conn.execute(
-            "SELECT aggregate_id, version, state, last_sequence FROM aggregates"
-            f" WHERE aggregate_id IN ({','.join('?' * len(aggregate_ids))})",
-            list(aggregate_ids),
+            "SELECT 0, aggregate_id, version, state, last_sequence FROM aggregates"
+            f" WHERE aggregate_id IN ({marks})"
+            " UNION ALL SELECT 1, payload, result, NULL, NULL FROM receipts WHERE command_id = ?"
+            " UNION ALL SELECT 2, (SELECT max(sequence) FROM events), NULL, NULL, NULL",
+            [*aggregate_ids, self.command_id],
         ).fetchall()
-        self.heads = {str(row[0]): int(row[3]) for row in rows}
-        found = {str(row[0]): stored_row(row) for row in rows}
+        found: dict[str, Stored] = {}
+        for tag, *row in rows:
+            if tag == 0:
+                self.heads[str(row[0])] = int(row[3])
+                found[str(row[0])] = stored_row(row)
+            elif tag == 1:
+                self.found_receipt = (row[0], row[1])
+            else:
+                self.last = row[0] or 0
         return {agg: found.get(agg) for agg in aggregate_ids}
 
     def receipt(self, command_id: str) -> tuple[str, str] | None:
+        if command_id == self.command_id:
+            return self.found_receipt
         return self.conn.execute(
             "SELECT payload, result FROM receipts WHERE command_id = ?", (command_id,)
         ).fetchone()
@@ -743,8 +762,11 @@ class _SqliteCommand:
         # Sequences follow the newest one (BEGIN IMMEDIATE excludes every other writer): known
         # before the INSERT, so each event names its aggregate's previous one. The outbox is a
         # view of these rows.
-        last = self.conn.execute("SELECT max(sequence) FROM events").fetchone()[0] or 0
+        last = self.last
+        if last is None:
+            last = self.conn.execute("SELECT max(sequence) FROM events").fetchone()[0] or 0
         sequences = list(range(last + 1, last + 1 + len(events)))
+        self.last = sequences[-1]
         args: list[Any] = []
         for seq, (agg, version, type_, data) in zip(sequences, events, strict=True):
             args += (seq, agg, version, type_, data, now, command_id, self.heads.get(agg) or None)
