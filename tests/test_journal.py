@@ -460,3 +460,30 @@ def test_storage_errors_keep_one_code() -> None:
         BackendUnavailableError,
     ):
         assert issubclass(cls, StorageError) and cls("x").code == "STORAGE"
+
+
+def test_a_command_reads_once_and_writes_each_table_once(tmp_path: Path) -> None:
+    """A command's aggregates, receipt and newest sequence come in one statement (the write
+    lock is held from BEGIN IMMEDIATE); then one INSERT of its events, its row, its receipt.
+    A replay stops after the read."""
+    with Journal.open(tmp_path / "j.db") as journal:
+        assert isinstance(journal, SqliteJournal)
+        ex = Execution(journal)
+        pins = {"candidate_digest": "sha256:" + "a" * 64, "recipe_revision": "v1",
+                "scenario_revision": "s1"}  # fmt: skip
+        budget = {"max_attempts": 2, "attempt_timeout_ms": 1000}
+        ex.submit(command_id="s", run_id="r", pins=pins, budget=budget)
+        seen: list[str] = []
+        journal._connection().set_trace_callback(lambda sql: seen.append(sql.split()[0]))
+        ex.claim(command_id="c", run_id="r", expected_version=1, worker="w")
+        ex.complete(command_id="d", run_id="r", expected_version=2, epoch=1, evidence=[])
+        assert seen == ["BEGIN", "SELECT", "INSERT", "UPDATE", "INSERT", "COMMIT"] * 2
+        seen.clear()
+        assert ex.complete(
+            command_id="d", run_id="r", expected_version=2, epoch=1, evidence=[]
+        ).replayed
+        assert seen == ["BEGIN", "SELECT", "COMMIT"]
+        assert [e.type for e in ex.history("r")] == [
+            "run.submitted", "attempt.claimed", "attempt.completed", "run.completed"
+        ]  # fmt: skip
+        assert check_journal(journal).clean
