@@ -12,6 +12,7 @@ and each Attempt holds ``attempt_id, epoch, worker, state`` plus, by state: comp
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable, Mapping
 from json.encoder import encode_basestring as _quote
 from types import MappingProxyType
@@ -259,7 +260,7 @@ def check_run(
 # the parsed value and the run_id alone, and a text parses to one value: a stored text equal to
 # one that passed needs no second look. A command's new state is remembered as it is written
 # (``run_text``; a checked Run reads back as a value that passes, tests/test_canonical.py), so the
-# next command on that Run parses it but does not check it again. Cleared when full.
+# next command on that Run parses it but does not check it again. The oldest go first.
 _PASSED: dict[str, str] = {}
 _PASSED_LIMIT = 4096
 
@@ -275,8 +276,9 @@ def check_stored_run(stored: Stored, run_id: str) -> None:
 
 def passed_run(run_id: str, text: str) -> None:
     """``text`` is the canonical JSON of a Run of ``run_id`` that passed check_run."""
-    if len(_PASSED) >= _PASSED_LIMIT:
-        _PASSED.clear()
+    if _PASSED.pop(run_id, None) is None and len(_PASSED) >= _PASSED_LIMIT:
+        with contextlib.suppress(KeyError, RuntimeError, StopIteration):  # another thread's
+            del _PASSED[next(iter(_PASSED))]  # the Run remembered longest ago
     _PASSED[run_id] = text
 
 
