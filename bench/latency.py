@@ -53,6 +53,8 @@ class ProbeApp(RefineApp):
         self.expect: dict[str, tuple[str, asyncio.Future[tuple[float, float]]]] = {}
         self.updates = 0
         self.complete = True  # the last full read was shown whole (not only its first screen)
+        # When each list (a full read's rows) was on screen, and the filter it was for.
+        self.lists_painted: list[tuple[float, str]] = []
 
     def on_journal_update(self, update: JournalUpdate) -> None:
         # Runs before RefineApp's own handler (Textual calls both, subclass first);
@@ -60,7 +62,13 @@ class ProbeApp(RefineApp):
         self.updates += 1
         if update.full:
             self.complete = not update.partial
+            # Asked for before the handler's own (the read thread's "painted"): called after
+            # the first frame that shows these rows, as the app knows it.
+            self.call_after_refresh(self._list_painted)
         self.call_next(self._probe)
+
+    def _list_painted(self) -> None:
+        self.lists_painted.append((time.monotonic(), self.header_state.filter))
 
     def _probe(self) -> None:
         table = self.query_one("#goals", KeyedTable)

@@ -134,3 +134,21 @@ def test_raw_command_baseline_writes_exactly_what_ours_writes(tmp_path: Path) ->
     ours, raw = dump("ours.db"), dump("raw.db")
     assert len(ours["events"]) == 3 * 4 and len(ours["receipts"]) == 3 * 3
     assert raw == ours
+
+
+async def test_the_probe_notes_each_list_painted_with_its_filter(tmp_path: Path) -> None:
+    """bench.scale times a filter to the end of the first frame showing its rows: the probe
+    notes a full read's list after the frame that shows it (asked for with the rows, before
+    the app's own "painted"), with the filter it was for."""
+    path = journal_with(500, tmp_path)
+    app = latency.ProbeApp(journal=path, node=bench.common.NODE)
+    async with app.run_test(size=latency.SIZE) as pilot:
+        await latency.ready(app)
+        await latency.listed(app)
+        app.lists_painted.clear()
+        await pilot.press("slash", *"queued", "enter")
+        while not any(f == "queued" for _, f in app.lists_painted):
+            await pilot.pause()
+        assert app.header_state.filter == "queued" and app.goal_rows
+        assert all(app.matches_filter(r) for r in app.goal_rows.values())
+        assert [f for _, f in app.lists_painted] == ["queued"] * len(app.lists_painted)
