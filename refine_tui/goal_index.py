@@ -39,6 +39,8 @@ class GoalIndex:
         # Each CHUNK of lines joined, made when first searched: a word in none of a chunk's
         # lines is ruled out by one C-level scan (a rare word: ≈ 1 ms at 100k, not ≈ 8).
         self._blobs: dict[int, str] = {}
+        for chunk in range(0, (len(self._ids) + CHUNK - 1) // CHUNK):
+            self._blob(chunk)  # here, in the build's thread, not in the first filter's read
         self._status = status
         self._active = sorted(g for g, s in status.items() if s in ACTIVE)  # by id
         self._order = dict.fromkeys(order)  # least recently changed first
