@@ -31,6 +31,7 @@ from textual.screen import Screen
 from textual.timer import Timer
 from textual.widgets import ContentSwitcher, DataTable, Input, Label, Static
 
+from refine_tui import cells
 from refine_tui import format as fmt
 from refine_tui.actions import (
     ACTION_KEYS,
@@ -42,13 +43,14 @@ from refine_tui.actions import (
     Selection,
     why,
 )
+from refine_tui.cells import ATTEMPT_COLUMNS, BASE_WIDTHS, GOAL_COLUMNS, RUN_COLUMNS, WORKER_COLUMNS
 from refine_tui.detail import DetailPane, DetailTarget
 from refine_tui.live import LiveReader, ReadRequest
 from refine_tui.messages import JournalTrouble, JournalUpdate
 from refine_tui.rows import AttemptRow, GoalRow, RunRow, WorkerRow
 from refine_tui.screens.help import HelpScreen
 from refine_tui.widgets.key_footer import KeyFooter
-from refine_tui.widgets.keyed_table import Column, KeyedTable
+from refine_tui.widgets.keyed_table import KeyedTable
 from refine_tui.widgets.status_header import HeaderState, StatusHeader
 from store.errors import (
     JournalLockedError,
@@ -64,54 +66,6 @@ from store.operator import default_node, default_operator
 from store.reads import launch_ends
 from store.watch import ChangeFeed
 
-# Widths chosen for 80 columns first: the first seven Goal columns (what an operator scans:
-# status, elapsed, markers) and all nine Attempt columns fit; round and worker follow off
-# screen. Text cut with … is whole in the line under the table (the selected row, in words).
-GOAL_COLUMNS = (
-    Column("goal", "Goal", 14),
-    Column("title", "Title", 12),
-    Column("status", "Status", 9),
-    Column("elapsed", "Elapsed", 7),
-    Column("attempts", "Att", 4),
-    Column("node", "Node", 4),
-    Column("note", "Note", 16),
-    Column("round", "Rnd", 3),
-    Column("worker", "Worker", 12),
-)
-RUN_COLUMNS = (
-    Column("run", "Run", 18),
-    Column("status", "Status", 9),
-    Column("attempts", "Att", 5),
-    Column("submitted", "Submitted", 9),
-    Column("cancel", "Cancel", None),
-)
-ATTEMPT_COLUMNS = (
-    Column("epoch", "#", 2),
-    Column("worker", "Worker", 7),
-    Column("state", "State", 17),
-    Column("started", "Started", 8),
-    Column("duration", "Dur", 6),
-    Column("pid", "PID", 7),
-    Column("alive", "Alive", 5),
-    Column("cpu", "CPU", 4),
-    Column("memory", "Mem", 5),
-)
-WORKER_COLUMNS = (
-    Column("run", "Run", 16),
-    Column("epoch", "#", 2),
-    Column("pid", "PID", 7),
-    Column("worker", "Worker", 10),
-    Column("started", "Started", 8),
-    Column("alive", "Alive", 5),
-    Column("cpu", "CPU", 4),
-    Column("memory", "Mem", 7),
-    Column("argv", "Command", None),
-)
-# All Goal columns at their base widths, with cell padding and a scrollbar.
-TABLE_WIDTH = sum(c.width or 0 for c in GOAL_COLUMNS) + 2 * len(GOAL_COLUMNS) + 2
-ATTEMPT_TABLE_WIDTH = sum(c.width or 0 for c in ATTEMPT_COLUMNS) + 2 * len(ATTEMPT_COLUMNS)
-LONG_TEXT = 200  # a last column sized to content shows at most this many cells (argv can be 64k)
-BASE_WIDTHS = {"title": 12, "note": 16, "worker": 7, "state": 17}
 RETRY_S = 2.0  # how often an unreadable journal is tried again (file events also wake it)
 # A long list (a filter's ~1,200 rows) goes into the table this many rows per turn of the event
 # loop, keys handled between turns: all at once it held them for 40–400 ms at 100,000 Goals.
@@ -247,14 +201,7 @@ class RefineApp(App[None]):
     def on_resize(self, event: events.Resize) -> None:
         """Give Title, Note and an attempt's State the room a wide terminal has."""
         self.call_after_refresh(self.show_header)  # cut to the new width (updates: on change)
-        spare = max(0, event.size.width - TABLE_WIDTH)  # round and worker are on screen first
-        more = max(0, event.size.width - ATTEMPT_TABLE_WIDTH)
-        widths = {
-            "title": BASE_WIDTHS["title"] + min(spare // 2, 28),
-            "note": BASE_WIDTHS["note"] + min(spare - spare // 2, 46),
-            "state": BASE_WIDTHS["state"] + min(more, 18),
-            "worker": BASE_WIDTHS["worker"] + min(max(0, more - 18), 30),
-        }
+        widths = cells.widths_for(event.size.width)
         if widths == self.widths:
             return
         self.widths = widths
@@ -548,35 +495,13 @@ class RefineApp(App[None]):
     # --- rows → cells --------------------------------------------------------------------------
 
     def goal_cells(self, r: GoalRow) -> tuple[Any, ...]:
-        elapsed = fmt.duration(self.clock() - r.started_at) if r.started_at else ""
-        return (
-            fmt.clip(r.goal_id, 14),
-            fmt.clip(r.title, self.widths["title"]),
-            fmt.status_text(r.status),
-            elapsed,
-            r.attempts,
-            fmt.clip(r.node_id, 4),
-            fmt.note_text(fmt.clip(r.note, self.widths["note"])),
-            str(r.round) if r.round else "",
-            fmt.clip(r.worker, 12),
-        )
+        return cells.goal_cells(r, self.widths, self.clock)
 
     def show_runs(self, runs: list[RunRow]) -> None:
         self.run_rows = {r.run_id: r for r in runs}
         table = self.query_one("#runs", KeyedTable)
         opening = not table.keys()
-        table.sync(
-            {
-                r.run_id: (
-                    r.run_id,
-                    fmt.status_text(r.status),
-                    r.attempts,
-                    fmt.clock(r.submitted_at),
-                    fmt.note_text(fmt.clip(r.cancel, LONG_TEXT)),
-                )
-                for r in runs
-            }
-        )
+        table.sync({r.run_id: cells.run_cells(r) for r in runs})
         if opening and runs:  # open on the current (latest) round
             table.select(runs[-1].run_id)
 
@@ -602,39 +527,11 @@ class RefineApp(App[None]):
         return replace(a, pid=seen.pid, alive=seen.alive, observed_at=seen.observed_at)
 
     def attempt_cells(self, a: AttemptRow) -> tuple[Any, ...]:
-        end = a.ended_at if a.ended_at is not None else (self.clock() if a.running else None)
-        alive = {True: Text("yes", "green"), False: Text("no", "red"), None: Text("")}[a.alive]
-        if a.pid is not None and not a.running:  # an ended attempt: its last observation
-            alive.stylize("dim")
-        return (
-            str(a.epoch),
-            fmt.clip(a.worker, self.widths["worker"]),
-            fmt.status_text(fmt.clip(a.state, self.widths["state"])),
-            fmt.clock(a.started_at),
-            fmt.duration(end - a.started_at) if a.started_at and end else "",
-            str(a.pid) if a.pid else "",
-            alive,
-            fmt.percent(a.cpu_percent),
-            fmt.size(a.rss_bytes),
-        )
+        return cells.attempt_cells(a, self.widths, self.clock)
 
     def show_workers(self, workers: list[WorkerRow]) -> None:
-        self.query_one("#workers", KeyedTable).sync(
-            {
-                f"{w.run_id}/{w.epoch}": (
-                    fmt.clip(w.run_id, 16),
-                    str(w.epoch),
-                    str(w.pid),
-                    fmt.clip(w.worker, 10),
-                    fmt.clock(w.started_at),
-                    Text("yes", "green") if w.alive else Text("no", "red"),
-                    fmt.percent(w.cpu_percent),
-                    fmt.size(w.rss_bytes),
-                    fmt.clip(w.argv, LONG_TEXT),
-                )
-                for w in workers
-            }
-        )
+        rows = {f"{w.run_id}/{w.epoch}": cells.worker_cells(w) for w in workers}
+        self.query_one("#workers", KeyedTable).sync(rows)
 
     def tick(self) -> None:
         """Elapsed times tick once a second: only the visible elapsed cells whose text changed.
@@ -800,34 +697,18 @@ class RefineApp(App[None]):
         if key is None:
             return self.empty_line()
         if self.view == "goals" and (g := self.goal_rows.get(key)):
-            extra = [f"node {g.node_id}", f"round {g.round}", f"attempts {g.attempts}"]
-            if g.worker:
-                extra.append(f"worker {g.worker}")
-            note = f" ({g.note})" if g.note else ""
-            return f"{g.goal_id}: {g.title} — {g.status}{note} · " + " · ".join(extra)
+            return cells.goal_words(g)
         if self.view == "runs" and (r := self.run_rows.get(key)):
-            cancel = f" · {r.cancel}" if r.cancel else ""
-            return f"{r.run_id} — {r.status} · attempts {r.attempts}{cancel}"
+            return cells.run_words(r)
         if self.view == "attempts" and (a := self.attempt_rows.get(key)):
-            text = f"attempt {a.epoch} — {a.state} · worker {a.worker}"
-            if a.pid is not None:
-                seen = {True: "alive", False: "not alive", None: "not observed"}[a.alive]
-                text += f" · pid {a.pid} {seen}"
-                if a.observed_at is not None and not a.running:
-                    text += f" at {fmt.clock(a.observed_at)} (last observation)"
-            return text
+            return cells.attempt_words(a)
         return ""
 
     def empty_line(self) -> str:
         """An empty Goals table says why, and what to do."""
         if self.view != "goals" or self.header_state.state not in ("live", "paused", "snapshot"):
             return ""
-        if self.filter_text:
-            return f"No goal matches “{self.filter_text}” — / then escape clears the filter"
-        return (
-            f"No goals in this journal yet — add one: refine --journal {self.journal_label} "
-            "goal add --title TITLE -- COMMAND ARGS…"
-        )
+        return cells.empty_words(self.filter_text, self.journal_label)
 
     @on(DataTable.RowSelected)
     def on_row_selected(self, event: DataTable.RowSelected) -> None:

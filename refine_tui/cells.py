@@ -1,0 +1,172 @@
+"""Rows → what the dashboard's tables and its row line show: the columns, their widths, and
+pure functions from a row (and the widths and a clock where they matter) to its cells or words.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from rich.text import Text
+
+from refine_tui import format as fmt
+from refine_tui.rows import AttemptRow, GoalRow, RunRow, WorkerRow
+from refine_tui.widgets.keyed_table import Column
+
+Clock = Callable[[], float]
+Cells = tuple[Any, ...]
+
+# Widths chosen for 80 columns first: the first seven Goal columns (what an operator scans:
+# status, elapsed, markers) and all nine Attempt columns fit; round and worker follow off
+# screen. Text cut with … is whole in the line under the table (the selected row, in words).
+GOAL_COLUMNS = (
+    Column("goal", "Goal", 14),
+    Column("title", "Title", 12),
+    Column("status", "Status", 9),
+    Column("elapsed", "Elapsed", 7),
+    Column("attempts", "Att", 4),
+    Column("node", "Node", 4),
+    Column("note", "Note", 16),
+    Column("round", "Rnd", 3),
+    Column("worker", "Worker", 12),
+)
+RUN_COLUMNS = (
+    Column("run", "Run", 18),
+    Column("status", "Status", 9),
+    Column("attempts", "Att", 5),
+    Column("submitted", "Submitted", 9),
+    Column("cancel", "Cancel", None),
+)
+ATTEMPT_COLUMNS = (
+    Column("epoch", "#", 2),
+    Column("worker", "Worker", 7),
+    Column("state", "State", 17),
+    Column("started", "Started", 8),
+    Column("duration", "Dur", 6),
+    Column("pid", "PID", 7),
+    Column("alive", "Alive", 5),
+    Column("cpu", "CPU", 4),
+    Column("memory", "Mem", 5),
+)
+WORKER_COLUMNS = (
+    Column("run", "Run", 16),
+    Column("epoch", "#", 2),
+    Column("pid", "PID", 7),
+    Column("worker", "Worker", 10),
+    Column("started", "Started", 8),
+    Column("alive", "Alive", 5),
+    Column("cpu", "CPU", 4),
+    Column("memory", "Mem", 7),
+    Column("argv", "Command", None),
+)
+# All Goal columns at their base widths, with cell padding and a scrollbar.
+TABLE_WIDTH = sum(c.width or 0 for c in GOAL_COLUMNS) + 2 * len(GOAL_COLUMNS) + 2
+ATTEMPT_TABLE_WIDTH = sum(c.width or 0 for c in ATTEMPT_COLUMNS) + 2 * len(ATTEMPT_COLUMNS)
+LONG_TEXT = 200  # a last column sized to content shows at most this many cells (argv can be 64k)
+BASE_WIDTHS = {"title": 12, "note": 16, "worker": 7, "state": 17}
+
+
+def widths_for(terminal_width: int) -> dict[str, int]:
+    """Title, Note and an attempt's State (and Worker) grown into the room a wide terminal has;
+    the attempt State fits "interrupted (… by dana@n1)"."""
+    spare = max(0, terminal_width - TABLE_WIDTH)  # round and worker are on screen first
+    more = max(0, terminal_width - ATTEMPT_TABLE_WIDTH)
+    return {
+        "title": BASE_WIDTHS["title"] + min(spare // 2, 28),
+        "note": BASE_WIDTHS["note"] + min(spare - spare // 2, 46),
+        "state": BASE_WIDTHS["state"] + min(more, 18),
+        "worker": BASE_WIDTHS["worker"] + min(max(0, more - 18), 30),
+    }
+
+
+def goal_cells(r: GoalRow, widths: Mapping[str, int], clock: Clock) -> Cells:
+    elapsed = fmt.duration(clock() - r.started_at) if r.started_at else ""
+    return (
+        fmt.clip(r.goal_id, 14),
+        fmt.clip(r.title, widths["title"]),
+        fmt.status_text(r.status),
+        elapsed,
+        r.attempts,
+        fmt.clip(r.node_id, 4),
+        fmt.note_text(fmt.clip(r.note, widths["note"])),
+        str(r.round) if r.round else "",
+        fmt.clip(r.worker, 12),
+    )
+
+
+def run_cells(r: RunRow) -> Cells:
+    return (
+        r.run_id,
+        fmt.status_text(r.status),
+        r.attempts,
+        fmt.clock(r.submitted_at),
+        fmt.note_text(fmt.clip(r.cancel, LONG_TEXT)),
+    )
+
+
+def attempt_cells(a: AttemptRow, widths: Mapping[str, int], clock: Clock) -> Cells:
+    end = a.ended_at if a.ended_at is not None else (clock() if a.running else None)
+    alive = {True: Text("yes", "green"), False: Text("no", "red"), None: Text("")}[a.alive]
+    if a.pid is not None and not a.running:  # an ended attempt: its last observation
+        alive.stylize("dim")
+    return (
+        str(a.epoch),
+        fmt.clip(a.worker, widths["worker"]),
+        fmt.status_text(fmt.clip(a.state, widths["state"])),
+        fmt.clock(a.started_at),
+        fmt.duration(end - a.started_at) if a.started_at and end else "",
+        str(a.pid) if a.pid else "",
+        alive,
+        fmt.percent(a.cpu_percent),
+        fmt.size(a.rss_bytes),
+    )
+
+
+def worker_cells(w: WorkerRow) -> Cells:
+    return (
+        fmt.clip(w.run_id, 16),
+        str(w.epoch),
+        str(w.pid),
+        fmt.clip(w.worker, 10),
+        fmt.clock(w.started_at),
+        Text("yes", "green") if w.alive else Text("no", "red"),
+        fmt.percent(w.cpu_percent),
+        fmt.size(w.rss_bytes),
+        fmt.clip(w.argv, LONG_TEXT),
+    )
+
+
+# --- the selected row in words, whole: what the columns had to cut at 80 columns -----------------
+
+
+def goal_words(g: GoalRow) -> str:
+    extra = [f"node {g.node_id}", f"round {g.round}", f"attempts {g.attempts}"]
+    if g.worker:
+        extra.append(f"worker {g.worker}")
+    note = f" ({g.note})" if g.note else ""
+    return f"{g.goal_id}: {g.title} — {g.status}{note} · " + " · ".join(extra)
+
+
+def run_words(r: RunRow) -> str:
+    cancel = f" · {r.cancel}" if r.cancel else ""
+    return f"{r.run_id} — {r.status} · attempts {r.attempts}{cancel}"
+
+
+def attempt_words(a: AttemptRow) -> str:
+    text = f"attempt {a.epoch} — {a.state} · worker {a.worker}"
+    if a.pid is not None:
+        seen = {True: "alive", False: "not alive", None: "not observed"}[a.alive]
+        text += f" · pid {a.pid} {seen}"
+        if a.observed_at is not None and not a.running:
+            text += f" at {fmt.clock(a.observed_at)} (last observation)"
+    return text
+
+
+def empty_words(filter_text: str, journal_label: str) -> str:
+    """An empty Goals table says why, and what to do."""
+    if filter_text:
+        return f"No goal matches “{filter_text}” — / then escape clears the filter"
+    return (
+        f"No goals in this journal yet — add one: refine --journal {journal_label} "
+        "goal add --title TITLE -- COMMAND ARGS…"
+    )
