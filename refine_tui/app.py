@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-import itertools
 import os
 import time
 from collections.abc import Callable, Iterable
@@ -45,8 +44,10 @@ from refine_tui.actions import (
 )
 from refine_tui.cells import ATTEMPT_COLUMNS, BASE_WIDTHS, GOAL_COLUMNS, RUN_COLUMNS, WORKER_COLUMNS
 from refine_tui.detail import DetailPane, DetailTarget
+from refine_tui.goal_list import GoalList
 from refine_tui.live import LiveReader, ReadRequest
 from refine_tui.messages import JournalTrouble, JournalUpdate
+from refine_tui.paint_hold import PaintHold
 from refine_tui.rows import AttemptRow, GoalRow, RunRow, WorkerRow
 from refine_tui.screens.help import HelpScreen
 from refine_tui.widgets.key_footer import KeyFooter
@@ -67,9 +68,6 @@ from store.reads import launch_ends
 from store.watch import ChangeFeed
 
 RETRY_S = 2.0  # how often an unreadable journal is tried again (file events also wake it)
-# A long list (a filter's ~1,200 rows) goes into the table this many rows per turn of the event
-# loop, keys handled between turns: all at once it held them for 40–400 ms at 100,000 Goals.
-FILL_CHUNK = 200
 # A new filter's list usually arrives in 20–60 ms: paint nothing meanwhile, at most this long.
 HOLD_PAINT_S = 0.5
 OBSERVE_INTERVAL_S = 5.0  # CPU/memory/liveness of this node's processes (they change silently)
@@ -123,9 +121,9 @@ class RefineApp(App[None]):
         self.filter_text = ""
         self.focus_goal: str | None = None
         self.focus_run: str | None = None
-        self.goal_rows: dict[str, GoalRow] = {}  # the listed Goals: the table's and _unfilled
-        self._unfilled: dict[str, None] = {}  # listed Goals not in the table yet, in list order
-        self._fill_generation = 0  # a newer list cancels the chunks an older one has left
+        self.goal_list = GoalList(
+            self, lambda: self.query_one("#goals", KeyedTable), self.goal_cells
+        )
         self.run_rows: dict[str, RunRow] = {}
         self.attempt_rows: dict[str, AttemptRow] = {}
         self.header_state = HeaderState(self.journal_label, self.node, read_only)
@@ -157,9 +155,7 @@ class RefineApp(App[None]):
         self._held_updates: list[JournalUpdate] = []  # read while paused, shown on resume
         self._launching: dict[str, float] = {}  # starting rows → when their launch window ends
         self._launch_timer: Timer | None = None
-        self._paint_held: Timer | None = None  # a new filter's list is on its way (hold_paint)
-        self._gc_held = False  # hold_paint turned the garbage collector off
-        self._closing_box = False  # the filter box closes the frame after the new list
+        self.paint = PaintHold(self, self._close_box)
 
     def get_driver_class(self) -> type[Driver]:
         driver = super().get_driver_class()
@@ -212,9 +208,7 @@ class RefineApp(App[None]):
         for key in ("state", "worker"):
             attempts.set_width(key, widths[key])
         with self.batch_update():
-            for key, row in self.goal_rows.items():
-                if key not in self._unfilled:
-                    goals.upsert(key, self.goal_cells(row))
+            self.goal_list.redraw()
             for key, attempt in self.attempt_rows.items():
                 attempts.upsert(key, self.attempt_cells(attempt))
 
@@ -339,24 +333,12 @@ class RefineApp(App[None]):
             return
         self.set_trouble(None)
         self.snapshot = update.snapshot
-        goals = self.query_one("#goals", KeyedTable)
         with self.batch_update():
             if update.full:
-                self.list_goals({k: r for k, r in update.goals.items() if r is not None})
+                self.goal_list.show({k: r for k, r in update.goals.items() if r is not None})
                 self.release_paint()
             else:
-                for key, row in update.goals.items():
-                    if row is None:
-                        self.goal_rows.pop(key, None)
-                        self._unfilled.pop(key, None)
-                        goals.drop(key)
-                    elif key in self.goal_rows or self.matches_filter(row):
-                        new = key not in self.goal_rows
-                        self.goal_rows[key] = row
-                        if key in self._unfilled or (new and self._unfilled):
-                            self._unfilled[key] = None  # shown in its turn: the order holds
-                        else:
-                            goals.upsert(key, self.goal_cells(row))
+                self.goal_list.apply(update.goals, self.matches_filter)
             if update.runs is not None:
                 self.show_runs(update.runs)
             if update.attempts is not None:
@@ -388,44 +370,14 @@ class RefineApp(App[None]):
             )
 
     @property
+    def goal_rows(self) -> dict[str, GoalRow]:
+        """The listed Goals, in list order (some may not be in the table yet: ``filling``)."""
+        return self.goal_list.rows
+
+    @property
     def filling(self) -> bool:
         """Part of the list is still on its way into the table, a chunk per turn."""
-        return bool(self._unfilled)
-
-    def list_goals(self, rows: dict[str, GoalRow]) -> None:
-        """Make ``rows`` the Goals list: its first chunk and the rows already shown at once
-        (the cursor stays on its key), the rest a chunk per turn of the event loop."""
-        goals = self.query_one("#goals", KeyedTable)
-        self.goal_rows = rows
-        self._fill_generation += 1
-        keys = list(rows)
-        shown = set(goals.keys())
-        now = [k for i, k in enumerate(keys) if i < FILL_CHUNK or k in shown]
-        self._unfilled = dict.fromkeys(k for k in keys[FILL_CHUNK:] if k not in shown)
-        goals.sync({k: self.goal_cells(rows[k]) for k in now})
-        if self._unfilled:
-            self.call_after_refresh(self._fill, self._fill_generation)
-
-    def _fill(self, generation: int) -> None:
-        """The next chunk of the list; queued keys and messages are handled before the next."""
-        if generation != self._fill_generation or not self.is_running:
-            return  # a newer list took its place, or the app is closing
-        goals = self.query_one("#goals", KeyedTable)
-        with self.batch_update():
-            for key in list(itertools.islice(self._unfilled, FILL_CHUNK)):
-                del self._unfilled[key]
-                goals.upsert(key, self.goal_cells(self.goal_rows[key]))
-            if not self._unfilled:  # rows the table held beyond the first chunk: into place
-                goals.order(list(self.goal_rows))
-        if self._unfilled:
-            self.call_after_refresh(self._fill, generation)
-
-    def stop_filling(self) -> None:
-        """Another list was asked for: the rest of this one is not shown."""
-        self._fill_generation += 1
-        for key in self._unfilled:
-            self.goal_rows.pop(key, None)
-        self._unfilled = {}
+        return self.goal_list.filling
 
     def on_journal_trouble(self, trouble: JournalTrouble) -> None:
         if not self.is_running:
@@ -746,7 +698,7 @@ class RefineApp(App[None]):
 
     def go_back(self) -> None:
         box = self.query_one("#filter", Input)
-        if box.display and not self._closing_box:  # escape in the filter clears it (k9s)
+        if box.display and not self.paint.closing_box:  # escape in the filter clears it (k9s)
             self.set_filter("")
         elif self.detail is not None:
             self.close_detail()
@@ -890,7 +842,7 @@ class RefineApp(App[None]):
     def action_filter(self) -> None:
         box = self.query_one("#filter", Input)
         box.value = self.filter_text
-        self._closing_box = False
+        self.paint.closing_box = False
         box.display = True
         box.focus()
 
@@ -901,14 +853,14 @@ class RefineApp(App[None]):
 
     def set_filter(self, text: str) -> None:
         self.filter_text = text.strip()
-        self.stop_filling()  # a newer filter: the older list's remaining chunks would be stale
+        self.goal_list.stop()  # a newer filter: the older list's remaining chunks would be stale
         self.hold_paint()
         # The read goes first: it is asked for (in the read task) after the view below is set,
         # and starts before the focus change's messages are handled, beside them.
         self.wake(full=True)
         # The box closes a frame after the new list is painted: closing it with the list would
         # lay the screen out again and draw every line of the taller table in the list's frame.
-        self._closing_box = self.query_one("#filter", Input).display
+        self.paint.closing_box = self.query_one("#filter", Input).display
         if self.view != "goals":
             self.focus_goal = self.focus_run = None
             self.switch_view("goals", "Goals")
@@ -917,35 +869,14 @@ class RefineApp(App[None]):
         self.query_one("#goals", KeyedTable).focus()
 
     def hold_paint(self) -> None:
-        """Paint nothing until the new list is shown (or HOLD_PAINT_S passed).
-
-        Closing the box and focusing the table repaint the whole old list (focus is in every
-        cached render's key: ≈ 30–100 ms at 100k, profiled), in the middle of the new list's
-        read; the new list then repaints it all again. Keys are handled meanwhile.
-        """
-        if self._paint_held is None:
-            self._begin_batch()
-            self._paint_held = self.set_timer(HOLD_PAINT_S, self.release_paint)
-            # Nor a full garbage collection (≈ 40 ms at 100k, profiled) before the first screen.
-            self._gc_held = gc.isenabled()
-            gc.disable()
+        """Paint nothing until the new list is shown (or HOLD_PAINT_S passed): see PaintHold."""
+        self.paint.hold(HOLD_PAINT_S)
 
     def release_paint(self) -> None:
-        """The new list is in the table (or it took too long, or the journal is in trouble):
-        what changed while held is painted in the next frame."""
-        if self._paint_held is not None:
-            self._paint_held.stop()
-            self._paint_held = None
-            self._end_batch()
-            if self._closing_box:
-                self.call_after_refresh(self._close_box)
-            if self._gc_held:
-                self.call_after_refresh(gc.enable)
+        self.paint.release()
 
     def _close_box(self) -> None:
-        if self._closing_box:  # not opened again meanwhile
-            self._closing_box = False
-            self.query_one("#filter", Input).display = False
+        self.query_one("#filter", Input).display = False
 
     def action_pause(self) -> None:
         self.paused = not self.paused

@@ -20,10 +20,11 @@ from textual import events
 from textual.widgets import Button, Input, Label
 
 import refine_tui.app
-from refine_tui.app import FILL_CHUNK, RefineApp
+from refine_tui.app import RefineApp
 from refine_tui.demo import populate
 from refine_tui.detail import DetailPane
 from refine_tui.goal_index import GoalIndex
+from refine_tui.goal_list import FILL_CHUNK, GoalList
 from refine_tui.messages import JournalUpdate
 from refine_tui.screens.confirm import CancelModal, ConfirmModal
 from refine_tui.screens.help import HelpScreen
@@ -288,7 +289,7 @@ async def test_a_filter_while_paused_is_painted_after_the_hold(journal_path: Pat
         await loaded(pilot)
         await pilot.press("p")
         await pilot.press("slash", *"running", "enter")
-        await until(pilot, lambda: app._paint_held is None)
+        await until(pilot, lambda: not app.paint.held)
         assert not app._batch_count and __import__("gc").isenabled()
         assert "running" in str(app.query_one("#crumbs", Label).render())
         await pilot.press("p")
@@ -348,13 +349,14 @@ class ChunkProbe(RefineApp):
         super().__init__(*args, **kwargs)
         self.seen: list[tuple[int, int]] = []  # (rows in the table, cursor row) at each chunk
         self.steps: list[Callable[[], None]] = []
+        self.goal_list._fill = self._fill  # type: ignore[method-assign]
 
     def _fill(self, generation: int) -> None:
         table = goals_table(self)
         self.seen.append((len(table.keys()), table.cursor_row))
-        if self.steps and generation == self._fill_generation:
+        if self.steps and generation == self.goal_list.generation:
             self.steps.pop(0)()
-        super()._fill(generation)
+        GoalList._fill(self.goal_list, generation)
 
 
 async def test_a_long_list_fills_in_chunks_that_let_keys_through_and_keep_order(
