@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import os
 import time
 from collections.abc import Callable, Iterable
@@ -44,6 +43,7 @@ from refine_tui.actions import (
 )
 from refine_tui.cells import ATTEMPT_COLUMNS, BASE_WIDTHS, GOAL_COLUMNS, RUN_COLUMNS, WORKER_COLUMNS
 from refine_tui.detail import DetailPane, DetailTarget
+from refine_tui.follow import JournalFollower
 from refine_tui.goal_list import GoalList
 from refine_tui.live import LiveReader, ReadRequest
 from refine_tui.messages import JournalTrouble, JournalUpdate
@@ -54,20 +54,16 @@ from refine_tui.widgets.key_footer import KeyFooter
 from refine_tui.widgets.keyed_table import KeyedTable
 from refine_tui.widgets.status_header import HeaderState, StatusHeader
 from store.errors import (
-    JournalLockedError,
-    JournalMissingError,
     RefineError,
     StorageError,
-    StorageUnreachableError,
 )
-from store.journal_api import Journal, JournalHandle, WakeUps, relay
+from store.journal_api import JournalHandle
 from store.journal_url import redact
 from store.locations import resolve_location
 from store.operator import default_node, default_operator
 from store.reads import launch_ends
 from store.watch import ChangeFeed
 
-RETRY_S = 2.0  # how often an unreadable journal is tried again (file events also wake it)
 # A new filter's list usually arrives in 20–60 ms: paint nothing meanwhile, at most this long.
 HOLD_PAINT_S = 0.5
 OBSERVE_INTERVAL_S = 5.0  # CPU/memory/liveness of this node's processes (they change silently)
@@ -140,14 +136,18 @@ class RefineApp(App[None]):
             reading=lambda: self.feed.journal,
             reader=lambda: self.live.reader,
         )
-        self._wake = asyncio.Event()
-        self._read_lock = asyncio.Lock()
+        self.follower = JournalFollower(
+            self,
+            self.live,
+            location=self.journal_path,
+            label=self.journal_label,
+            request=self.read_request,
+            paused=lambda: self.paused,
+            watch_files=watch,
+        )
         # Grown on wide terminals (on_resize); the attempt State fits "interrupted (… by dana@n1)".
         self.widths = dict(BASE_WIDTHS)
         self._observed: dict[tuple[str, int], AttemptRow] = {}  # last row that had a pid
-        self._full_pending = True
-        self._watcher: WakeUps | None = None
-        self._indexing = False  # the filter's index is being built
         self._why_text: str | None = None  # what the hint line last showed
         self._row_text: str | None = None  # what the selected row's line last showed
         self._enabled: tuple[bool, ...] = ()  # which actions the footer last showed enabled
@@ -213,8 +213,7 @@ class RefineApp(App[None]):
                 attempts.upsert(key, self.attempt_cells(attempt))
 
     def on_unmount(self) -> None:
-        if self._watcher is not None:
-            self._watcher.stop()
+        self.follower.stop()
         self.feed.close()
         self._writer.close()
 
@@ -222,82 +221,21 @@ class RefineApp(App[None]):
 
     @work(exclusive=True, group="live", exit_on_error=False)
     async def follow_journal(self) -> None:
-        """Read the journal after every watcher batch (and on demand), one read at a time.
-
-        Wake-ups that arrive during a read collapse into one: the next read starts only after
-        the previous one was applied, and it reads everything committed meanwhile.
-        """
-        self._watcher = watcher = Journal.watch(self.journal_path)
-        pump = asyncio.create_task(relay(watcher, self._wake)) if self.watch_files else None
-        try:
-            while True:
-                if not self.paused:
-                    await self.read_and_post()
-                    if not (self.live.indexed or self._full_pending or self._indexing):
-                        self._indexing = True
-                        self.build_index()
-                # A lock can go away without touching the files: while the journal is
-                # unreadable, also retry now and then.
-                timeout = RETRY_S if self._full_pending else None
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), timeout)
-                self._wake.clear()
-        finally:
-            watcher.stop()
-            if pump is not None:
-                pump.cancel()
-
-    @work(exclusive=True, group="index", exit_on_error=False)
-    async def build_index(self) -> None:
-        """After the first paint: the filter's in-memory index, built beside the live reads (a
-        connection of its own); only taking in the commits made meanwhile holds the read lock."""
-        try:
-            with contextlib.suppress(RefineError):  # unreadable now: the next round tries again
-                gc.disable()  # no full collections mid-build: each would hold the GIL ≈ 100 ms
-                try:
-                    built = await asyncio.to_thread(self.live.build_index)
-                finally:
-                    gc.enable()
-                if built is not None:
-                    async with self._read_lock:
-                        await asyncio.to_thread(self.live.adopt_index, built)
-        finally:
-            self._indexing = False
-        # What is alive now (widgets, index, first rows) lives as long as the app: out of
-        # the cyclic GC's way, so a full collection during a read costs ≈ 5 ms, not ≈ 100.
-        gc.collect()
-        gc.freeze()
+        await self.follower.follow()
 
     def wake(self, full: bool = False) -> None:
         """Ask the live worker for a read now (``full``: reload the visible set)."""
-        self._full_pending = self._full_pending or full
-        self._wake.set()
+        self.follower.wake(full)
 
     async def read_and_post(self, recheck: Iterable[str] = ()) -> None:
-        # One read at a time: two overlapping reads could post their rows out of order.
-        async with self._read_lock:
-            await self._read_and_post(tuple(recheck))
+        await self.follower.read(recheck)
 
-    async def _read_and_post(self, recheck: tuple[str, ...]) -> None:
-        request = self.read_request(recheck)
-        self._full_pending = False
-        try:
-            update = await asyncio.to_thread(self.live.read, request, self.post_message)
-        except StorageError as exc:
-            self._full_pending = True
-            self.post_message(self.trouble_for(exc))
-            return
-        except RefineError as exc:
-            self.post_message(JournalTrouble("stale", exc.message))
-            return
-        if update is not None:
-            self.post_message(update)
-
-    def read_request(self, recheck: tuple[str, ...] = ()) -> ReadRequest:
+    def read_request(self, full: bool, recheck: tuple[str, ...] = ()) -> ReadRequest:
+        """What the next read should read: the screen as it is now."""
         focused = self.goal_rows.get(self.focus_goal) if self.focus_goal else None
         history_run, history_after = self.query_one(DetailPane).history_wanted()
         return ReadRequest(
-            full=self._full_pending,
+            full=full,
             filter=self.filter_text,
             view=self.view,
             goal_id=self.focus_goal,
@@ -310,20 +248,6 @@ class RefineApp(App[None]):
             # not laid out yet); a first screen read and added is its cost (≈ 0.5 ms a row).
             first_screen=max(self.query_one("#goals", KeyedTable).size.height, 20) + 4,
         )
-
-    def trouble_for(self, exc: StorageError) -> JournalTrouble:
-        if isinstance(exc, JournalMissingError):
-            return JournalTrouble(
-                "missing",
-                f"{self.journal_label} is missing — waiting for it "
-                f"(create it with `refine --journal {self.journal_label} init`)",
-            )
-        if isinstance(exc, JournalLockedError):
-            return JournalTrouble("stale", exc.message + " — retrying")
-        if isinstance(exc, StorageUnreachableError) and isinstance(self.journal_path, str):
-            # A server journal's lost connection: the rows stay, the feed catches up when back.
-            return JournalTrouble("reconnecting", exc.message)
-        return JournalTrouble("broken", exc.message + " — waiting for a usable journal")
 
     def on_journal_update(self, update: JournalUpdate) -> None:
         if not self.is_running:  # shutting down: the widgets are already gone

@@ -106,7 +106,7 @@ async def test_a_read_in_flight_when_pause_is_pressed_waits_for_resume(journal_p
             "goals.cancel(goal_id='migrate-db', reason='later', command_id='op:cancel:t2')",
         )
         go.set()
-        await until(pilot, lambda: not app._read_lock.locked())
+        await until(pilot, lambda: not app.follower.read_lock.locked())
         await pilot.pause(0.2)
         assert app.goal_rows["migrate-db"].status == "held"
         assert app.header_state.state == "paused"
