@@ -15,7 +15,6 @@ import contextlib
 import os
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import replace
 from typing import Any, ClassVar
 
 from rich.text import Text
@@ -26,7 +25,6 @@ from textual.containers import Vertical
 from textual.driver import Driver
 from textual.notifications import SeverityLevel
 from textual.screen import Screen
-from textual.timer import Timer
 from textual.widgets import ContentSwitcher, DataTable, Input, Label, Static
 
 from refine_tui import cells
@@ -47,6 +45,7 @@ from refine_tui.follow import JournalFollower
 from refine_tui.goal_list import GoalList
 from refine_tui.live import LiveReader, ReadRequest
 from refine_tui.messages import JournalTrouble, JournalUpdate
+from refine_tui.observe import LastObservations, LaunchWindows
 from refine_tui.paint_hold import PaintHold
 from refine_tui.rows import AttemptRow, GoalRow, RunRow, WorkerRow
 from refine_tui.screens.help import HelpScreen
@@ -61,7 +60,6 @@ from store.journal_api import JournalHandle
 from store.journal_url import redact
 from store.locations import resolve_location
 from store.operator import default_node, default_operator
-from store.reads import launch_ends
 from store.watch import ChangeFeed
 
 # A new filter's list usually arrives in 20–60 ms: paint nothing meanwhile, at most this long.
@@ -147,14 +145,15 @@ class RefineApp(App[None]):
         )
         # Grown on wide terminals (on_resize); the attempt State fits "interrupted (… by dana@n1)".
         self.widths = dict(BASE_WIDTHS)
-        self._observed: dict[tuple[str, int], AttemptRow] = {}  # last row that had a pid
+        self.last_observed = LastObservations()
         self._why_text: str | None = None  # what the hint line last showed
         self._row_text: str | None = None  # what the selected row's line last showed
         self._enabled: tuple[bool, ...] = ()  # which actions the footer last showed enabled
         self._reload_asked = False  # `r` pressed: confirm when the full reload is shown
         self._held_updates: list[JournalUpdate] = []  # read while paused, shown on resume
-        self._launching: dict[str, float] = {}  # starting rows → when their launch window ends
-        self._launch_timer: Timer | None = None
+        self.launches = LaunchWindows(
+            self, paused=lambda: self.paused, recheck=lambda ids: self.read_and_post(ids)
+        )
         self.paint = PaintHold(self, self._close_box)
 
     def get_driver_class(self) -> type[Driver]:
@@ -282,7 +281,7 @@ class RefineApp(App[None]):
             self.show_header()
         self.selection_changed()
         self.tell_detail(retarget=False)  # the attempt in the log pane may have ended
-        self.note_launches(update)
+        self.launches.note(update)
         if update.painted is not None:
             self.call_after_refresh(update.painted.set)
         if update.full and self._reload_asked and not update.partial:
@@ -391,17 +390,6 @@ class RefineApp(App[None]):
             latest = next((a for a in attempts if a.running), attempts[-1])
             table.select(str(latest.epoch))
 
-    def last_observed(self, a: AttemptRow) -> AttemptRow:
-        """Keep the last pid/alive observation once the process record is gone (after a Stop)."""
-        key = (a.run_id, a.epoch)
-        if a.pid is not None:
-            self._observed[key] = a
-            return a
-        seen = self._observed.get(key)
-        if seen is None:
-            return a
-        return replace(a, pid=seen.pid, alive=seen.alive, observed_at=seen.observed_at)
-
     def attempt_cells(self, a: AttemptRow) -> tuple[Any, ...]:
         return cells.attempt_cells(a, self.widths, self.clock)
 
@@ -428,42 +416,6 @@ class RefineApp(App[None]):
             for key, a in self.attempt_rows.items():
                 if a.running:
                     table.upsert(key, self.attempt_cells(a))
-
-    def note_launches(self, update: JournalUpdate) -> None:
-        """Rows still starting (no process record yet) are read again when their window ends:
-        then their process proves them, or they need cleanup."""
-        if update.full:
-            self._launching.clear()
-        for key, row in update.goals.items():
-            if row is not None and row.starting and row.started_at is not None:
-                self._launching[key] = launch_ends(row.started_at)
-            else:
-                self._launching.pop(key, None)
-        self.arm_launch_timer()
-
-    def arm_launch_timer(self, at_least: float = 0.1) -> None:
-        if not self._launching or self._launch_timer is not None:
-            return
-        delay = max(at_least, min(self._launching.values()) - time.time() + 0.1)
-        self._launch_timer = self.set_timer(delay, self.launch_window_ended)
-
-    def launch_window_ended(self) -> None:
-        self._launch_timer = None
-        if not self.is_running:
-            return
-        now = time.time()
-        due = [key for key, end in self._launching.items() if end <= now]
-        if self.paused or not due:
-            self.arm_launch_timer(at_least=1.0)
-            return
-        for key in due:
-            del self._launching[key]  # back with the re-read row if it is still starting
-        self.recheck_launches(due)
-        self.arm_launch_timer(at_least=1.0)
-
-    @work(group="launch", exit_on_error=False)
-    async def recheck_launches(self, goal_ids: list[str]) -> None:
-        await self.read_and_post(recheck=goal_ids)
 
     def watched_rows(self) -> list[GoalRow]:
         """The rows a liveness look covers: the visible Goals and the one the views focus on."""
