@@ -240,6 +240,12 @@ def run_demo(directory: Path | None = None) -> int:
         signal.signal(signal.SIGHUP, previous)
         stop_node(node)  # first: a requeued goal must not be launched again
         for line in finish(path, DEMO_NODE, app.operator):
-            print(f"refine demo: {line}")
-    print(f"demo journal kept at {path}  (refine --journal {path} goals)")
+            _say(f"refine demo: {line}")
+    _say(f"demo journal kept at {path}  (refine --journal {path} goals)")
     return 0
+
+
+def _say(line: str) -> None:
+    """A goodbye line, unless the terminal went away (its window closed): nobody reads it."""
+    with contextlib.suppress(OSError):
+        print(line, flush=True)

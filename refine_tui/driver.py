@@ -9,6 +9,7 @@ the rest of a sequence (a lone escape key). The loop is otherwise Textual's own.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import selectors
 import threading
@@ -57,6 +58,7 @@ class QuietLinuxDriver(LinuxDriver):
         selector.register(exit_event.fileno, selectors.EVENT_READ)
         parser = XTermParser(self._debug)
         decode = getincrementaldecoder("utf-8")().decode
+        a_terminal = os.isatty(self.fileno)  # (a hung-up one is no longer a tty to isatty)
 
         def timeout() -> float | None:
             due = parser._timeout_time  # set while a sequence awaits its rest
@@ -66,18 +68,25 @@ class QuietLinuxDriver(LinuxDriver):
             for key, _ in ready:
                 if key.fd != self.fileno:
                     continue
-                data = decode(os.read(self.fileno, 1024 * 4), final=final)
-                if data:  # empty: stdin is piped and ended
-                    for event in parser.feed(data):
-                        self.process_message(event)
+                try:
+                    raw: bytes | None = os.read(self.fileno, 1024 * 4)
+                except OSError:  # EIO: the terminal hung up (its window closed)
+                    raw = None
+                if not raw:  # nothing will come again: stop waiting on it (it stays readable)
+                    selector.unregister(self.fileno)
+                    self._input_ended(terminal_gone=raw is None or a_terminal)
+                    continue
+                for event in parser.feed(decode(raw, final=final)):
+                    self.process_message(event)
             for event in parser.tick():
                 self.process_message(event)
 
         try:
             while not exit_event.is_set():
                 dispatch(selector.select(timeout()))
-            selector.unregister(self.fileno)
-            dispatch(selector.select(0.1), final=True)
+            if self.fileno in selector.get_map():
+                selector.unregister(self.fileno)
+                dispatch(selector.select(0.1), final=True)
         finally:
             selector.close()
             try:
@@ -85,3 +94,12 @@ class QuietLinuxDriver(LinuxDriver):
                     pass
             except (EOFError, ParseError):
                 pass
+
+    def _input_ended(self, terminal_gone: bool) -> None:
+        """The input ended. A terminal that went away ends the dashboard: nothing it draws can
+        be seen and no key can come (it kept running, its input thread spinning: a hung-up
+        terminal reads as ended, and is always readable). Piped input that ended does not."""
+        if terminal_gone:
+            self.exit_event.set()  # this thread ends: the app's exit has nothing to wait for
+            with contextlib.suppress(RuntimeError):  # its loop is closed: it ended already
+                self._loop.call_soon_threadsafe(self._app.exit)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import sys
 import time
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from store.locations import resolve_location
 from store.operator import cleanup_evidence
 from store.processes import node_workers, same_process
 from tests.helpers.registry import node_registry
+from tests.helpers.terminal import on_a_terminal
 from tests.helpers.waits import wait_until
 
 
@@ -104,3 +106,22 @@ async def test_the_demo_marks_only_its_orphan_while_the_node_starts_goals(tmp_pa
         stop_node(node)
         finish(path, DEMO_NODE, "dana")
     assert marked == {"nightly-report"}
+
+
+def test_closing_the_demos_terminal_ends_it_and_its_node(tmp_path: Path) -> None:
+    """The demo's window closed: the dashboard, the node and its workers end, and the demo
+    exits (its goodbye lines had no terminal to go to: an I/O error, and a process left
+    spinning on the hung-up terminal)."""
+    folder = tmp_path / "demo"
+    env = {**os.environ, "PYTHONPATH": os.environ.get("PYTHONPATH", os.getcwd())}
+    argv = [sys.executable, "-m", "refine_tui.cli", "demo", "--dir", str(folder)]
+    journal = str(resolve_location(folder / "journal.db"))
+    with on_a_terminal(argv, env) as terminal:
+        wait_until(lambda: terminal.shows("soak-test"), 60.0, what="the dashboard")
+        wait_until(lambda: node_workers(journal, DEMO_NODE), 30.0, what="a launched worker")
+        terminal.close_window()
+        wait_until(lambda: terminal.proc.poll() is not None, 30.0, what="the demo to end")
+    assert terminal.proc.returncode == 0
+    assert node_workers(journal, DEMO_NODE) == []
+    with Journal.open(folder / "journal.db", read_only=True) as j:
+        assert Goals(j).read("soak-test").status != "running"

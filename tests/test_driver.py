@@ -19,6 +19,7 @@ import pytest
 
 from store.goals import Goals
 from store.journal import Journal
+from tests.helpers.terminal import on_a_terminal
 from tests.helpers.waits import wait_until
 
 NODE = "n1"
@@ -91,3 +92,18 @@ def test_input_thread_sleeps_until_a_key_and_keys_still_work(tmp_path: Path) -> 
         wait_until(lambda: not psutil.pid_exists(pid), what="q to quit")
     finally:
         subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
+
+
+def test_the_dashboard_ends_when_its_terminal_goes_away(tmp_path: Path) -> None:
+    """A closed terminal window (the pty's other end gone, no SIGHUP: not its controlling
+    terminal) ends the dashboard: it had kept running, its input thread spinning on the hung-up
+    terminal at ≈ 40 % of a core, found by closing a tmux session."""
+    path = tmp_path / "journal.db"
+    with Journal.open(path) as j:
+        Goals(j).create(goal_id="alpha", title="alpha", node_id=NODE, argv=["true"])
+    env = {**os.environ, "PYTHONPATH": os.environ.get("PYTHONPATH", os.getcwd())}
+    command = [sys.executable, "-m", "refine_tui.cli", "--journal", str(path), "--node", NODE]
+    with on_a_terminal([*command, "tui"], env) as terminal:
+        wait_until(lambda: terminal.shows("alpha"), what="the first paint")
+        terminal.close_window()
+        wait_until(lambda: terminal.proc.poll() is not None, what="the dashboard to end")
