@@ -39,16 +39,17 @@ from refine_tui.actions import (
     Selection,
     why,
 )
-from refine_tui.cells import ATTEMPT_COLUMNS, BASE_WIDTHS, GOAL_COLUMNS, RUN_COLUMNS, WORKER_COLUMNS
+from refine_tui.cells import BASE_WIDTHS, GOAL_COLUMNS, WORKER_COLUMNS
 from refine_tui.detail import DetailPane, DetailTarget
 from refine_tui.follow import JournalFollower
-from refine_tui.goal_list import GoalList
+from refine_tui.goal_list import GoalList, matches
 from refine_tui.live import LiveReader, ReadRequest
 from refine_tui.messages import JournalTrouble, JournalUpdate
-from refine_tui.observe import LastObservations, LaunchWindows
+from refine_tui.observe import LaunchWindows
 from refine_tui.paint_hold import PaintHold
-from refine_tui.rows import AttemptRow, GoalRow, RunRow, WorkerRow
+from refine_tui.rows import AttemptRow, GoalRow, WorkerRow
 from refine_tui.screens.help import HelpScreen
+from refine_tui.tables import AttemptTable, RunTable, last_attempt
 from refine_tui.widgets.key_footer import KeyFooter
 from refine_tui.widgets.keyed_table import KeyedTable
 from refine_tui.widgets.status_header import HeaderState, StatusHeader
@@ -118,8 +119,6 @@ class RefineApp(App[None]):
         self.goal_list = GoalList(
             self, lambda: self.query_one("#goals", KeyedTable), self.goal_cells
         )
-        self.run_rows: dict[str, RunRow] = {}
-        self.attempt_rows: dict[str, AttemptRow] = {}
         self.header_state = HeaderState(self.journal_label, self.node, read_only)
         self.feed = ChangeFeed(self.journal_path)
         self.live = LiveReader(self.feed, self.node)  # the read thread's own state
@@ -145,7 +144,6 @@ class RefineApp(App[None]):
         )
         # Grown on wide terminals (on_resize); the attempt State fits "interrupted (… by dana@n1)".
         self.widths = dict(BASE_WIDTHS)
-        self.last_observed = LastObservations()
         self._why_text: str | None = None  # what the hint line last showed
         self._row_text: str | None = None  # what the selected row's line last showed
         self._enabled: tuple[bool, ...] = ()  # which actions the footer last showed enabled
@@ -173,8 +171,8 @@ class RefineApp(App[None]):
             yield Static("", id="trouble")
             with ContentSwitcher(initial="goals", id="views"):
                 yield KeyedTable(GOAL_COLUMNS, id="goals")
-                yield KeyedTable(RUN_COLUMNS, id="runs")
-                yield KeyedTable(ATTEMPT_COLUMNS, id="attempts")
+                yield RunTable(id="runs")
+                yield AttemptTable(self.attempt_cells, id="attempts")
                 yield KeyedTable(WORKER_COLUMNS, id="workers")
             yield Static("", id="rowline")
             yield DetailPane(self.find_log, id="detail", max_lines=5000)
@@ -201,15 +199,14 @@ class RefineApp(App[None]):
             return
         self.widths = widths
         goals = self.query_one("#goals", KeyedTable)
-        attempts = self.query_one("#attempts", KeyedTable)
+        attempts = self.query_one(AttemptTable)
         for key in ("title", "note"):
             goals.set_width(key, widths[key])
         for key in ("state", "worker"):
             attempts.set_width(key, widths[key])
         with self.batch_update():
             self.goal_list.redraw()
-            for key, attempt in self.attempt_rows.items():
-                attempts.upsert(key, self.attempt_cells(attempt))
+            attempts.redraw()
 
     def on_unmount(self) -> None:
         self.follower.stop()
@@ -263,9 +260,9 @@ class RefineApp(App[None]):
             else:
                 self.goal_list.apply(update.goals, self.matches_filter)
             if update.runs is not None:
-                self.show_runs(update.runs)
+                self.query_one(RunTable).show(update.runs)
             if update.attempts is not None:
-                self.show_attempts(update.attempts)
+                self.query_one(AttemptTable).show(update.attempts)
             if update.history:
                 self.query_one(DetailPane).append_history(update.history)
         header = self._header(
@@ -348,10 +345,7 @@ class RefineApp(App[None]):
         )
 
     def matches_filter(self, row: GoalRow) -> bool:
-        if not self.filter_text:
-            return True
-        needle = self.filter_text.lower()
-        return any(needle in f.lower() for f in (row.goal_id, row.title, row.status, row.node_id))
+        return matches(row, self.filter_text)
 
     def steady_state(self) -> str:
         """The header's state while the journal reads fine: a snapshot never changes, so it
@@ -372,24 +366,6 @@ class RefineApp(App[None]):
     def goal_cells(self, r: GoalRow) -> tuple[Any, ...]:
         return cells.goal_cells(r, self.widths, self.clock)
 
-    def show_runs(self, runs: list[RunRow]) -> None:
-        self.run_rows = {r.run_id: r for r in runs}
-        table = self.query_one("#runs", KeyedTable)
-        opening = not table.keys()
-        table.sync({r.run_id: cells.run_cells(r) for r in runs})
-        if opening and runs:  # open on the current (latest) round
-            table.select(runs[-1].run_id)
-
-    def show_attempts(self, attempts: list[AttemptRow]) -> None:
-        attempts = [self.last_observed(a) for a in attempts]
-        self.attempt_rows = {str(a.epoch): a for a in attempts}
-        table = self.query_one("#attempts", KeyedTable)
-        opening = not table.keys()
-        table.sync({str(a.epoch): self.attempt_cells(a) for a in attempts})
-        if opening and attempts:  # open on the running (else the latest) attempt
-            latest = next((a for a in attempts if a.running), attempts[-1])
-            table.select(str(latest.epoch))
-
     def attempt_cells(self, a: AttemptRow) -> tuple[Any, ...]:
         return cells.attempt_cells(a, self.widths, self.clock)
 
@@ -405,17 +381,9 @@ class RefineApp(App[None]):
         """
         if self.paused or not self.is_running:  # a timer can fire while the widgets are removed
             return
-        goals = self.query_one("#goals", KeyedTable)
-        now = self.clock()
-        for key in goals.visible_keys():
-            row = self.goal_rows.get(key)
-            if row is not None and row.started_at is not None:
-                goals.set_cell(key, "elapsed", fmt.duration(now - row.started_at))
+        self.goal_list.tick(self.clock())
         if self.view == "attempts":
-            table = self.query_one("#attempts", KeyedTable)
-            for key, a in self.attempt_rows.items():
-                if a.running:
-                    table.upsert(key, self.attempt_cells(a))
+            self.query_one(AttemptTable).redraw(running_only=True)
 
     def watched_rows(self) -> list[GoalRow]:
         """The rows a liveness look covers: the visible Goals and the one the views focus on."""
@@ -457,22 +425,16 @@ class RefineApp(App[None]):
     def selected_attempt(self) -> tuple[str, int] | None:
         """(run_id, epoch) the attempt-level actions (log, cleanup) apply to."""
         if self.view == "attempts":
-            key = self.query_one("#attempts", KeyedTable).selected_key
-            row = self.attempt_rows.get(key) if key else None
+            row = self.query_one(AttemptTable).selected_row()
             return (row.run_id, row.epoch) if row else None
-        if self.view == "runs":
-            key = self.query_one("#runs", KeyedTable).selected_key
-            run = self.run_rows.get(key) if key else None
-            if run is not None:
-                used = int(run.attempts.split("/")[0] or 0)
-                return (run.run_id, used) if used else None
+        if self.view == "runs" and (run := self.query_one(RunTable).selected_row()):
+            return last_attempt(run.run_id, run.attempts)
         goal = self.selected_goal()
         if goal is None or goal.run_id is None:
             return None
         if goal.running_epoch is not None:
             return (goal.run_id, goal.running_epoch)
-        used = int(goal.attempts.split("/")[0] or 0) if goal.attempts else 0
-        return (goal.run_id, used) if used else None
+        return last_attempt(goal.run_id, goal.attempts)
 
     def selected_run(self) -> str | None:
         if self.view == "runs":
@@ -526,9 +488,9 @@ class RefineApp(App[None]):
             return self.empty_line()
         if self.view == "goals" and (g := self.goal_rows.get(key)):
             return cells.goal_words(g)
-        if self.view == "runs" and (r := self.run_rows.get(key)):
+        if self.view == "runs" and (r := self.query_one(RunTable).runs.get(key)):
             return cells.run_words(r)
-        if self.view == "attempts" and (a := self.attempt_rows.get(key)):
+        if self.view == "attempts" and (a := self.query_one(AttemptTable).attempts.get(key)):
             return cells.attempt_words(a)
         return ""
 

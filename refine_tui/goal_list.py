@@ -13,6 +13,7 @@ from typing import Any
 
 from textual.app import App
 
+from refine_tui import format as fmt
 from refine_tui.cells import Cells
 from refine_tui.rows import GoalRow
 from refine_tui.widgets.keyed_table import KeyedTable
@@ -96,9 +97,25 @@ class GoalList:
                 else:
                     goals.upsert(key, self.cells(row))
 
+    def tick(self, now: float) -> None:
+        """The visible rows' elapsed times (a cell whose text did not change is not written)."""
+        goals = self.table()
+        for key in goals.visible_keys():
+            row = self.rows.get(key)
+            if row is not None and row.started_at is not None:
+                goals.set_cell(key, "elapsed", fmt.duration(now - row.started_at))
+
     def redraw(self) -> None:
         """Every row in the table again (the widths changed)."""
         goals = self.table()
         for key, row in self.rows.items():
             if key not in self.unfilled:
                 goals.upsert(key, self.cells(row))
+
+
+def matches(row: GoalRow, text: str) -> bool:
+    """The filter as a commit's row is judged by (the index judges a new list's)."""
+    if not text:
+        return True
+    needle = text.lower()
+    return any(needle in f.lower() for f in (row.goal_id, row.title, row.status, row.node_id))
