@@ -118,6 +118,24 @@ def why(action: str, sel: Selection) -> tuple[str, str] | None:
     return None
 
 
+def applies(sel: Selection) -> tuple[bool, ...]:
+    """Which of the operator and selection actions apply (the footer greys the others)."""
+    return tuple(why(a, sel) is None for a in (*OPERATOR_ACTIONS, *SELECTION_ACTIONS))
+
+
+def hint(sel: Selection) -> str:
+    """The line under the table: why the operator keys are greyed, in short."""
+    if sel.read_only:
+        return "read-only: s c x R are disabled"
+    if sel.journal_state in ("missing", "broken"):
+        return "journal unavailable: actions are disabled until it is back"
+    return " · ".join(
+        f"{ACTION_KEYS[a]}: {short}"
+        for a in OPERATOR_ACTIONS
+        if (short := (why(a, sel) or ("", ""))[0])
+    )
+
+
 # --- the flows ---------------------------------------------------------------------------------
 
 

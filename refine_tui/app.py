@@ -15,9 +15,9 @@ import contextlib
 import os
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from typing import Any, ClassVar
 
-from rich.text import Text
 from textual import events, on, work
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
@@ -30,13 +30,14 @@ from textual.widgets import ContentSwitcher, DataTable, Input, Label, Static
 from refine_tui import cells
 from refine_tui import format as fmt
 from refine_tui.actions import (
-    ACTION_KEYS,
     ACTION_TITLES,
     OPERATOR_ACTIONS,
     SELECTION_ACTIONS,
     SYSTEM_COMMANDS,
     OperatorFlows,
     Selection,
+    applies,
+    hint,
     why,
 )
 from refine_tui.cells import BASE_WIDTHS, GOAL_COLUMNS, WORKER_COLUMNS
@@ -53,10 +54,8 @@ from refine_tui.tables import AttemptTable, RunTable, last_attempt
 from refine_tui.widgets.key_footer import KeyFooter
 from refine_tui.widgets.keyed_table import KeyedTable
 from refine_tui.widgets.status_header import HeaderState, StatusHeader
-from store.errors import (
-    RefineError,
-    StorageError,
-)
+from refine_tui.widgets.trouble import TroubleNotice
+from store.errors import RefineError, StorageError
 from store.journal_api import JournalHandle
 from store.journal_url import redact
 from store.locations import resolve_location
@@ -168,7 +167,7 @@ class RefineApp(App[None]):
         yield StatusHeader(id="header")
         yield Label("Goals", id="crumbs")
         with Vertical(id="body"):
-            yield Static("", id="trouble")
+            yield TroubleNotice("", id="trouble")
             with ContentSwitcher(initial="goals", id="views"):
                 yield KeyedTable(GOAL_COLUMNS, id="goals")
                 yield RunTable(id="runs")
@@ -310,18 +309,8 @@ class RefineApp(App[None]):
         self.selection_changed()
 
     def set_trouble(self, text: str | None) -> None:
-        box = self.query_one("#trouble", Static)
-        box.display = text is not None
+        self.query_one(TroubleNotice).show(text)
         self.query_one("#views").display = text is None
-        if text is not None:
-            box.update(
-                Text.assemble(
-                    ("The journal cannot be read.\n\n", "bold red"),
-                    fmt.literal(text),
-                    "\n\nNothing is written while it is unavailable; the dashboard picks up "
-                    "again as soon as the file is back.",
-                )
-            )
 
     def set_crumbs(self, crumbs: str) -> None:
         self.query_one("#crumbs", Label).update(fmt.literal(crumbs))  # the filter is typed text
@@ -355,8 +344,7 @@ class RefineApp(App[None]):
         return "snapshot" if self.snapshot else "live"
 
     def _header(self, **changes: Any) -> HeaderState:
-        fields = {**self.header_state.__dict__, "filter": self.filter_text, **changes}
-        return HeaderState(**fields)
+        return replace(self.header_state, filter=self.filter_text, **changes)
 
     def show_header(self) -> None:
         self.query_one(StatusHeader).show(self.header_state)
@@ -456,21 +444,11 @@ class RefineApp(App[None]):
         # Only when an action became (un)available: refresh_bindings() has every widget with
         # bindings looked at again (and Textual 8.2's Footer kept each key widget it recomposed).
         selection = self.selection()  # once: every action below is judged on it
-        actions = (*OPERATOR_ACTIONS, *SELECTION_ACTIONS)
-        enabled = tuple(why(a, selection) is None for a in actions)
+        enabled = applies(selection)
         if enabled != self._enabled:
             self._enabled = enabled
             self.refresh_bindings()
-        if self.read_only or self.snapshot:
-            text = "read-only: s c x R are disabled"
-        elif self.header_state.state in ("missing", "broken"):
-            text = "journal unavailable: actions are disabled until it is back"
-        else:
-            text = " · ".join(
-                f"{ACTION_KEYS[a]}: {short}"
-                for a in OPERATOR_ACTIONS
-                if (short := (why(a, selection) or ("", ""))[0])
-            )
+        text = hint(selection)
         if text != self._why_text:  # a Label update relayouts the screen: only on change
             self._why_text = text
             self.query_one("#why", Label).update(fmt.literal(text))
@@ -579,15 +557,19 @@ class RefineApp(App[None]):
         reason = why(action, self.selection())
         return reason[1] if reason else None
 
+    def refusal(self, action: str) -> str | None:
+        """What a greyed action says when asked for anyway (None: it applies or is a view's)."""
+        reason = self.why_not(action) if action in ACTION_TITLES else None
+        return f"{ACTION_TITLES[action]}: {reason}" if reason is not None else None
+
     def on_key(self, event: events.Key) -> None:
         """A greyed key says why instead of doing nothing."""
         if self.screen is not self.screen_stack[0] or isinstance(self.focused, Input):
             return
         for binding in self.BINDINGS:
             if isinstance(binding, Binding) and event.key in binding.key.split(","):
-                reason = self.why_not(binding.action) if binding.action in ACTION_TITLES else None
-                if reason is not None:
-                    self.notify(f"{ACTION_TITLES[binding.action]}: {reason}", severity="warning")
+                if (refusal := self.refusal(binding.action)) is not None:
+                    self.notify(refusal, severity="warning")
                     event.stop()
                 return
 
@@ -597,9 +579,8 @@ class RefineApp(App[None]):
             yield SystemCommand(title, help_text, lambda a=action: self.run_checked(a))
 
     async def run_checked(self, action: str) -> None:
-        reason = self.why_not(action) if action in ACTION_TITLES else None
-        if reason is not None:
-            self.notify(f"{ACTION_TITLES[action]}: {reason}", severity="warning")
+        if (refusal := self.refusal(action)) is not None:
+            self.notify(refusal, severity="warning")
             return
         await self.run_action(action)
 
