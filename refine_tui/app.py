@@ -42,6 +42,7 @@ from refine_tui.actions import (
 )
 from refine_tui.cells import BASE_WIDTHS, GOAL_COLUMNS, WORKER_COLUMNS
 from refine_tui.detail import DetailPane, DetailTarget
+from refine_tui.drill import Drill
 from refine_tui.follow import JournalFollower
 from refine_tui.goal_list import GoalList, matches
 from refine_tui.live import LiveReader, ReadRequest
@@ -50,7 +51,7 @@ from refine_tui.observe import LaunchWindows
 from refine_tui.paint_hold import PaintHold
 from refine_tui.rows import AttemptRow, GoalRow, WorkerRow
 from refine_tui.screens.help import HelpScreen
-from refine_tui.tables import AttemptTable, RunTable, last_attempt
+from refine_tui.tables import AttemptTable, RunTable
 from refine_tui.widgets.key_footer import KeyFooter
 from refine_tui.widgets.keyed_table import KeyedTable
 from refine_tui.widgets.status_header import HeaderState, StatusHeader
@@ -111,10 +112,7 @@ class RefineApp(App[None]):
         self.watch_files = watch
         self.paused = False
         self.snapshot = False  # the journal read is a frozen snapshot (a read-only folder)
-        self.view = "goals"
         self.filter_text = ""
-        self.focus_goal: str | None = None
-        self.focus_run: str | None = None
         self.goal_list = GoalList(
             self, lambda: self.query_one("#goals", KeyedTable), self.goal_cells
         )
@@ -152,6 +150,7 @@ class RefineApp(App[None]):
             self, paused=lambda: self.paused, recheck=lambda ids: self.read_and_post(ids)
         )
         self.paint = PaintHold(self, self._close_box)
+        self.drill = Drill(self, lambda: self.goal_rows)
 
     def get_driver_class(self) -> type[Driver]:
         driver = super().get_driver_class()
@@ -227,14 +226,14 @@ class RefineApp(App[None]):
 
     def read_request(self, full: bool, recheck: tuple[str, ...] = ()) -> ReadRequest:
         """What the next read should read: the screen as it is now."""
-        focused = self.goal_rows.get(self.focus_goal) if self.focus_goal else None
+        focused = self.goal_rows.get(self.drill.goal) if self.drill.goal else None
         history_run, history_after = self.query_one(DetailPane).history_wanted()
         return ReadRequest(
             full=full,
             filter=self.filter_text,
             view=self.view,
-            goal_id=self.focus_goal,
-            run_id=self.focus_run,
+            goal_id=self.drill.goal,
+            run_id=self.drill.run,
             history_run=history_run,
             history_after=history_after,
             recheck=recheck,
@@ -376,8 +375,8 @@ class RefineApp(App[None]):
     def watched_rows(self) -> list[GoalRow]:
         """The rows a liveness look covers: the visible Goals and the one the views focus on."""
         keys = set(self.query_one("#goals", KeyedTable).visible_keys())
-        if self.focus_goal is not None:
-            keys.add(self.focus_goal)
+        if self.drill.goal is not None:
+            keys.add(self.drill.goal)
         return [r for k in keys if (r := self.goal_rows.get(k)) is not None]
 
     @work(exclusive=True, group="observe", exit_on_error=False)
@@ -390,8 +389,8 @@ class RefineApp(App[None]):
             return
         running = [r for r in self.watched_rows() if r.status == "running"]
         recheck = await asyncio.to_thread(reader.liveness_changed, running) if running else []
-        if self.view == "attempts" and self.focus_goal:
-            recheck.append(self.focus_goal)
+        if self.view == "attempts" and self.drill.goal:
+            recheck.append(self.drill.goal)
         if recheck:
             await self.read_and_post(recheck=recheck)
         if self.view == "workers":
@@ -400,37 +399,13 @@ class RefineApp(App[None]):
 
     # --- selection and views -------------------------------------------------------------------
 
-    def current_table(self) -> KeyedTable:
-        return self.query_one(f"#{self.view}", KeyedTable)
+    @property
+    def view(self) -> str:
+        """The view shown: goals, runs, attempts or workers."""
+        return self.drill.view
 
     def selected_goal(self) -> GoalRow | None:
-        if self.view == "goals":
-            key = self.query_one("#goals", KeyedTable).selected_key
-        else:
-            key = self.focus_goal
-        return self.goal_rows.get(key) if key else None
-
-    def selected_attempt(self) -> tuple[str, int] | None:
-        """(run_id, epoch) the attempt-level actions (log, cleanup) apply to."""
-        if self.view == "attempts":
-            row = self.query_one(AttemptTable).selected_row()
-            return (row.run_id, row.epoch) if row else None
-        if self.view == "runs" and (run := self.query_one(RunTable).selected_row()):
-            return last_attempt(run.run_id, run.attempts)
-        goal = self.selected_goal()
-        if goal is None or goal.run_id is None:
-            return None
-        if goal.running_epoch is not None:
-            return (goal.run_id, goal.running_epoch)
-        return last_attempt(goal.run_id, goal.attempts)
-
-    def selected_run(self) -> str | None:
-        if self.view == "runs":
-            return self.query_one("#runs", KeyedTable).selected_key
-        if self.view == "attempts":
-            return self.focus_run
-        goal = self.selected_goal()
-        return goal.run_id if goal else None
+        return self.drill.selected_goal()
 
     @on(DataTable.RowHighlighted)
     def on_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
@@ -460,17 +435,9 @@ class RefineApp(App[None]):
             line.display = bool(row)
 
     def row_line(self) -> str:
-        """The selected row in words, whole: what the columns had to cut at 80 columns."""
-        key = self.current_table().selected_key
-        if key is None:
-            return self.empty_line()
-        if self.view == "goals" and (g := self.goal_rows.get(key)):
-            return cells.goal_words(g)
-        if self.view == "runs" and (r := self.query_one(RunTable).runs.get(key)):
-            return cells.run_words(r)
-        if self.view == "attempts" and (a := self.query_one(AttemptTable).attempts.get(key)):
-            return cells.attempt_words(a)
-        return ""
+        """The selected row in words, whole (or why the Goals table is empty)."""
+        words = self.drill.selected_words()
+        return self.empty_line() if words is None else words
 
     def empty_line(self) -> str:
         """An empty Goals table says why, and what to do."""
@@ -488,25 +455,25 @@ class RefineApp(App[None]):
         elif event.data_table.id == "attempts":
             self.action_log()
 
-    def switch_view(self, view: str, crumbs: str) -> None:
-        self.view = view
-        self.query_one("#views", ContentSwitcher).current = view
-        self.set_crumbs(crumbs)
-        self.current_table().focus()
+    def switch_view(self, view: str) -> None:
+        self.drill.show(view)
+        self.set_crumbs(self.crumbs())
+        self.drill.table().focus()
         self.selection_changed()
 
+    def crumbs(self) -> str:
+        if self.view == "goals" and self.filter_text:
+            return f"Goals — filter “{self.filter_text}”"
+        return self.drill.crumbs(self.node)
+
     def open_runs(self, goal_id: str) -> None:
-        self.focus_goal, self.focus_run = goal_id, None
-        self.query_one("#runs", KeyedTable).sync({})
-        self.switch_view("runs", f"Goals › {goal_id} › Runs   (escape: back)")
+        self.drill.open_runs(goal_id)
+        self.switch_view("runs")
         self.wake(full=True)
 
     def open_attempts(self, run_id: str) -> None:
-        self.focus_run = run_id
-        self.query_one("#attempts", KeyedTable).sync({})
-        self.switch_view(
-            "attempts", f"Goals › {self.focus_goal} › {run_id} › Attempts   (escape: back)"
-        )
+        self.drill.open_attempts(run_id)
+        self.switch_view("attempts")
         self.wake(full=True)
 
     async def action_back(self) -> None:
@@ -519,19 +486,17 @@ class RefineApp(App[None]):
         elif self.detail is not None:
             self.close_detail()
         elif self.view == "attempts":
-            self.switch_view("runs", f"Goals › {self.focus_goal} › Runs   (escape: back)")
-            self.focus_run = None
+            self.switch_view("runs")
+            self.drill.run = None
         elif self.view in ("runs", "workers"):
-            self.focus_goal = self.focus_run = None
-            self.switch_view("goals", "Goals")
-            if self.filter_text:
-                self.set_crumbs(f"Goals — filter “{self.filter_text}”")
+            self.drill.goal = self.drill.run = None
+            self.switch_view("goals")
 
     def action_workers(self) -> None:
         if self.view == "workers":
             self.go_back()
             return
-        self.switch_view("workers", f"Workers on node {self.node}   (escape: back)")
+        self.switch_view("workers")
         self.observe_processes()
 
     # --- operator actions ------------------------------------------------------------------------
@@ -543,8 +508,8 @@ class RefineApp(App[None]):
             journal_state=self.header_state.state,
             view=self.view,
             goal=self.selected_goal(),
-            attempt=self.selected_attempt(),
-            run_id=self.selected_run(),
+            attempt=self.drill.selected_attempt(),
+            run_id=self.drill.selected_run(),
         )
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
@@ -595,7 +560,7 @@ class RefineApp(App[None]):
             self.run_worker(self.flows.cancel(goal.goal_id), group="operator", exit_on_error=False)
 
     def action_cleanup(self) -> None:
-        target = self.selected_attempt()
+        target = self.drill.selected_attempt()
         if target is not None:
             self.run_worker(self.flows.cleanup(*target), group="operator", exit_on_error=False)
 
@@ -629,7 +594,7 @@ class RefineApp(App[None]):
     def close_detail(self) -> None:
         self.query_one(DetailPane).close()
         self.remove_class("with-detail")
-        self.current_table().focus()
+        self.drill.table().focus()
 
     def tell_detail(self, retarget: bool = True) -> None:
         """Tell an open detail pane the selection (or only whether its attempt still runs)."""
@@ -638,10 +603,10 @@ class RefineApp(App[None]):
             pane.post_message(DetailPane.Selected(self.detail_target(), retarget))
 
     def detail_target(self) -> DetailTarget:
-        goal = self.goal_rows.get(self.focus_goal or "") or self.selected_goal()
+        goal = self.goal_rows.get(self.drill.goal or "") or self.selected_goal()
         return DetailTarget(
-            run_id=self.selected_run(),
-            attempt=self.selected_attempt(),
+            run_id=self.drill.selected_run(),
+            attempt=self.drill.selected_attempt(),
             node_id=goal.node_id if goal else self.node,
             running=(goal.run_id, goal.running_epoch) if goal else None,
         )
@@ -681,10 +646,9 @@ class RefineApp(App[None]):
         # lay the screen out again and draw every line of the taller table in the list's frame.
         self.paint.closing_box = self.query_one("#filter", Input).display
         if self.view != "goals":
-            self.focus_goal = self.focus_run = None
-            self.switch_view("goals", "Goals")
-        crumbs = f"Goals — filter “{self.filter_text}”" if self.filter_text else "Goals"
-        self.set_crumbs(crumbs)
+            self.drill.goal = self.drill.run = None
+            self.switch_view("goals")
+        self.set_crumbs(self.crumbs())
         self.query_one("#goals", KeyedTable).focus()
 
     def hold_paint(self) -> None:
