@@ -1,11 +1,14 @@
 """The refine dashboard: Goals → Runs → Attempts, live from the journal, with Stop/Cancel/Cleanup.
 
-Structure: a live worker (``follow_journal``) waits on the JournalWatcher, reads what changed
+Structure: a live worker (``refine_tui.follow``) waits on the JournalWatcher, reads what changed
 through one ChangeFeed connection in a thread, and posts one ``JournalUpdate``; handlers diff the
-rows into KeyedTables by key. This module holds the App: layout, live updates, rows → cells,
-selection, views and key bindings. Beside it: the read thread's state (``refine_tui.live``), the
-operator flows and what applies (``refine_tui.actions``) and the detail pane widget
-(``refine_tui.detail``: history and log), each owning its own state.
+rows into KeyedTables by key. This module is the App's wiring: layout, key bindings, and message
+handlers that hand each update to the part that owns it. Beside it, each owning its own state:
+the Goals list and its chunked fill (``goal_list``), the new-list paint hold (``paint_hold``),
+the Runs and Attempts tables (``tables``), rows → cells (``cells``), where the operator is and
+what is selected (``drill``), launch windows and process observations (``observe``), the read
+thread's state (``live``), the operator flows and what applies (``actions``) and the detail
+pane widget (``detail``: history and log).
 """
 
 from __future__ import annotations
@@ -603,13 +606,7 @@ class RefineApp(App[None]):
             pane.post_message(DetailPane.Selected(self.detail_target(), retarget))
 
     def detail_target(self) -> DetailTarget:
-        goal = self.goal_rows.get(self.drill.goal or "") or self.selected_goal()
-        return DetailTarget(
-            run_id=self.drill.selected_run(),
-            attempt=self.drill.selected_attempt(),
-            node_id=goal.node_id if goal else self.node,
-            running=(goal.run_id, goal.running_epoch) if goal else None,
-        )
+        return self.drill.detail_target(self.node)
 
     def find_log(self, run_id: str, epoch: int, node_id: str) -> str | None:
         """(thread) The attempt's local log file (None: it ran on another node)."""

@@ -14,6 +14,7 @@ from textual.app import App
 from textual.widgets import ContentSwitcher
 
 from refine_tui import cells
+from refine_tui.detail import DetailTarget
 from refine_tui.rows import GoalRow
 from refine_tui.tables import AttemptTable, RunTable, last_attempt
 from refine_tui.widgets.keyed_table import KeyedTable
@@ -84,6 +85,16 @@ class Drill:
             return self.run
         goal = self.selected_goal()
         return goal.run_id if goal else None
+
+    def detail_target(self, node: str) -> DetailTarget:
+        """The selection as the detail pane needs it (``node``: this dashboard's)."""
+        goal = self.goal_rows().get(self.goal or "") or self.selected_goal()
+        return DetailTarget(
+            run_id=self.selected_run(),
+            attempt=self.selected_attempt(),
+            node_id=goal.node_id if goal else node,
+            running=(goal.run_id, goal.running_epoch) if goal else None,
+        )
 
     def selected_words(self) -> str | None:
         """The selected row in words, whole: what the columns had to cut at 80 columns (None:
