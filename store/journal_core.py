@@ -8,6 +8,7 @@ the receipt text are written once, and SQLite and PostgreSQL cannot drift apart.
 from __future__ import annotations
 
 import json
+import json.scanner
 import time
 from collections.abc import Callable, Mapping, Sequence
 from json.encoder import encode_basestring
@@ -329,18 +330,36 @@ def text_field(state: Mapping[str, Any], name: str) -> str | None:
     return value if isinstance(value, str) else None
 
 
+# json.loads' own scanner, called directly: the same values and errors, without its wrappers
+# and their two whitespace searches (≈ 0.7 µs of 2.1 for a Run's state).
+_SCAN = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[arg-type]
+
+
+def loads(text: Any) -> Any:
+    """``json.loads(text)``: text that is exactly one JSON value is scanned directly, anything
+    else (whitespace around it, bytes, an error) goes to json.loads itself."""
+    if type(text) is str:
+        try:
+            value, end = _SCAN(text, 0)
+            if end == len(text):
+                return value
+        except (StopIteration, ValueError):
+            pass
+    return json.loads(text)
+
+
 def stored_row(row: Sequence[Any]) -> Stored:
     """``(aggregate_id, version, state text)`` → Stored; text that is not JSON stays Unreadable."""
     text = row[2]
     try:
-        state = json.loads(text)
+        state = loads(text)
     except ValueError:
         return Stored(str(row[0]), int(row[1]), Unreadable(text))
     return Stored(str(row[0]), int(row[1]), state, text if type(text) is str else None)
 
 
 def event_row(row: Sequence[Any]) -> Event:
-    return Event(int(row[0]), str(row[1]), int(row[2]), str(row[3]), json.loads(row[4]), row[5])
+    return Event(int(row[0]), str(row[1]), int(row[2]), str(row[3]), loads(row[4]), row[5])
 
 
 def parse_result(text: str) -> dict[str, Any]:
