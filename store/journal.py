@@ -184,22 +184,37 @@ _UNREACHABLE_CODES = {
 }
 
 
-@contextmanager
-def _storage_errors() -> Iterator[None]:
-    """Turn SQLite's exceptions into the StorageError subclass saying why, by result code."""
-    try:
-        yield
-    except sqlite3.DatabaseError as exc:
-        code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
-        if code in _LOCKED_CODES:
-            raise JournalLockedError(f"journal is locked by another writer ({exc})") from exc
-        if code == sqlite3.SQLITE_FULL:
-            raise DiskFullError(f"journal disk is full ({exc})") from exc
-        if code in _NOT_A_JOURNAL_CODES or not isinstance(exc, sqlite3.OperationalError):
-            raise NotAJournalError(f"not a usable journal: {exc}") from exc
-        if code in _UNREACHABLE_CODES:
-            raise StorageUnreachableError(f"journal unavailable: {exc}") from exc
-        raise StorageError(f"journal unavailable: {exc}") from exc
+class _StorageErrors:
+    """Turn SQLite's exceptions into the StorageError subclass saying why, by result code. A
+    class rather than ``@contextmanager``: entered on every command and read, a generator's
+    set-up is most of its cost."""
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: object, exc: BaseException | None, tb: object) -> None:
+        if isinstance(exc, sqlite3.DatabaseError):
+            raise _storage_error(exc) from exc
+
+
+def _storage_error(exc: sqlite3.DatabaseError) -> StorageError:
+    code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
+    if code in _LOCKED_CODES:
+        return JournalLockedError(f"journal is locked by another writer ({exc})")
+    if code == sqlite3.SQLITE_FULL:
+        return DiskFullError(f"journal disk is full ({exc})")
+    if code in _NOT_A_JOURNAL_CODES or not isinstance(exc, sqlite3.OperationalError):
+        return NotAJournalError(f"not a usable journal: {exc}")
+    if code in _UNREACHABLE_CODES:
+        return StorageUnreachableError(f"journal unavailable: {exc}")
+    return StorageError(f"journal unavailable: {exc}")
+
+
+_STORAGE_ERRORS = _StorageErrors()
+
+
+def _storage_errors() -> _StorageErrors:
+    return _STORAGE_ERRORS
 
 
 def _check_utf8(file: Path) -> None:
