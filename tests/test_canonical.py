@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import string
 from typing import Any
 
 import pytest
@@ -97,7 +98,11 @@ def test_a_refusal_leaves_the_encoder_clean() -> None:
 
 # Any text the rules accept: quotes, backslashes, control characters (not in titles), non-BMP.
 texts = st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=12)
-names = st.from_regex(r"[A-Za-z0-9][A-Za-z0-9._-]{0,10}", fullmatch=True)
+# The values of r"[A-Za-z0-9][A-Za-z0-9._-]{0,10}" and r"[0-9a-f]{64}", drawn as text over those
+# alphabets: the same values as ``st.from_regex`` gives, at a tenth of its cost per draw.
+_ALNUM = string.ascii_letters + string.digits
+names = st.tuples(st.sampled_from(_ALNUM), st.text(_ALNUM + "._-", max_size=10)).map("".join)
+hex64 = st.text("0123456789abcdef", min_size=64, max_size=64)
 small = st.integers(min_value=1, max_value=20)
 budgets = st.fixed_dictionaries(
     {"max_attempts": small, "attempt_timeout_ms": st.integers(1, 2**53 - 1)}
@@ -164,7 +169,7 @@ def run_states(draw: st.DrawFn) -> dict[str, Any]:
     state = {
         "run_id": run_id,
         "pins": {
-            "candidate_digest": "sha256:" + draw(st.from_regex(r"[0-9a-f]{64}", fullmatch=True)),
+            "candidate_digest": "sha256:" + draw(hex64),
             "recipe_revision": draw(names),
             "scenario_revision": "node:" + draw(names),
         },
