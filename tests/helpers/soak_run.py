@@ -39,8 +39,9 @@ KINDS = {"succeed": 35, "fail": 20, "hang": 15, "ignore-term": 15, "grandchildre
 HANGING = ("hang", "ignore-term", "grandchildren")
 GRACE_S = 0.5
 CAPACITY = 3
-# The campaign the soak must have run, whatever the machine's load (tests/test_soak.py checks it).
-MIN_GOALS = 20
+# Goals the soak's campaign must have created, whatever the machine's load (Soak.campaign_done).
+MIN_GOALS = 40
+MAX_S = 180.0  # an unfinished campaign gives up here (the test then fails on its figures)
 SCHEDULER = (sys.executable, "-m", "store.scheduler")
 CLI = (sys.executable, "-m", "refine_tui.cli")
 
@@ -307,14 +308,18 @@ class Soak:
         self.restart_nodes()
 
     def campaign_done(self) -> bool:
-        """Goals, both kinds of crash, a Stop and a Cancel have happened: on a loaded machine the
-        soak's steps are slower, so it runs on past its time until they have."""
-        kills, actions = self.figures.kills, self.figures.actions
+        """The campaign the soak must have run (tests/test_soak.py checks it): MIN_GOALS goals,
+        both kinds of crash and a node restart, a Stop, a Cancel, a Release and a `refine`
+        action from another process. It is counted in steps, not seconds: on a loaded machine
+        the steps are slower, so the soak runs until it is done."""
+        f = self.figures
         return (
             self.created >= MIN_GOALS
-            and kills["node"] >= 1
-            and kills["worker"] >= 1
-            and {"stop", "cancel"} <= set(actions)
+            and f.kills["node"] >= 1
+            and f.kills["worker"] >= 1
+            and f.restarts >= 1
+            and {"stop", "cancel", "release"} <= set(f.actions)
+            and cli_actions(f) >= 1
         )
 
     def drain(self, timeout_s: float) -> None:
@@ -378,14 +383,15 @@ class Soak:
 def run_soak(
     root: Path,
     *,
-    seconds: float,
+    seconds: float = 0.0,
     seed: int,
     goals_target: int | None = None,
     drain_s: float = 40.0,
     step_s: float = 0.15,
     log: TextIO | None = None,
 ) -> Figures:
-    """Run the soak for ``seconds`` (plus the drain) and return its figures."""
+    """Run the soak until its campaign is done and at least ``seconds`` have passed (then the
+    drain) and return its figures."""
     soak = Soak(root, seed, log)
     started = time.monotonic()
     try:
@@ -393,7 +399,7 @@ def run_soak(
             soak.start_node(node)
         target = goals_target if goals_target is not None else max(MIN_GOALS, int(seconds * 2))
         while (elapsed := time.monotonic() - started) < seconds or (
-            not soak.campaign_done() and elapsed < 3 * seconds
+            not soak.campaign_done() and elapsed < max(MAX_S, 3 * seconds)
         ):
             soak.step(target)
             time.sleep(step_s)
@@ -403,6 +409,12 @@ def run_soak(
         soak.close()
     figures.seconds = time.monotonic() - started
     return figures
+
+
+def cli_actions(figures: Figures) -> int:
+    """`refine stop|cancel` processes run: finished, or SIGKILLed mid-action."""
+    done = sum(n for action, n in figures.actions.items() if action.startswith("cli-"))
+    return done + figures.kills["operator"]
 
 
 def _label(proc: psutil.Process) -> str:
