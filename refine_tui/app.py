@@ -55,6 +55,7 @@ from refine_tui.paint_hold import PaintHold
 from refine_tui.rows import AttemptRow, GoalRow, WorkerRow
 from refine_tui.screens.help import HelpScreen
 from refine_tui.tables import AttemptTable, RunTable
+from refine_tui.widgets.filter_box import FilterBox
 from refine_tui.widgets.key_footer import KeyFooter
 from refine_tui.widgets.keyed_table import KeyedTable
 from refine_tui.widgets.status_header import HeaderState, StatusHeader
@@ -152,7 +153,7 @@ class RefineApp(App[None]):
         self.launches = LaunchWindows(
             self, paused=lambda: self.paused, recheck=lambda ids: self.read_and_post(ids)
         )
-        self.paint = PaintHold(self, self._close_box)
+        self.paint = PaintHold(self, lambda: self.query_one_optional(FilterBox))
         self.drill = Drill(self, lambda: self.goal_rows)
 
     def get_driver_class(self) -> type[Driver]:
@@ -177,7 +178,7 @@ class RefineApp(App[None]):
                 yield KeyedTable(WORKER_COLUMNS, id="workers")
             yield Static("", id="rowline")
             yield DetailPane(self.find_log, id="detail", max_lines=5000)
-        yield Input(placeholder="filter goals: id, title, status or node (enter)", id="filter")
+        yield FilterBox(id="filter")
         yield Label("", id="why")
         yield KeyFooter(compact=True, show_command_palette=False)
 
@@ -483,8 +484,7 @@ class RefineApp(App[None]):
         self.go_back()
 
     def go_back(self) -> None:
-        box = self.query_one("#filter", Input)
-        if box.display and not self.paint.closing_box:  # escape in the filter clears it (k9s)
+        if self.query_one(FilterBox).is_open:  # escape in the filter clears it (k9s)
             self.set_filter("")
         elif self.detail is not None:
             self.close_detail()
@@ -621,11 +621,7 @@ class RefineApp(App[None]):
     # --- actions: view -------------------------------------------------------------------------
 
     def action_filter(self) -> None:
-        box = self.query_one("#filter", Input)
-        box.value = self.filter_text
-        self.paint.closing_box = False
-        box.display = True
-        box.focus()
+        self.query_one(FilterBox).open(self.filter_text)
 
     @on(Input.Submitted, "#filter")
     def apply_filter(self, event: Input.Submitted) -> None:
@@ -639,9 +635,8 @@ class RefineApp(App[None]):
         # The read goes first: it is asked for (in the read task) after the view below is set,
         # and starts before the focus change's messages are handled, beside them.
         self.wake(full=True)
-        # The box closes a frame after the new list is painted: closing it with the list would
-        # lay the screen out again and draw every line of the taller table in the list's frame.
-        self.paint.closing_box = self.query_one("#filter", Input).display
+        # The box closes a frame after the new list is painted (FilterBox says why).
+        self.query_one(FilterBox).close_later()
         if self.view != "goals":
             self.drill.goal = self.drill.run = None
             self.switch_view("goals")
@@ -654,9 +649,6 @@ class RefineApp(App[None]):
 
     def release_paint(self) -> None:
         self.paint.release()
-
-    def _close_box(self) -> None:
-        self.query_one("#filter", Input).display = False
 
     def action_pause(self) -> None:
         self.paused = not self.paused

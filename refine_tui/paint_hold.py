@@ -14,16 +14,17 @@ from typing import Any
 from textual.app import App
 from textual.timer import Timer
 
+from refine_tui.widgets.filter_box import FilterBox
+
 
 class PaintHold:
     """Holds the App's paint from ``hold`` to ``release``, and closes the filter box after."""
 
-    def __init__(self, app: App[Any], close_box: Callable[[], None]) -> None:
+    def __init__(self, app: App[Any], box: Callable[[], FilterBox | None]) -> None:
         self.app = app
-        self.close_box = close_box
+        self.box = box  # (None: the widgets are gone, the app is closing)
         self.timer: Timer | None = None  # a new filter's list is on its way (hold)
         self._gc_held = False  # hold turned the garbage collector off
-        self.closing_box = False  # the filter box closes the frame after the new list
 
     @property
     def held(self) -> bool:
@@ -45,12 +46,7 @@ class PaintHold:
             self.timer.stop()
             self.timer = None
             self.app._end_batch()
-            if self.closing_box:
-                self.app.call_after_refresh(self._close_box)
+            if (box := self.box()) is not None and box.closing:
+                self.app.call_after_refresh(box.finish_closing)
             if self._gc_held:
                 self.app.call_after_refresh(gc.enable)
-
-    def _close_box(self) -> None:
-        if self.closing_box:  # not opened again meanwhile
-            self.closing_box = False
-            self.close_box()

@@ -1,0 +1,36 @@
+"""The filter's input line, opened with `/`, closed once the new list is on screen."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from textual.widgets import Input
+
+
+class FilterBox(Input):
+    """Opened with the current filter; after enter it closes the frame after the new list is
+    painted (``close_later``, then ``finish_closing``): closing it with the list would lay the
+    screen out again and draw every line of the taller table in the list's frame."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(placeholder="filter goals: id, title, status or node (enter)", **kwargs)
+        self.closing = False  # closes after the new list (not opened again meanwhile)
+
+    @property
+    def is_open(self) -> bool:
+        """Shown and not about to close: escape clears the filter."""
+        return self.display and not self.closing
+
+    def open(self, text: str) -> None:
+        self.value = text
+        self.closing = False
+        self.display = True
+        self.focus()
+
+    def close_later(self) -> None:
+        self.closing = self.display
+
+    def finish_closing(self) -> None:
+        if self.closing:  # not opened again meanwhile
+            self.closing = False
+            self.display = False
