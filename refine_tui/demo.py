@@ -153,15 +153,15 @@ def _queue_live(add) -> None:
         add(f"thumbs-{n}", f"Thumbnails batch {n}", _sh(f"echo batch {n}; sleep {2 * n}; echo ok"))
 
 
-def start_node(path: Path, node: str) -> subprocess.Popen[bytes]:
+def start_node(path: Path, node: str, capacity: int = 4) -> subprocess.Popen[bytes]:
     """``refine node`` in the background, its output in the journal's folder."""
     log = open(path.parent / f"node-{node}.log", "ab")  # noqa: SIM115 (lives with the process)
     code = (
         "import sys; from store.scheduler import run_node; "
-        "sys.exit(run_node(sys.argv[1], sys.argv[2], capacity=4))"
+        "sys.exit(run_node(sys.argv[1], sys.argv[2], capacity=int(sys.argv[3])))"
     )
     return subprocess.Popen(
-        [sys.executable, "-c", code, str(path), node],
+        [sys.executable, "-c", code, str(path), node, str(capacity)],
         stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,
