@@ -150,9 +150,7 @@ class RefineApp(App[None]):
         self._enabled: tuple[bool, ...] = ()  # which actions the footer last showed enabled
         self._reload_asked = False  # `r` pressed: confirm when the full reload is shown
         self._held_updates: list[JournalUpdate] = []  # read while paused, shown on resume
-        self.launches = LaunchWindows(
-            self, paused=lambda: self.paused, recheck=lambda ids: self.read_and_post(ids)
-        )
+        self.launches = LaunchWindows(self, paused=lambda: self.paused, recheck=self.read_and_post)
         self.paint = PaintHold(self, lambda: self.query_one_optional(FilterBox))
         self.drill = Drill(self, lambda: self.goal_rows)
 

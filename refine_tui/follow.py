@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from textual.app import App
@@ -83,8 +83,11 @@ class JournalFollower:
                     await self.read()
                     if not (self.live.indexed or self._full_pending or self._indexing):
                         self._indexing = True
+                        # The work as a callable, as @work passes it: a worker cancelled before
+                        # it starts leaves no coroutine never awaited.
+                        work: Callable[[], Awaitable[None]] = self.build_index
                         self.app.run_worker(
-                            self.build_index(), group="index", exclusive=True, exit_on_error=False
+                            work, group="index", exclusive=True, exit_on_error=False
                         )
                 # A lock can go away without touching the files: while the journal is
                 # unreadable, also retry now and then.

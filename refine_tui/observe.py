@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 from textual.app import App
@@ -64,7 +65,9 @@ class LaunchWindows:
             return
         for key in due:
             del self._launching[key]  # back with the re-read row if it is still starting
-        self.app.run_worker(self.recheck(due), group="launch", exit_on_error=False)
+        # The work as a callable, as @work passes it: a worker cancelled before it starts
+        # leaves no coroutine never awaited.
+        self.app.run_worker(partial(self.recheck, due), group="launch", exit_on_error=False)
         self._arm(at_least=1.0)
 
 
