@@ -102,7 +102,11 @@ async def listed(app: ProbeApp, timeout: float = 120.0) -> None:
         await asyncio.sleep(0.02)
 
 
-async def _headless(path: str, samples: int, seed: int) -> dict[str, Any]:
+async def _headless(
+    path: str, samples: int, seed: int, gap_s: tuple[float, float] = (0.05, 0.25)
+) -> dict[str, Any]:
+    """``gap_s``: the random pause between two samples' commits (a test asking only how many
+    samples were taken needs none)."""
     rng = random.Random(seed)
     app = ProbeApp(journal=path, node=NODE)
     writer = await asyncio.create_subprocess_exec(
@@ -131,7 +135,7 @@ async def _headless(path: str, samples: int, seed: int) -> dict[str, Any]:
                 t_seen, t_painted = await asyncio.wait_for(done, 10)
                 seen.append((t_seen - committed) * 1000)
                 painted.append((t_painted - committed) * 1000)
-                await asyncio.sleep(rng.uniform(0.05, 0.25))
+                await asyncio.sleep(rng.uniform(*gap_s))
             updates = app.updates
     finally:
         writer.stdin.close()

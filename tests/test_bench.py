@@ -52,7 +52,8 @@ async def test_latency_probe_samples_from_the_whole_list_not_its_first_screen(
 ) -> None:
     """Regression: sampling began once the first screen was shown, whose ≈ 18 queued rows capped
     the samples (n=36 of 100 asked)."""
-    result = await latency._headless(str(journal_with(300, tmp_path)), samples=40, seed=0)
+    journal = str(journal_with(300, tmp_path))
+    result = await latency._headless(journal, samples=40, seed=0, gap_s=(0.0, 0.0))
     assert result["seen"]["n"] == 40
 
 
