@@ -28,6 +28,8 @@ __all__ = ["PASSWORD", "HostPostgres", "ServerUnavailable"]
 class HostPostgres(PostgresServer):
     """A server the tests own, inside ``host``; ``destroy()`` stops it and removes its files."""
 
+    prefetch = False  # its tests stop and restart it mid-test: nothing of ours in flight then
+
     def __init__(self, base_url: str, *, root: Path, bin_dir: Path, host: Host) -> None:
         super().__init__(base_url, root=root, bin_dir=bin_dir)
         self.host = host
