@@ -5,11 +5,12 @@ notification arrives once the commit is visible. A wake-up is a hint, never data
 (``ChangeFeed``, the node) then reads "events after N" as on SQLite. A slow safety poll wakes
 the consumer even without a notification (a missed one costs at most that long).
 
-When the connection is lost (a server restart ends every session) the consumer is woken at
-once, so its own read fails and says so; the listener reconnects with a growing backoff and,
-once ``LISTEN`` is in place again, wakes the consumer to catch up by sequence: nothing
-committed meanwhile is missed, and nothing is read twice (the read starts after the last
-sequence the consumer has seen). ``state`` says ``live`` or ``reconnecting``.
+When the connection is lost (a server restart ends every session), or the first one cannot be
+made, the consumer is woken at once, so its own read fails and says so; the listener
+reconnects with a growing backoff and, once ``LISTEN`` is in place again, wakes the consumer
+to catch up by sequence: nothing committed meanwhile is missed, and nothing is read twice (the
+read starts after the last sequence the consumer has seen). ``state`` says ``live`` or
+``reconnecting``.
 """
 
 from __future__ import annotations
@@ -62,7 +63,10 @@ class ListenWakeUps:
         while not self._stop.is_set():
             conn = await self._connect()
             if conn is None:
+                first = self.state != "reconnecting"
                 self.state = "reconnecting"
+                if first:  # never connected yet: the consumer's own read says why (and retries)
+                    yield None
                 await self._wait(delay)
                 delay = min(delay * 2, self.max_backoff_s)
                 continue

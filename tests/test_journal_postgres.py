@@ -343,6 +343,22 @@ def test_unreachable_servers_are_typed_and_the_password_never_shows(
     assert PASSWORD not in redact(postgres_url + "?password=" + PASSWORD)
 
 
+async def test_wakeups_wake_the_consumer_when_the_first_connection_cannot_be_made() -> None:
+    """Regression: a dashboard opened as the server went down was never woken (its listener
+    retried without a word), so it said ``live`` for as long as the server stayed down."""
+    import asyncio
+
+    from store.journal_listen import ListenWakeUps
+
+    wakeups = ListenWakeUps("postgresql://postgres@127.0.0.1:1/x")  # nothing listens there
+    batches = wakeups.__aiter__()
+    try:
+        await asyncio.wait_for(batches.__anext__(), 10)  # at once: its own read says why
+        assert wakeups.state == "reconnecting" and wakeups.connects == 0
+    finally:
+        wakeups.stop()
+
+
 def test_events_after_n_never_skips_a_late_commit(postgres_url: str) -> None:
     """Concurrent writers (each its own connection) and a reader that must see every sequence,
     in order, with no gap that a slower transaction fills in later."""
