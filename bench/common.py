@@ -301,6 +301,9 @@ class TmuxDashboard:
 
     def __init__(self, path: str | Path, size: tuple[int, int] = (120, 40)) -> None:
         self.session = f"refine-bench-{os.getpid()}-{time.monotonic_ns() % 10**9}"
+        # A tmux server of its own (-L): the shared one exits with its last session, and a new
+        # session asked for meanwhile failed (a whole `python -m bench` run lost at its end).
+        self.socket = self.session
         command = [sys.executable, "-m", "refine_tui.cli", "--journal", str(path)]
         command += ["--node", NODE, "tui"]
         # A tmux server started earlier (by anyone) gives a new session its own environment:
@@ -317,10 +320,9 @@ class TmuxDashboard:
     def available() -> bool:
         return shutil.which("tmux") is not None
 
-    @staticmethod
-    def _tmux(*args: str) -> str:
+    def _tmux(self, *args: str) -> str:
         return subprocess.run(
-            ["tmux", *args], capture_output=True, text=True, check=True
+            ["tmux", "-L", self.socket, *args], capture_output=True, text=True, check=True
         ).stdout.strip()
 
     def screen(self) -> str:
@@ -336,7 +338,7 @@ class TmuxDashboard:
         return time.monotonic()
 
     def close(self) -> None:
-        subprocess.run(["tmux", "kill-session", "-t", self.session], capture_output=True)
+        subprocess.run(["tmux", "-L", self.socket, "kill-server"], capture_output=True)
 
     def __enter__(self) -> TmuxDashboard:
         return self
