@@ -11,12 +11,21 @@ reconnects with a growing backoff and, once ``LISTEN`` is in place again, wakes 
 to catch up by sequence: nothing committed meanwhile is missed, and nothing is read twice (the
 read starts after the last sequence the consumer has seen). ``state`` says ``live`` or
 ``reconnecting``.
+
+The connection lives in a daemon thread of its own (a blocking psycopg connection), never on
+the consumer's event loop: a loop busy in a synchronous journal call (a node's tick) would
+leave a connection attempt half-open, its startup packet unsent, and while a server shuts down
+the child it forks for that attempt waits for the packet (``authentication_timeout``, 60 s)
+and the shutdown waits for the child: a restart stalled by a minute.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import select
+import threading
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -45,82 +54,118 @@ class ListenWakeUps:
         self.channel = channel_for(schema)  # a plain SQL name (checked): safe in LISTEN
         self.poll_interval_s = poll_interval_s
         self.max_backoff_s = max_backoff_s
-        self.state = "connecting"  # then "live" | "reconnecting"
+        self.state = "connecting"  # then "live" | "reconnecting" (set by the thread)
         self.last_notified = 0  # the highest sequence a notification carried
         self.connects = 0  # successful LISTENs (more than one: it reconnected)
-        self._stop = asyncio.Event()
-        self._wake = asyncio.Event()
+        self._halt = threading.Event()  # stop: the iteration and the thread end
+        self._wake = asyncio.Event()  # the consumer's: set on its loop, by the thread
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._lock = threading.Lock()  # guards _kick (the thread closes it as it ends)
+        self._kick: tuple[int, int] | None = None  # a pipe: stop() interrupts the thread's wait
 
     def __aiter__(self) -> AsyncIterator[None]:
         return self._batches()
 
     def stop(self) -> None:
-        """End the iteration (call from the event loop's thread)."""
-        self._stop.set()
+        """End the iteration, and the thread (it closes its connection)."""
+        self._halt.set()
+        self._interrupt()
+        self._wake_consumer()
 
     async def _batches(self) -> AsyncIterator[None]:
-        delay = FIRST_BACKOFF_S
-        while not self._stop.is_set():
-            conn = await self._connect()
-            if conn is None:
-                first = self.state != "reconnecting"
-                self.state = "reconnecting"
-                if first:  # never connected yet: the consumer's own read says why (and retries)
-                    yield None
-                await self._wait(delay)
-                delay = min(delay * 2, self.max_backoff_s)
-                continue
-            delay = FIRST_BACKOFF_S
-            listener = asyncio.create_task(self._listen(conn))
-            try:
-                self.connects += 1
-                self.state = "live"
-                yield None  # (re)connected: read everything after the last sequence seen
-                while not self._stop.is_set() and not listener.done():
-                    await self._wait(self.poll_interval_s, listener)
-                    if self._stop.is_set():
-                        return
-                    self._wake.clear()
-                    yield None  # a notification, the safety poll, or the connection lost
-            finally:
-                listener.cancel()
-                with contextlib.suppress(BaseException):
-                    await listener
-                with contextlib.suppress(psycopg.Error, OSError):
-                    await conn.close()
-            if not self._stop.is_set():
-                self.state = "reconnecting"
-
-    async def _connect(self) -> psycopg.AsyncConnection[Any] | None:
+        if self._halt.is_set():
+            return
+        self._loop = asyncio.get_running_loop()
+        self._kick = os.pipe()
+        threading.Thread(target=self._run, name="refine-listen", daemon=True).start()
         try:
-            conn = await psycopg.AsyncConnection.connect(self._conninfo, autocommit=True)
+            while True:
+                timeout = self.poll_interval_s if self.state == "live" else None
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), timeout)
+                if self._halt.is_set():
+                    return
+                self._wake.clear()
+                yield None  # a (re)connection, notifications, the safety poll, a lost connection
+        finally:
+            self._halt.set()
+            self._interrupt()
+
+    # --- the thread ----------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        assert self._kick is not None
+        kick = self._kick[0]
+        delay = FIRST_BACKOFF_S
+        try:
+            while not self._halt.is_set():
+                conn = self._connect()
+                if conn is None:
+                    if self.state != "reconnecting":  # never connected: its own read says why
+                        self.state = "reconnecting"
+                        self._wake_consumer()
+                    self._halt.wait(delay)
+                    delay = min(delay * 2, self.max_backoff_s)
+                    continue
+                delay = FIRST_BACKOFF_S
+                try:
+                    self.connects += 1
+                    self.state = "live"
+                    self._wake_consumer()  # read everything after the last sequence seen
+                    self._listen(conn, kick)
+                finally:
+                    with contextlib.suppress(psycopg.Error, OSError):
+                        conn.close()
+                if not self._halt.is_set():
+                    self.state = "reconnecting"
+                    self._wake_consumer()  # lost: the consumer's own read says so
+        finally:
+            with self._lock:
+                assert self._kick is not None
+                for fd in self._kick:
+                    os.close(fd)
+                self._kick = None
+
+    def _connect(self) -> psycopg.Connection[Any] | None:
+        try:
+            conn = psycopg.Connection.connect(self._conninfo, autocommit=True)
         except (psycopg.Error, OSError):
             return None
         try:
-            await conn.execute(f"LISTEN {self.channel}")
+            conn.execute(f"LISTEN {self.channel}")
         except (psycopg.Error, OSError):
             with contextlib.suppress(psycopg.Error, OSError):
-                await conn.close()
+                conn.close()
             return None
         return conn
 
-    async def _listen(self, conn: psycopg.AsyncConnection[Any]) -> None:
-        """Wake per notification until the connection fails (then this task ends)."""
+    def _listen(self, conn: psycopg.Connection[Any], kick: int) -> None:
+        """Wake per batch of notifications until the connection fails or ``stop``."""
+        ready = select.poll()  # not select.select: a node's descriptors may pass 1024
+        ready.register(kick, select.POLLIN)
         with contextlib.suppress(psycopg.Error, OSError):
-            async for note in conn.notifies():
-                with contextlib.suppress(ValueError):
-                    self.last_notified = max(self.last_notified, int(note.payload))
-                self._wake.set()
+            ready.register(conn.fileno(), select.POLLIN)
+            while not self._halt.is_set() and not conn.broken:
+                woke = False
+                for note in conn.notifies(timeout=0):  # what arrived (raises once it is lost)
+                    with contextlib.suppress(ValueError):
+                        self.last_notified = max(self.last_notified, int(note.payload))
+                    woke = True
+                if woke:
+                    self._wake_consumer()
+                ready.poll()  # until data or a lost connection, or stop()
 
-    async def _wait(self, timeout: float, listener: asyncio.Task[None] | None = None) -> None:
-        """Until a notification, ``stop``, the listener's end, or ``timeout``."""
-        waits = [asyncio.ensure_future(self._stop.wait()), asyncio.ensure_future(self._wake.wait())]
+    def _wake_consumer(self) -> None:
+        """Set the consumer's event on its loop (from any thread)."""
+        loop = self._loop
+        if loop is None:
+            return
         try:
-            await asyncio.wait(
-                [*waits, *([listener] if listener else [])],
-                timeout=timeout,
-                return_when=asyncio.FIRST_COMPLETED,
-            )
-        finally:
-            for task in waits:
-                task.cancel()
+            loop.call_soon_threadsafe(self._wake.set)
+        except RuntimeError:  # the loop is closed: nobody is left to wake
+            self._halt.set()
+
+    def _interrupt(self) -> None:
+        with self._lock:
+            if self._kick is not None:
+                os.write(self._kick[1], b"x")

@@ -4,7 +4,7 @@ goes away) and the ordering guarantee a reader of "events after N" relies on. A 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import psycopg
@@ -357,6 +357,49 @@ async def test_wakeups_wake_the_consumer_when_the_first_connection_cannot_be_mad
         assert wakeups.state == "reconnecting" and wakeups.connects == 0
     finally:
         wakeups.stop()
+
+
+async def test_wakeups_connect_and_listen_while_the_consumers_loop_is_blocked(
+    postgres_url: str,
+) -> None:
+    """Regression: the LISTEN connection ran on its consumer's event loop, so a loop busy in a
+    synchronous journal call (a node's tick) left a connection attempt half-open, its startup
+    packet unsent. During a server shutdown the child forked for that attempt waited for the
+    packet (authentication_timeout, 60 s), and so did the shutdown: a restart stalled by a
+    minute. The listener now connects and listens on a thread of its own."""
+    import asyncio
+    import time
+
+    from store.journal_listen import ListenWakeUps
+
+    def listeners() -> set[threading.Thread]:
+        return {t for t in threading.enumerate() if t.name == "refine-listen"}
+
+    def block_loop_until(condition: Callable[[], bool]) -> None:
+        deadline = time.monotonic() + 30  # only a listener that needs the loop takes this long
+        while not condition() and time.monotonic() < deadline:
+            time.sleep(0.02)  # on the loop's thread: it runs nothing meanwhile
+
+    before = listeners()
+    wakeups = ListenWakeUps(postgres_url)
+    first = asyncio.ensure_future(wakeups.__aiter__().__anext__())
+    started: set[threading.Thread] = set()
+    try:
+        await asyncio.sleep(0)  # the iteration starts, then the loop is blocked
+        block_loop_until(lambda: wakeups.connects > 0)
+        assert wakeups.state == "live" and wakeups.connects == 1
+        started = listeners() - before
+        assert len(started) == 1
+        with PostgresJournal.connect(postgres_url) as j:
+            add(j, "run:a")
+        block_loop_until(lambda: wakeups.last_notified > 0)
+        assert wakeups.last_notified == 1
+        await asyncio.wait_for(first, 10)  # the loop runs again: the consumer is woken
+    finally:
+        wakeups.stop()
+    for thread in started:
+        thread.join(10)  # stop() ends it promptly, closing its connection
+        assert not thread.is_alive()
 
 
 def test_events_after_n_never_skips_a_late_commit(postgres_url: str) -> None:
