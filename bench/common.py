@@ -339,6 +339,9 @@ class TmuxDashboard:
 
     def close(self) -> None:
         subprocess.run(["tmux", "-L", self.socket, "kill-server"], capture_output=True)
+        # tmux leaves its socket file behind when its server is killed.
+        folder = Path(os.environ.get("TMUX_TMPDIR", "/tmp")) / f"tmux-{os.getuid()}"
+        (folder / self.socket).unlink(missing_ok=True)
 
     def __enter__(self) -> TmuxDashboard:
         return self
