@@ -87,19 +87,33 @@ def server_cpu(pg: PostgresServer) -> float:
     and every live child (backends, WAL writer, checkpointer, autovacuum)."""
     assert pg.root is not None
     postmaster = int((pg.root / "data" / "postmaster.pid").read_text().split()[0])
-    total = 0.0
+    while True:  # a child reaped during the scan is in neither sum: scan again
+        reaped = _reaped_children(postmaster)
+        total = sum(_children_cpu(postmaster))
+        fields = _stat(postmaster)
+        if fields is not None and int(fields[13]) + int(fields[14]) == reaped:
+            own = int(fields[11]) + int(fields[12])
+            return (total + own + reaped) / os.sysconf("SC_CLK_TCK")
+
+
+def _stat(pid: int) -> list[str] | None:
+    """The fields after the command name of /proc/<pid>/stat (None when it is gone)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+
+
+def _reaped_children(pid: int) -> int:
+    fields = _stat(pid)
+    return 0 if fields is None else int(fields[13]) + int(fields[14])  # cutime cstime
+
+
+def _children_cpu(parent: int) -> Iterator[int]:
+    """Clock ticks of each live child (a /proc entry goes only when its parent reaps it)."""
     for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            fields = Path(f"/proc/{name}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:  # gone meanwhile (its time is now in the postmaster's reaped children)
-            continue
-        if int(name) == postmaster:
-            total += sum(int(f) for f in fields[11:15])  # utime stime cutime cstime
-        elif int(fields[1]) == postmaster:
-            total += int(fields[11]) + int(fields[12])
-    return total / os.sysconf("SC_CLK_TCK")
+        if name.isdigit() and (fields := _stat(int(name))) is not None and int(fields[1]) == parent:
+            yield int(fields[11]) + int(fields[12])  # utime stime
 
 
 _server_clock: Callable[[], float] = lambda: 0.0  # noqa: E731 (set by measure())

@@ -153,3 +153,35 @@ async def test_the_probe_notes_each_list_painted_with_its_filter(tmp_path: Path)
         assert app.header_state.filter == "queued" and app.goal_rows
         assert all(app.matches_filter(r) for r in app.goal_rows.values())
         assert [f for _, f in app.lists_painted] == ["queued"] * len(app.lists_painted)
+
+
+def test_server_cpu_never_goes_back_while_backends_come_and_go(
+    postgres_server: PostgresServer,
+) -> None:
+    """A backend reaped while bench.postgres scans /proc was in neither sum, so the clock went
+    back and a timed loop read negative server CPU (a CI failure): the scan now repeats."""
+    import itertools
+    import threading
+
+    import psycopg
+
+    from bench import postgres
+
+    done = threading.Event()
+
+    def churn() -> None:  # short-lived backends that spend CPU, then exit and are reaped
+        while not done.is_set():
+            with psycopg.connect(postgres_server.url(), connect_timeout=10) as conn:
+                conn.execute("SELECT count(*) FROM generate_series(1, 200000)")
+
+    workers = [threading.Thread(target=churn) for _ in range(3)]
+    for worker in workers:
+        worker.start()
+    try:
+        readings = [postgres.server_cpu(postgres_server) for _ in range(2000)]
+    finally:
+        done.set()
+        for worker in workers:
+            worker.join()
+    assert readings[-1] > readings[0]  # the churn was seen
+    assert all(b >= a for a, b in itertools.pairwise(readings))
