@@ -32,7 +32,7 @@ from store.errors import (
     StorageError,
 )
 from store.journal_url import is_postgres_url, redact
-from store.locations import STATE_DIR_ENV
+from store.locations import STATE_DIR_ENV, journal_file_exists
 
 # Each command imports the store modules it uses: a quick `refine goals` must not pay for the
 # operator's process tools (psutil), the checker or the dashboard (DESIGN §9, CLI start-up).
@@ -106,7 +106,7 @@ def open_journal(args: argparse.Namespace, *, write: bool) -> Journal:
     from store.journal_api import Journal
 
     location = journal_path(args)
-    if isinstance(location, Path) and not location.exists():
+    if isinstance(location, Path) and not journal_file_exists(location):
         raise JournalMissingError(f"journal missing: {location} (create it with `refine init`)")
     return Journal.open(location, read_only=not write, create=False)
 
@@ -127,7 +127,7 @@ def cmd_init(args: argparse.Namespace) -> int:
         shown = redact(path)
         emit(args, {"journal": shown, "created": created}, f"journal ready: {shown}")
         return EXIT_OK
-    existed = path.exists()
+    existed = journal_file_exists(path)
     Journal.open(path).close()
     emit(
         args,
@@ -582,8 +582,11 @@ COMMANDS = (
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The whole command line; with ``only``, the same grammar with just that command in it."""
     common = _Parser(add_help=False)
-    common.add_argument("--journal", default=argparse.SUPPRESS, help="journal file")
-    common.add_argument("--node", default=argparse.SUPPRESS, help="this node's name")
+    # An empty value (an unset shell variable) is refused, never read as "the default".
+    common.add_argument("--journal", type=non_empty, default=argparse.SUPPRESS, help="journal file")
+    common.add_argument(
+        "--node", type=non_empty, default=argparse.SUPPRESS, help="this node's name"
+    )
     common.add_argument(
         "--state-dir",
         type=non_empty,

@@ -457,7 +457,7 @@ class Goals:
         if round is not None:
             check_integer(round, "round", 1, MAX_ROUND)
         # A worker names its round: no need to read the Goal first (the decision reads it).
-        run_id = run_id_for(goal_id, round) if round is not None else self._require(goal_id).run_id
+        run_id = run_id_for(goal_id, round) if round is not None else self._run_id_of(goal_id)
         claim = validate_run_command("claim", {"run_id": run_id, "worker": worker})
         payload = {"op": "goal.start", "goal_id": goal_id, "node_id": node_id, "worker": worker}
         outcome = self._execute(
@@ -571,7 +571,7 @@ class Goals:
         check_reason(reason)
         _command_id(command_id)
         check_actor(by)
-        run_id = self._require(goal_id).run_id
+        run_id = self._run_id_of(goal_id)
         outcome = self._execute(
             command_id,
             {"op": "goal.cancel", "goal_id": goal_id, "reason": reason, "by": by},
@@ -586,7 +586,7 @@ class Goals:
         check_name(goal_id, "goal_id")
         _command_id(command_id)
         check_actor(by)
-        run_id = self._require(goal_id).run_id
+        run_id = self._run_id_of(goal_id)
         outcome = self._execute(
             command_id,
             {"op": "goal.release", "goal_id": goal_id, "by": by},
@@ -688,6 +688,16 @@ class Goals:
         return run_from_stored(stored) if stored is not None else None
 
     # --- plumbing ------------------------------------------------------------------------------
+
+    def _run_id_of(self, goal_id: str) -> str:
+        """The Run a command on this Goal acts on. A missing Goal is refused by the command's
+        decision (GoalNotFoundError), so a read-only journal, a replay and a reused command id
+        are answered first, in the seed's refusal order."""
+        try:
+            goal = self.read(goal_id)
+        except CorruptGoalError:  # refused by the decision too, in its turn
+            goal = None
+        return goal.run_id if goal is not None else run_id_for(goal_id, 1)
 
     def _require(self, goal_id: str) -> Goal:
         goal = self.read(goal_id)

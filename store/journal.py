@@ -53,7 +53,7 @@ from store.journal_core import (
     stored_row,
     write_steps,
 )
-from store.locations import resolve_journal_path
+from store.locations import journal_file_exists, resolve_journal_path
 
 __all__ = [
     "MAX_PAGE",
@@ -283,9 +283,10 @@ class SqliteJournal(Journal):
             raise InvalidInputError("synchronous must be FULL or NORMAL")
         file = resolve_journal_path(location)
         _check_utf8(file)
-        if not file.exists() and (read_only or not create):
+        exists = journal_file_exists(file)
+        if not exists and (read_only or not create):
             raise JournalMissingError(f"journal missing: {file}")
-        if file.exists() and not file.is_file():
+        if exists and not file.is_file():
             raise NotAJournalError(f"not a journal file: {file}")
         if not read_only:
             _make_folder(file.parent)

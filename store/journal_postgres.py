@@ -232,8 +232,12 @@ def connection_info(
 
     TCP keepalives make a silently lost server (a partition) an error within about a minute
     rather than a read that hangs forever."""
-    conninfo, from_url = split_schema(location)
-    schema = schema or from_url or DEFAULT_SCHEMA
+    try:
+        conninfo, from_url = split_schema(location)
+    except ValueError:  # e.g. an unclosed [IPv6] host: refused as input, the password unshown
+        raise InvalidInputError(f"not a usable journal URL: {redact(location)}") from None
+    if schema is None:  # an empty ``?schema=`` is refused below, never the default in disguise
+        schema = DEFAULT_SCHEMA if from_url is None else from_url
     if not valid_schema(schema):
         raise InvalidInputError(f"schema must be a lower-case SQL name, not {schema!r}")
     options: dict[str, str | int] = {

@@ -20,6 +20,7 @@ import os
 from pathlib import Path
 from urllib.parse import quote
 
+from store.errors import StorageUnreachableError
 from store.journal_url import is_postgres_url
 
 STATE_DIR_ENV = "REFINE_STATE_DIR"
@@ -30,6 +31,18 @@ Location = str | os.PathLike[str]
 def resolve_journal_path(path: Location) -> Path:
     """The journal's real path: absolute, symlinks resolved (also for a file not yet there)."""
     return Path(os.path.realpath(os.fspath(path)))
+
+
+def journal_file_exists(path: Path) -> bool:
+    """Whether anything is at ``path``. A path the system cannot look up (a name too long, a
+    symlink loop, a folder that may not be searched) is refused in one line, never a crash."""
+    try:
+        os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    except OSError as exc:
+        raise StorageUnreachableError(f"journal path unusable ({exc.strerror}): {path}") from None
+    return True
 
 
 def file_name(value: str) -> str:

@@ -16,7 +16,7 @@ from contextlib import ExitStack, contextmanager
 
 from store.errors import ProcessAliveError, VersionConflictError
 from store.execution import Run
-from store.goal_model import PROCESS_GONE_METHOD
+from store.goal_model import PROCESS_GONE_METHOD, check_reason
 from store.goals import (
     OPERATOR_CONFIRMED,
     Goal,
@@ -29,6 +29,7 @@ from store.journal_api import Journal
 from store.operator_evidence import (
     CleanupEvidence,
     Target,
+    check_cleanup_inputs,
     check_grace,
     check_writable,
     claimed_at,
@@ -186,6 +187,8 @@ def stop_goal(
     nothing is requeued and the report says why.
     """
     operator = check_name(operator or default_operator(), "operator")
+    check_name(goal_id, "goal_id")
+    check_name(node, "node")
     check_grace(grace_s)
     check_writable(journal)
     target = stop_target(journal, goal_id, node)
@@ -333,12 +336,16 @@ def cancel_goal(
     grace_s: float = 5.0,
 ) -> ActionReport:
     """Cancel from any node: the terminal intent first, then this node's cleanup if it runs here."""
+    # The seed's refusal order: the input, then the journal, then the Goal's state.
     operator = check_name(operator or default_operator(), "operator")
     check_name(node, "node")
+    check_name(goal_id, "goal_id")
+    check_reason(reason)
     check_grace(grace_s)
+    check_writable(journal)
     command_id = _command_id("cancel")
     goals = Goals(journal)
-    goal = goals.read(check_name(goal_id, "goal_id"))
+    goal = goals.read(goal_id)
     if goal is not None:
         refuse_cancel(goals, goal)  # the transaction decides; this only words the refusal
     by = f"{operator}@{node}"
@@ -419,7 +426,11 @@ def confirm_cleanup(
 
     Refused (ProcessAliveError) while this node's record proves the process alive: Stop it.
     """
+    # The seed's refusal order: the input, then the journal, then the attempt's state.
     operator = check_name(operator or default_operator(), "operator")
+    check_cleanup_inputs(run_id, epoch, node)
+    check_reason(method, "method")
+    check_writable(journal)
     target = cleanup_target(journal, run_id, epoch, node)
     record = target.record
     if record is not None and same_process(record):
@@ -438,7 +449,6 @@ def confirm_cleanup(
             goal_id=target.goal.goal_id,
             run_id=run_id,
         )
-    check_writable(journal)
     # The recorded process is gone, but what it started may live on in its group (a crashed
     # worker's grandchildren): they end with the attempt.
     stopped = stop_process(record) if record is not None else None

@@ -250,13 +250,19 @@ def refuse_cancel(goals: Goals, goal: Goal) -> None:
 # --- Confirm cleanup -------------------------------------------------------------------------
 
 
-def cleanup_target(journal: Journal, run_id: str, epoch: int, node: str) -> Target:
-    """The running attempt ``epoch`` of ``run_id`` (the Goal's current Run)."""
+def check_cleanup_inputs(run_id: str, epoch: int, node: str) -> str:
+    """A cleanup's run id, epoch and node, checked before anything is read: the run's Goal."""
     goal_id = goal_id_of_run(run_id) if isinstance(run_id, str) else None
     if goal_id is None:
         raise InvalidInputError("run_id must be <goal_id>.r<round>")
     check_epoch(epoch)
     check_name(node, "node")
+    return goal_id
+
+
+def cleanup_target(journal: Journal, run_id: str, epoch: int, node: str) -> Target:
+    """The running attempt ``epoch`` of ``run_id`` (the Goal's current Run)."""
+    goal_id = check_cleanup_inputs(run_id, epoch, node)
     goals = Goals(journal)
     goal = require_goal(goals, goal_id)
     if goal.run_id != run_id:

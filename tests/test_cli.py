@@ -136,6 +136,8 @@ def test_cancel_queued_goal_is_terminal_and_release_refuses(journal: Path, capsy
         ("stop",),
         ("frobnicate",),
         ("node", "--capacity", "100000000000000000000"),
+        ("--journal", "", "goals"),  # an unset variable is not "the default journal"
+        ("--node", "", "goals"),
     ],
 )
 def test_bad_input_exits_2_and_changes_nothing(journal: Path, capsys, args) -> None:
@@ -242,6 +244,71 @@ def test_path_errors_exit_3_in_one_line_and_create_nothing(tmp_path: Path, capsy
             assert err.startswith("refine: STORAGE: ") and err.count("\n") == 1
             assert "INTERNAL" not in err and out == ""
     assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
+
+
+def test_input_is_refused_before_the_goals_state(journal: Path, capsys) -> None:
+    """The seed's refusal order: a bad reason or method is bad input (exit 2) even for a goal
+    that is cancelled or missing, never the goal's state (exit 1)."""
+    refine(capsys, journal, "goal", "add", "--title", "Build", "--id", "build", "--", "true")
+    assert refine(capsys, journal, "cancel", "build", "--reason", "not needed")[0] == 0
+    before = dump(journal)
+    for args in (
+        ("cancel", "build", "--reason", ""),
+        ("cleanup", "build.r1", "--epoch", "1", "--method", ""),
+        ("cleanup", "build.r1", "--epoch", "1", "--method", "x" * 501),
+        ("cleanup", "nope.r1", "--epoch", "1", "--method", " "),
+    ):
+        code, _, err = refine(capsys, journal, *args)
+        assert code == 2 and err.startswith("refine: INVALID_INPUT: "), (args, err)
+    assert dump(journal) == before
+
+
+def test_unusable_journal_paths_exit_3_in_one_line_and_create_nothing(
+    tmp_path: Path, capsys
+) -> None:
+    """A name too long for the system, or a symlink loop: STORAGE, never INTERNAL."""
+    (tmp_path / "loop1").symlink_to("loop2")
+    (tmp_path / "loop2").symlink_to("loop1")
+    source = tmp_path / "source.db"
+    Journal.open(source).close()
+    made = ["loop1", "loop2", "source.db"]
+    for journal in (tmp_path / ("a" * 300) / "j.db", tmp_path / ("a" * 5000), tmp_path / "loop1"):
+        for args in (
+            ("init",),
+            ("goals",),
+            ("check",),
+            ("goal", "add", "--title", "T", "--", "true"),
+            ("copy", str(source), str(journal)),
+        ):
+            code, out, err = refine(capsys, journal, *args)
+            assert code == 3, (args, err)
+            assert err.startswith("refine: STORAGE: journal path unusable") and err.count("\n") == 1
+            assert out == ""
+    assert sorted(p.name for p in tmp_path.iterdir() if "-" not in p.name) == made  # no -wal
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://dana:pw-secret@[::1/refine",  # an unclosed IPv6 host
+        "postgresql://dana:pw-secret@127.0.0.1:1/refine?schema=",  # an empty schema
+    ],
+)
+def test_unusable_postgres_urls_are_bad_input_without_the_password(
+    tmp_path: Path, capsys, url: str
+) -> None:
+    source = tmp_path / "source.db"
+    Journal.open(source).close()
+    for args in (
+        ["--journal", url, "goals"],
+        ["--journal", url, "init"],
+        ["copy", str(source), url],
+    ):
+        capsys.readouterr()
+        code = main(args)
+        out, err = capsys.readouterr()
+        assert code == 2 and err.startswith("refine: INVALID_INPUT: "), (args, err)
+        assert "pw-secret" not in out + err and err.count("\n") == 1
 
 
 def test_a_closed_pipe_ends_the_output_quietly(tmp_path: Path) -> None:

@@ -20,6 +20,7 @@ from store.errors import (
     GoalStateError,
     GoalTerminalError,
     InvalidInputError,
+    JournalReadOnlyError,
     NotThisNodeError,
     RefineError,
     StaleAttemptError,
@@ -263,6 +264,32 @@ def test_racing_starts_across_processes_have_one_winner(
     assert results.count("won") == 1
     assert set(results) - {"won"} <= {"GOAL_STATE"}
     assert len(goals.current_run(goals.read("race")).attempts) == 1
+
+
+def test_a_missing_goal_is_refused_after_the_journal_and_the_command_id(journal: Journal) -> None:
+    """The seed's order holds for a Goal that is not there: read-only, then replay or
+    COMMAND_CONFLICT, and only then GOAL_NOT_FOUND."""
+    goals = Goals(journal)
+    add(goals)
+    goals.cancel(goal_id="build", reason="r", command_id="op:cancel:1")
+    refused_without_writing(
+        journal,
+        CommandConflictError,
+        lambda: goals.cancel(goal_id="missing", reason="r", command_id="op:cancel:1"),
+    )
+    refused_without_writing(
+        journal,
+        GoalNotFoundError,
+        lambda: goals.cancel(goal_id="missing", reason="r", command_id="op:cancel:2"),
+    )
+    with Journal.open(journal.location, read_only=True) as ro:
+        ro_goals = Goals(ro)
+        for call in (
+            lambda: ro_goals.cancel(goal_id="missing", reason="r", command_id="op:cancel:3"),
+            lambda: ro_goals.release(goal_id="missing", command_id="op:release:1"),
+            lambda: start(ro_goals, "missing"),
+        ):
+            refused_without_writing(journal, JournalReadOnlyError, call)
 
 
 def test_cancel_is_terminal_intent_with_the_run_in_the_same_transaction(journal: Journal) -> None:

@@ -20,6 +20,7 @@ from store.check import check_journal
 from store.errors import (
     GoalStateError,
     GoalTerminalError,
+    InvalidInputError,
     JournalReadOnlyError,
     NoActiveAttemptError,
     NoProcessRecordError,
@@ -412,6 +413,34 @@ def test_every_refusal_writes_and_signals_nothing(journal: Journal, spawn, tmp_p
     goals.cancel(goal_id="idle", reason="done with it", command_id="op:cancel:x")
     refused(journal, GoalTerminalError, lambda: stop("idle"))
     refused(journal, GoalTerminalError, lambda: describe_cancel(journal, "idle", node="n1"))
+
+
+def test_refusals_come_in_the_seeds_order_input_then_journal_then_state(
+    journal: Journal, spawn
+) -> None:
+    """Input validation first, then the journal (read-only), then the decision: a bad reason on
+    a cancelled goal is bad input, and a read-only journal says so before the goal's state."""
+    goals = running_goal(journal)
+    worker = spawn(journal, "build")
+    goals.create(goal_id="done", title="Done", node_id="n1", argv=["true"])
+    goals.cancel(goal_id="done", reason="not needed", command_id="op:cancel:done")
+    cancel = lambda j, goal, reason="r": cancel_goal(  # noqa: E731
+        j, goal, reason=reason, node="n1", operator="dana"
+    )
+    cleanup = lambda j, run, method="operator-confirmed": confirm_cleanup(  # noqa: E731
+        j, run, epoch=1, node="n1", operator="dana", method=method
+    )
+    refused(journal, InvalidInputError, lambda: cancel(journal, "done", ""))
+    refused(journal, InvalidInputError, lambda: cleanup(journal, "done.r1", ""))
+    refused(journal, InvalidInputError, lambda: cleanup(journal, "build.r1", "x" * 501))
+    with Journal.open(journal.location, read_only=True) as ro:
+        refused(journal, JournalReadOnlyError, lambda: cancel(ro, "done"))
+        refused(journal, JournalReadOnlyError, lambda: cancel(ro, "missing"))
+        refused(journal, JournalReadOnlyError, lambda: cleanup(ro, "build.r1"))  # alive
+        refused(journal, JournalReadOnlyError, lambda: cleanup(ro, "done.r1"))
+        refused(journal, JournalReadOnlyError, lambda: release_goal(ro, "missing", operator="d"))
+        refused(journal, InvalidInputError, lambda: stop_goal(ro, "bad id", node="n1"))
+    assert alive(worker.record.pid, worker.record.create_time)
 
 
 def test_cancel_without_a_record_waits_for_cleanup_then_ends_as_cancel(journal: Journal) -> None:
