@@ -155,7 +155,10 @@ def stop_target(journal: Journal, goal_id: str, node: str) -> Target:
     record = record_of(journal, node, run.run_id, attempt.epoch)
     if record is None:
         which = f"attempt {attempt.epoch} of run {run.run_id}"
-        if _starting(journal, node, run.run_id, attempt):
+        elsewhere = registry_of(journal, node).recorded_elsewhere(run.run_id, attempt.epoch)
+        if elsewhere is not None:  # a state dir shared by machines, a node id used twice
+            advice = f"{which} was recorded on machine {elsewhere}: stop it there"
+        elif _starting(journal, node, run.run_id, attempt):
             advice = f"{which} is starting (no process record yet); try again in a moment"
         else:
             advice = (

@@ -9,13 +9,19 @@ A pid alone does not identify a process (pids are reused), and psutil's create t
 resolution, so a process is "the recorded one" only when both the pid exists and its create
 time equals exactly the value psutil reported when it was recorded — and it is not a zombie (an
 unreaped child still "exists"). Nothing is ever signalled unless that holds.
+
+A pid means something only on the machine that recorded it: a record names its machine
+(``this_host``), and a registry never returns another machine's record (a state dir shared by
+several machines, say a home folder on a network file system, with a node id used twice).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
+import socket
 import tempfile
 import time
 from collections.abc import Iterator, Mapping
@@ -52,6 +58,7 @@ class ProcessRecord:
     log_path: str
     started_at: float
     journal_id: str | None = None  # the journal this attempt belongs to (None: an older record)
+    host: str | None = None  # the machine that recorded it (this_host; None: an older record)
 
     def to_json(self) -> dict[str, Any]:
         data = dict(vars(self))  # its fields, in order: what asdict gives for flat values
@@ -73,7 +80,8 @@ class ProcessRecord:
                 argv=tuple(str(a) for a in data["argv"]),
                 log_path=str(data["log_path"]),
                 started_at=float(data["started_at"]),
-                journal_id=_optional_text(data.get("journal_id")),
+                journal_id=_optional_text(data.get("journal_id"), "journal_id"),
+                host=_optional_text(data.get("host"), "host"),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"not a process record: {exc}") from None
@@ -110,6 +118,7 @@ class ProcessRecord:
             log_path=str(log_path),
             started_at=time.time(),
             journal_id=journal_id,
+            host=this_host(),
         )
 
 
@@ -263,8 +272,19 @@ class ProcessRegistry:
         found = (self._ours(_read_record(p)) for p in sorted(folder.glob("*.json")))
         return [r for r in found if r is not None]
 
+    def recorded_elsewhere(self, run_id: str, epoch: int) -> str | None:
+        """The host name of the machine whose record of this attempt is here (None: none)."""
+        rec = _read_record(self._record_path(run_id, epoch))
+        if rec is None or rec.host is None or rec.host == this_host():
+            return None
+        return rec.host.partition("/")[0]
+
     def _ours(self, rec: ProcessRecord | None) -> ProcessRecord | None:
-        if rec is None or None in (rec.journal_id, self.journal_id):
+        if rec is None:
+            return None
+        if rec.host is not None and rec.host != this_host():
+            return None  # its pid names a process of another machine: nothing to do here
+        if None in (rec.journal_id, self.journal_id):
             return rec
         return rec if rec.journal_id == self.journal_id else None
 
@@ -305,10 +325,10 @@ def _write_atomically(target: Path, data: Mapping[str, Any], *, sync: bool = Tru
         raise
 
 
-def _optional_text(value: object) -> str | None:
+def _optional_text(value: object, name: str) -> str | None:
     if value is None or isinstance(value, str):
         return value
-    raise ValueError("journal_id must be text")
+    raise ValueError(f"{name} must be text")
 
 
 def _read_record(path: Path) -> ProcessRecord | None:
@@ -319,6 +339,18 @@ def _read_record(path: Path) -> ProcessRecord | None:
 
 
 # --- identity and observation ----------------------------------------------------------------
+
+
+@functools.cache
+def this_host() -> str:
+    """This machine, as records name it: ``<host name>/<machine id>`` (machines cloned from
+    one image share a machine id, containers on one a host name; pids repeat across both)."""
+    machine_id = ""
+    for path in ("/etc/machine-id", "/var/lib/dbus/machine-id"):
+        with contextlib.suppress(OSError):
+            machine_id = Path(path).read_text(encoding="ascii", errors="replace").strip()
+            break
+    return f"{socket.gethostname()}/{machine_id}"
 
 
 # Stopping and identity checks read /proc/<pid>/stat as psutil does (≈ 10 ms less for a stop

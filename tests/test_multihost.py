@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import random
 import signal
@@ -446,6 +447,41 @@ def test_node_b_crashes_proof_reconciles_and_no_proof_is_confirmed_from_a(w: Wor
     w.fleet.stop_nodes()
     assert not w.b.processes()
     w.never_printed_a_password()
+
+
+# --- 7. one home folder on both machines, one node id used twice --------------------------------
+
+
+def test_a_home_shared_by_two_machines_never_ends_or_signals_the_other_machines_attempt(
+    w: World,
+) -> None:
+    """Both machines mount one home (a network file system): a's operator and a node on a that
+    is wrongly named b read b's process records. Their pids name processes of b, never of a."""
+    from store.scheduler import Node
+
+    w.add("b", "gb", HANG)
+    w.fleet.start_node("b", "--capacity", "2")
+    recipe = w.running(w.b, "gb")
+    record = wait_until(partial(w.record, "gb"), 30, "b's process record")
+    assert record is not None
+    decoy = w.decoy_at(w.a, int(json.loads(record.read_text())["pid"]))  # a's same pid
+    shared = {"XDG_STATE_HOME": str(w.b.state_home)}
+
+    refused = w.fleet.refine("a", "--node", "b", "stop", "gb", "--grace", "1", env=shared,
+                             check=False)  # fmt: skip
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+    assert "recorded on machine b: stop it there" in refused.stderr, refused.stderr
+    os.environ.update(shared)  # the fixture's monkeypatch restores it
+    with w.a.net_entered(), Node(w.url, "b") as node:  # its startup reconciliation
+        assert node.reconcile() == [] and node.cleanup_cancelled() == []
+    assert w.status("gb") == "running" and len(w.run_of("gb").attempts) == 1
+    assert w.b.ns_pid_running(recipe) and decoy.running() and w.decoys_untouched()
+    # b itself still acts on its records in the shared home: a Cancel from a is cleaned up by b
+    w.fleet.refine("a", "cancel", "gb", "--reason", "done with it")
+    w.fleet.wait_for(lambda: w.run_of("gb").status == "cancelled", "b's cancel cleanup")
+    (attempt,) = w.run_of("gb").attempts
+    assert (attempt.cleanup or {}).get("confirmed_by") == "scheduler@b", attempt
+    assert not w.b.ns_pid_running(recipe) and w.decoys_untouched()
 
 
 # --- 6. a short multi-host soak ----------------------------------------------------------------
