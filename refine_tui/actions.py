@@ -327,7 +327,7 @@ def evidence_text(evidence: CleanupEvidence, confirmed_by: str, now: float) -> T
         text.append(f"attempt {evidence.epoch} by {evidence.worker}, started {age} ago\n")
     rec = evidence.record
     if rec is not None:
-        text.append(f"command: {' '.join(rec.argv)}\n", style="dim")
+        text.append(f"command: {fmt.visible(' '.join(rec.argv))}\n", style="dim")
     if evidence.same_process_alive:
         text.append("That process is still alive: stop it first (s).\n", style="bold red")
     text.append(
@@ -340,6 +340,6 @@ def evidence_text(evidence: CleanupEvidence, confirmed_by: str, now: float) -> T
     )
     if evidence.log_tail:
         text.append("\n\nlast log lines:", style="dim")
-        for line in evidence.log_tail[-8:]:
-            text.append("\n  " + line.rstrip("\n"), style="dim")
+        for line in evidence.log_tail[-8:]:  # visible first: Text.append drops \r \x07 \b
+            text.append("\n  " + fmt.visible(line.rstrip("\n")), style="dim")
     return text

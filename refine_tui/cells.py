@@ -63,6 +63,9 @@ WORKER_COLUMNS = (
 TABLE_WIDTH = sum(c.width or 0 for c in GOAL_COLUMNS) + 2 * len(GOAL_COLUMNS) + 2
 ATTEMPT_TABLE_WIDTH = sum(c.width or 0 for c in ATTEMPT_COLUMNS) + 2 * len(ATTEMPT_COLUMNS)
 LONG_TEXT = 200  # a last column sized to content shows at most this many cells (argv can be 64k)
+# A title in the row line: one line's worth at 80 columns. The line shows 3 lines at most, and
+# a 200-character title pushed the status, node and worker out of it.
+LINE_TITLE = 78
 BASE_WIDTHS = {"title": 12, "note": 16, "worker": 7, "state": 17}
 
 
@@ -144,7 +147,8 @@ def goal_words(g: GoalRow) -> str:
     if g.worker:
         extra.append(f"worker {g.worker}")
     note = f" ({g.note})" if g.note else ""
-    return f"{g.goal_id}: {g.title} — {g.status}{note} · " + " · ".join(extra)
+    title = fmt.clip(g.title, LINE_TITLE)
+    return f"{g.goal_id}: {title} — {g.status}{note} · " + " · ".join(extra)
 
 
 def run_words(r: RunRow) -> str:

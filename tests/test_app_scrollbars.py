@@ -46,3 +46,29 @@ async def test_the_tables_and_the_helps_scrollbar_tracks_are_their_own_colour(
         help_text = app.screen.query_one("#help", VerticalScroll)
         await until(pilot, lambda: help_text.show_vertical_scrollbar)
         track_matches(help_text)
+
+
+def screen_lines(app: RefineApp) -> list[str]:
+    update = app.screen._compositor.render_full_update()
+    return ["".join(strip.text for strip in line) for line in update.strips]
+
+
+async def test_the_tables_scrollbar_leaves_the_last_columns_ellipsis_on_screen(
+    tmp_path: Path,
+) -> None:
+    """The Goal columns fill 80 cells exactly; a 2-cell scrollbar covered the Note's last
+    character, so a cut note ("superseded by b") read as whole."""
+    path = populate(tmp_path / "journal.db", node=NODE)
+    app = RefineApp(journal=path, node=NODE)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await until(pilot, lambda: len(app.goal_rows) == 15)
+        await pilot.press("h")  # the history pane leaves the table too short for 15 goals
+        table = app.query_one("#goals", KeyedTable)
+        await until(pilot, lambda: table.show_vertical_scrollbar)
+        table.select("old-backfill")
+
+        def row() -> str:  # the table's row (the row line below starts "old-backfill:")
+            return next((s for s in screen_lines(app) if "old-backfill  " in s), "")
+
+        await until(pilot, lambda: bool(row()))
+        assert "superseded by b…" in row(), row()

@@ -18,7 +18,7 @@ from refine_tui.screens.confirm import ConfirmModal
 from refine_tui.widgets.keyed_table import KeyedTable
 from store.goals import Goals
 from store.journal import Journal
-from store.processes import ProcessRecord
+from store.processes import ProcessRecord, ProcessRegistry
 from tests.helpers.dashboard import (
     commit_in_process,
     end,
@@ -113,3 +113,58 @@ async def test_a_read_in_flight_when_pause_is_pressed_waits_for_resume(journal_p
         await pilot.press("p")
         await until(pilot, lambda: app.goal_rows["migrate-db"].status == "cancelled")
         assert app.header_state.state == "live"
+
+
+async def test_end_in_the_goals_table_goes_to_the_last_goal_not_sideways(
+    journal_path: Path,
+) -> None:
+    """`end` scrolled the Goals table to its last column (DataTable's binding): at 80 columns
+    the Goal and Title columns vanished, with no scrollbar saying why (overflow-x: hidden)."""
+    app = RefineApp(journal=journal_path, node=NODE)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await loaded(pilot)
+        table = app.query_one("#goals", KeyedTable)
+        assert table.max_scroll_x > 0  # round and worker lie off screen at 80 columns
+        await pilot.press("end")
+        await until(pilot, lambda: table.cursor_row == table.row_count - 1)
+        assert table.scroll_x == 0
+        assert app.selected_goal().goal_id == table.keys()[-1]
+        await pilot.press("home")
+        await until(pilot, lambda: table.cursor_row == 0)
+        assert table.scroll_x == 0
+
+
+async def test_cleanup_evidence_shows_a_log_lines_bell_and_backspace(journal_path: Path) -> None:
+    """The Confirm cleanup modal's last log lines went through Rich's Text.append, which drops
+    BEL, backspace, VT and FF: a line read as if they were not there (the log pane shows
+    them as \\x07)."""
+    with Journal.open(journal_path) as j:
+        log = ProcessRegistry.for_journal(j, NODE).log_path("nightly-report.r1", 1)
+    with open(log, "ab") as out:
+        out.write(b"beep\x07 back\x08space\n")
+    app = RefineApp(journal=journal_path, node=NODE, operator="dana")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await loaded(pilot)
+        await select(pilot, "nightly-report")
+        await pilot.press("x")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmModal))
+        body = str(app.screen.query_one("#dialog-body Static", Static).render())
+        assert "beep\\x07 back\\x08space" in body
+
+
+async def test_a_goal_with_a_200_character_title_keeps_its_status_in_the_row_line(
+    journal_path: Path,
+) -> None:
+    """The row line shows three lines at most: a 200-character word as a title filled them
+    and its status, node and worker were cut off."""
+    with Journal.open(journal_path) as j:
+        Goals(j).create(goal_id="longword", title="W" * 200, node_id=NODE, argv=["true"])
+    app = RefineApp(journal=journal_path, node=NODE)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await loaded(pilot)
+        await select(pilot, "longword")
+        line = app.query_one("#rowline", Static)
+        await until(pilot, lambda: row_line(app).startswith("longword:"))
+        assert "— queued · node n1 · round 1 · attempts 0/3" in row_line(app)
+        await until(pilot, lambda: line.content_region.height >= shown_lines(line))
+        assert shown_lines(line) <= 3

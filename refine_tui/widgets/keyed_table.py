@@ -92,6 +92,15 @@ class KeyedTable(DataTable[RenderableType]):
         with contextlib.suppress(RowDoesNotExist):
             self.move_cursor(row=self.get_row_index(key), animate=False)
 
+    # DataTable's home/end scroll to the first/last *column*: with overflow-x hidden (the
+    # columns are laid out for the screen) `end` hid the Goal column at 80×24 with nothing on
+    # screen saying why. In these row tables they go to the first/last row.
+    def action_scroll_home(self) -> None:
+        self.action_scroll_top()
+
+    def action_scroll_end(self) -> None:
+        self.action_scroll_bottom()
+
     def set_width(self, column_key: str, width: int) -> None:
         """Resize a fixed-width column (wider terminals give the text columns more room)."""
         column = self.columns.get(ColumnKey(column_key))
