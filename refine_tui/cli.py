@@ -127,7 +127,8 @@ def cmd_init(args: argparse.Namespace) -> int:
         shown = redact(path)
         emit(args, {"journal": shown, "created": created}, f"journal ready: {shown}")
         return EXIT_OK
-    existed = journal_file_exists(path)
+    # An empty file (say, from mktemp) becomes the journal now: it did not exist as one.
+    existed = journal_file_exists(path) and os.path.getsize(path) > 0
     Journal.open(path).close()
     emit(
         args,

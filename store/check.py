@@ -13,6 +13,7 @@ from typing import Any
 from store.errors import RefineError
 from store.goal_model import GOAL_EVENT_STATUS, fold_goal, goal_from_stored
 from store.journal_api import MAX_PAGE, Event, Journal, Stored
+from store.journal_core import UnreadableData
 from store.run_model import fold_run, run_from_stored
 
 __all__ = ["GOAL_EVENT_STATUS", "CheckReport", "Violation", "check_journal", "fold_goal"]
@@ -102,6 +103,8 @@ def _events_by_aggregate(journal: Journal, report: CheckReport) -> dict[str, lis
         expected = event.sequence + 1
         events[event.aggregate_id].append(event)
         report.events += 1
+        if isinstance(event.data, UnreadableData):
+            report.add(event.aggregate_id, (event.sequence,), "event data is not a JSON object")
     return events
 
 
@@ -192,19 +195,23 @@ def _check_goal_against_runs(
 ) -> None:
     goal = goal_stored.state
     goal_id = goal_stored.aggregate_id
+    if not isinstance(goal, Mapping):
+        return  # not a record at all: _check_aggregate reports it
     run_agg = f"run:{goal.get('run_id')}"
     run = stored.get(run_agg)
     if run is None:
         report.add(goal_id, (), f"its run {goal.get('run_id')} does not exist")
         return
-    allowed = AGREEING_RUN_STATUS.get(goal.get("status"), ())
+    if not isinstance(run.state, Mapping):
+        return  # likewise, reported as the run's own violation
+    allowed = AGREEING_RUN_STATUS.get(str(goal.get("status")), ())
     run_status = run.state.get("status")
     pending = run.state.get("cancel_requested") is not None
     if run_status not in allowed or (
-        goal["status"] == "cancelled" and run_status == "running" and not pending
+        goal.get("status") == "cancelled" and run_status == "running" and not pending
     ):
         seqs = _last(events.get(goal_id)) + _last(events.get(run_agg))
-        report.add(goal_id, seqs, f"goal is {goal['status']} but its run is {run_status}")
+        report.add(goal_id, seqs, f"goal is {goal.get('status')} but its run is {run_status}")
     _check_earlier_rounds(report, goal_id, goal, stored, events)
     _check_no_claim_while_stopped(report, goal_id, events)
 
@@ -223,7 +230,8 @@ def _check_earlier_rounds(
     for round_ in range(1, current):
         run_agg = f"run:{goal_id.split(':', 1)[1]}.r{round_}"
         run = stored.get(run_agg)
-        status = run.state.get("status") if run is not None else None
+        state = run.state if run is not None else None
+        status = state.get("status") if isinstance(state, Mapping) else None
         if status not in ("completed", "exhausted", "cancelled"):
             seqs = _last(events.get(goal_id)) + _last(events.get(run_agg))
             report.add(goal_id, seqs, f"run of earlier round {round_} is {status or 'missing'}")

@@ -359,7 +359,14 @@ def stored_row(row: Sequence[Any]) -> Stored:
 
 
 def event_row(row: Sequence[Any]) -> Event:
-    return Event(int(row[0]), str(row[1]), int(row[2]), str(row[3]), loads(row[4]), row[5])
+    """A stored event; data that is not a JSON object becomes UnreadableData (never a crash)."""
+    try:
+        data = loads(row[4])
+    except ValueError:
+        data = None
+    if type(data) is not dict:
+        data = UnreadableData(row[4])
+    return Event(int(row[0]), str(row[1]), int(row[2]), str(row[3]), data, row[5])
 
 
 def parse_result(text: str) -> dict[str, Any]:
@@ -400,6 +407,15 @@ def _fold(aggregate_id: str, events: list[Event]) -> Any:
 
 class Unreadable(str):
     """Stored text that is not JSON: validators treat it as a corrupt record."""
+
+
+class UnreadableData(dict[str, str]):
+    """A stored event's data that is not a JSON object, kept as its text under ``unreadable``:
+    every reader can still show the event, folds find none of their fields, and `refine check`
+    reports it."""
+
+    def __init__(self, text: Any) -> None:
+        super().__init__(unreadable=str(text))
 
 
 # --- copying a journal between backends (``refine copy``) ------------------------------------

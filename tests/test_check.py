@@ -139,3 +139,23 @@ def test_a_broken_chain_of_events_is_a_violation(tmp_path: Path) -> None:
     assert violation.aggregate_id == "goal:build"
     assert violation.message == "its history differs from its events"
     assert violation.sequences == tuple(older[:-1])
+
+
+def test_records_that_are_not_objects_are_reported_not_a_crash(tmp_path: Path) -> None:
+    """Stored states and event data that are not JSON objects are violations, never an error."""
+    make_journal(tmp_path / "j.db")
+    with sqlite3.connect(tmp_path / "j.db") as raw:
+        raw.execute("UPDATE aggregates SET state = 'null' WHERE aggregate_id = 'run:build.r1'")
+        raw.execute("UPDATE aggregates SET state = '[1]' WHERE aggregate_id = 'goal:old'")
+        raw.execute("UPDATE events SET data = '{not json' WHERE sequence = 1")
+        raw.execute("UPDATE events SET data = '5' WHERE sequence = 2")
+    with Journal.open(tmp_path / "j.db", read_only=True) as journal:
+        report = check_journal(journal)
+        assert journal.events_after(0)[0].data == {"unreadable": "{not json"}
+    found = {(v.aggregate_id, v.message) for v in report.violations}
+    assert ("goal:build", "event data is not a JSON object") in found
+    assert ("run:build.r1", "event data is not a JSON object") in found
+    assert any(v.aggregate_id == "goal:old" and "refused" in v.message for v in report.violations)
+    assert any(
+        v.aggregate_id == "run:build.r1" and "refused" in v.message for v in report.violations
+    )

@@ -24,6 +24,15 @@ def journal(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Path:
     return path
 
 
+def test_init_of_an_empty_file_says_it_created_the_journal(tmp_path: Path, capsys) -> None:
+    path = tmp_path / "made-by-mktemp.db"
+    path.write_bytes(b"")
+    code, out, _ = refine(capsys, path, "init", "--json")
+    assert code == 0 and json.loads(out) == {"journal": str(path), "created": True}
+    code, out, _ = refine(capsys, path, "init", "--json")
+    assert code == 0 and json.loads(out) == {"journal": str(path), "created": False}
+
+
 def test_init_creates_file_and_folder_idempotently(tmp_path: Path, capsys) -> None:
     path = tmp_path / "deep" / "dir" / "journal.db"
     code, out, _ = refine(capsys, path, "init", "--json")
@@ -355,6 +364,24 @@ def test_one_corrupt_goal_spoils_its_row_not_the_listing(journal: Path, capsys) 
     for args in (("show", "b"), ("runs", "b")):  # the corrupt one, asked for by id
         code, _, err = refine(capsys, journal, *args)
         assert code == 1 and "CORRUPT_GOAL" in err, args
+
+
+def test_unreadable_events_are_shown_literally_and_fail_check(journal: Path, capsys) -> None:
+    """A stored event whose data is not a JSON object: `show` lists it as it is stored and
+    `check` reports it (exit 1); neither ends INTERNAL."""
+    refine(capsys, journal, "goal", "add", "--title", "A", "--id", "a", "--", "true")
+    with sqlite3.connect(journal) as db:
+        db.execute("UPDATE events SET data = '{bad' WHERE sequence = 1")
+        db.execute("UPDATE events SET data = '[1]' WHERE sequence = 2")
+    code, out, err = refine(capsys, journal, "show", "a", "--json")
+    assert code == 0, err
+    assert [e["data"] for e in json.loads(out)["events"]] == [
+        {"unreadable": "{bad"},
+        {"unreadable": "[1]"},
+    ]
+    assert refine(capsys, journal, "show", "a")[0] == 0
+    code, out, err = refine(capsys, journal, "check")
+    assert code == 1 and "event data is not a JSON object" in out and err == ""
 
 
 def test_goal_ids_that_read_as_run_ids_are_refused(journal: Path, capsys) -> None:
