@@ -73,11 +73,36 @@ def node_name(args: argparse.Namespace) -> str:
 TITLE_WIDTH, REASON_WIDTH = 30, 40  # table cells cut with …; `show` and --json have it all
 
 
+class OutputError(Exception):
+    """Standard output cannot be written (a full disk, a closed descriptor): the command itself
+    was done, only its report is lost. Not a bug, so never INTERNAL."""
+
+
 def emit(args: argparse.Namespace, data: Any, text: str) -> None:
     if args.json:
-        print(json.dumps(data, indent=2, sort_keys=True))
+        out = json.dumps(data, indent=2, sort_keys=True)
     else:  # every line made visible (idempotent): nothing reaches the terminal as control
-        print("\n".join(printable(line) for line in text.split("\n")))
+        out = "\n".join(printable(line) for line in text.split("\n"))
+    if sys.stdout is None:  # started with stdout closed: print would drop it without a word
+        raise OutputError("standard output is closed")
+    try:
+        print(out)
+    except BrokenPipeError:
+        raise
+    except OSError as exc:
+        raise OutputError(exc.strerror or str(exc)) from None
+
+
+def flush_stdout() -> None:
+    """Flush now, so a closed pipe or a full disk shows here, not in the interpreter's exit."""
+    if sys.stdout is None:
+        return
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        raise
+    except OSError as exc:
+        raise OutputError(exc.strerror or str(exc)) from None
 
 
 def printable(text: str) -> str:
@@ -718,11 +743,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parse(argv)
         with state_dir_setting(args.state_dir):
             code = int(args.func(args))
-        sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit
+        flush_stdout()
         return code
     except BrokenPipeError:  # the reader went away (`refine goals | head`): end quietly
         discard_stdout()
         return EXIT_PIPE
+    except OutputError as exc:
+        discard_stdout()  # the interpreter's last flush would meet the same error
+        print(f"refine: OUTPUT: the command ran; its output was lost: {exc}", file=sys.stderr)
+        return EXIT_REFUSED
     except UsageError as exc:
         print(f"refine: USAGE: {printable(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
@@ -751,7 +780,7 @@ def exit_without_collecting() -> None:
 
 def discard_stdout() -> None:
     """Point stdout at /dev/null so the interpreter's last flush meets no closed pipe."""
-    with contextlib.suppress(OSError, ValueError):
+    with contextlib.suppress(OSError, ValueError, AttributeError):  # None: no stdout at all
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 

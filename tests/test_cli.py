@@ -341,6 +341,22 @@ def test_a_closed_pipe_ends_the_output_quietly(tmp_path: Path) -> None:
         proc.stderr.close()
 
 
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs Linux's /dev/full")
+def test_output_that_cannot_be_written_is_one_line_not_internal(journal: Path) -> None:
+    """A full disk or a closed stdout: the command ran, its report is lost; stderr says so."""
+    command = [sys.executable, "-m", "refine_tui.cli", "--journal", str(journal)]
+    shell = " ".join(f"'{part}'" for part in command)
+    for args, redirect in ((["goals"], ">/dev/full"), (["goals", "--json"], ">&-")):
+        proc = subprocess.run(
+            ["sh", "-c", f"exec {shell} {' '.join(args)} {redirect}"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert proc.returncode == 1, proc.stderr
+        assert proc.stderr.startswith("refine: OUTPUT: ") and proc.stderr.count("\n") == 1
+
+
 def test_one_corrupt_goal_spoils_its_row_not_the_listing(journal: Path, capsys) -> None:
     for goal_id in ("a", "b", "c"):
         refine(
