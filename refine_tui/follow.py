@@ -59,6 +59,7 @@ class JournalFollower:
         self._full_pending = True
         self._watcher: WakeUps | None = None
         self._indexing = False  # the filter's index is being built
+        self._was_read = False  # the journal has been read here: missing now means gone
 
     def wake(self, full: bool = False) -> None:
         """Ask for a read now (``full``: reload the visible set)."""
@@ -133,17 +134,28 @@ class JournalFollower:
             update = await asyncio.to_thread(self.live.read, request, post)
         except StorageError as exc:
             self._full_pending = True
-            post(trouble_for(exc, self.label, server=isinstance(self.location, str)))
+            server = isinstance(self.location, str)
+            post(trouble_for(exc, self.label, server=server, was_read=self._was_read))
             return
         except RefineError as exc:
             post(JournalTrouble("stale", exc.message))
             return
+        self._was_read = True
         if update is not None:
             post(update)
 
 
-def trouble_for(exc: StorageError, label: str, *, server: bool) -> JournalTrouble:
+def trouble_for(
+    exc: StorageError, label: str, *, server: bool, was_read: bool = False
+) -> JournalTrouble:
     """What the screen says about a journal that cannot be read (``label``: the journal)."""
+    if isinstance(exc, JournalMissingError) and was_read:
+        # Deleted or moved under us: `init` would start a new, empty journal in its place.
+        return JournalTrouble(
+            "missing",
+            f"{label} is missing — waiting for it to come back (restore the file; `init` would "
+            "start a new, empty journal)",
+        )
     if isinstance(exc, JournalMissingError):
         return JournalTrouble(
             "missing",

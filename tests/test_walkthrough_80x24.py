@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import threading
 import time
@@ -168,3 +169,19 @@ async def test_a_goal_with_a_200_character_title_keeps_its_status_in_the_row_lin
         assert "— queued · node n1 · round 1 · attempts 0/3" in row_line(app)
         await until(pilot, lambda: line.content_region.height >= shown_lines(line))
         assert shown_lines(line) <= 3
+
+
+async def test_a_journal_deleted_under_the_dashboard_is_waited_for_not_re_created(
+    journal_path: Path, tmp_path: Path
+) -> None:
+    """A journal deleted by mistake (WALKTHROUGH 7) was met with "create it with `refine
+    init`": a new, empty journal in its place, not the one to restore."""
+    app = RefineApp(journal=journal_path, node=NODE)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await loaded(pilot)
+        os.replace(journal_path, tmp_path / "aside.db")
+        await until(pilot, lambda: app.header_state.state == "missing")
+        assert "restore the file" in app.header_state.detail
+        assert "create it with" not in app.header_state.detail
+        os.replace(tmp_path / "aside.db", journal_path)
+        await until(pilot, lambda: app.header_state.state == "live")
