@@ -602,12 +602,17 @@ class Goals:
         check_name(node_id, "node_id")
         check_integer(expected_version, "expected_version", 1, 2**53 - 1)
         goal = self._require(goal_id)
-        if goal.version != expected_version:
-            raise VersionConflictError(
-                f"goal {goal_id} is at version {goal.version}, not {expected_version}",
-                goal_id=goal_id,
-            )
         old_run, new_run = goal.run_id, run_id_for(goal_id, goal.round + 1)
+        if goal.version != expected_version:
+            # A repeat of a reassign that committed at this version names the Runs it moved
+            # between (the round has moved on since): the journal replays it, or refuses.
+            moved = self._reassigned_at(goal_id, expected_version + 1)
+            if moved is None:
+                raise VersionConflictError(
+                    f"goal {goal_id} is at version {goal.version}, not {expected_version}",
+                    goal_id=goal_id,
+                )
+            old_run, new_run = moved
         outcome = self._execute(
             _command_id(f"goal:{goal_id}:reassign:{expected_version}:{node_id}"),
             {"op": "goal.reassign", "goal_id": goal_id, "node_id": node_id},
@@ -688,6 +693,22 @@ class Goals:
         return run_from_stored(stored) if stored is not None else None
 
     # --- plumbing ------------------------------------------------------------------------------
+
+    def _reassigned_at(self, goal_id: str, version: int) -> tuple[str, str] | None:
+        """The Runs (from, to) of the reassign that made this Goal version (None: no reassign)."""
+        after = 0
+        while page := self._journal.history(goal_aggregate_id(goal_id), after, 100):
+            for event in page:
+                if event.version != version:
+                    continue
+                runs = (event.data.get("previous_run_id"), event.data.get("run_id"))
+                if event.type != "goal.reassigned" or not all(
+                    isinstance(r, str) and goal_id_of_run(r) == goal_id for r in runs
+                ):
+                    return None
+                return str(runs[0]), str(runs[1])
+            after = page[-1].sequence
+        return None
 
     def _run_id_of(self, goal_id: str) -> str:
         """The Run a command on this Goal acts on. A missing Goal is refused by the command's

@@ -233,6 +233,31 @@ def test_reassign_moves_the_round_on_and_the_first_commit_wins(journal: Journal)
     assert check_journal(journal).clean
 
 
+def test_a_repeated_reassign_replays_even_after_the_goal_moved_on(journal: Journal) -> None:
+    """The seed's replay rule holds for reassign: the same command again (a caller that does
+    not know whether it committed) is ``replayed``, never a VERSION_CONFLICT."""
+    goals = Goals(journal)
+    add(goals)
+    first = goals.reassign(goal_id="build", node_id="n2", expected_version=1)
+    again = goals.reassign(goal_id="build", node_id="n2", expected_version=1)
+    assert again.replayed and again.goal == first.goal and again.run == first.run
+    start(goals, node="n2")
+    later = goals.reassign(goal_id="build", node_id="n2", expected_version=1)
+    assert later.replayed and later.goal == first.goal
+    refused_without_writing(
+        journal,
+        VersionConflictError,
+        lambda: goals.reassign(goal_id="build", node_id="n3", expected_version=1),
+    )
+    with Journal.open(journal.location, read_only=True) as ro:
+        refused_without_writing(
+            journal,
+            JournalReadOnlyError,
+            lambda: Goals(ro).reassign(goal_id="build", node_id="n2", expected_version=1),
+        )
+    assert check_journal(journal).clean
+
+
 RACER = """
 import sys
 from store.errors import RefineError
