@@ -438,7 +438,7 @@ class RefineApp(App[None]):
 
     def row_line(self) -> str:
         """The selected row in words, whole (or why the Goals table is empty)."""
-        words = self.drill.selected_words()
+        words = self.drill.selected_words(self.node)
         return self.empty_line() if words is None else words
 
     def empty_line(self) -> str:

@@ -156,8 +156,12 @@ def run_words(r: RunRow) -> str:
     return f"{r.run_id} — {r.status} · attempts {r.attempts}{cancel}"
 
 
-def attempt_words(a: AttemptRow) -> str:
+def attempt_words(a: AttemptRow, elsewhere: str | None = None) -> str:
+    """``elsewhere``: the node the attempt's Goal names, when it is not this dashboard's (its
+    process record and log are on that machine: the PID and Alive columns stay empty)."""
     text = f"attempt {a.epoch} — {a.state} · worker {a.worker}"
+    if elsewhere is not None and a.pid is None:
+        return text + f" · on node {elsewhere}: its process is not observed from here"
     if a.pid is not None:
         seen = {True: "alive", False: "not alive", None: "not observed"}[a.alive]
         text += f" · pid {a.pid} {seen}"

@@ -150,7 +150,7 @@ class DetailPane(FollowLog):
             self.write_line(f"Cannot find the log: {exc}")
             return
         if path is None:
-            self.write_line(f"This attempt ran on node {node}; its log is on that machine.")
+            self.write_line(f"This attempt is on node {node}; its log is on that machine.")
             return
         self._log_file, self._log_offset = path, 0
         self.follow_log_file()

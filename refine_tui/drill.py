@@ -96,9 +96,9 @@ class Drill:
             running=(goal.run_id, goal.running_epoch) if goal else None,
         )
 
-    def selected_words(self) -> str | None:
+    def selected_words(self, node: str) -> str | None:
         """The selected row in words, whole: what the columns had to cut at 80 columns (None:
-        the table has no row selected)."""
+        the table has no row selected). ``node``: this dashboard's."""
         key = self.table().selected_key
         if key is None:
             return None
@@ -107,5 +107,6 @@ class Drill:
         if self.view == "runs" and (r := self.app.query_one(RunTable).runs.get(key)):
             return cells.run_words(r)
         if self.view == "attempts" and (a := self.app.query_one(AttemptTable).attempts.get(key)):
-            return cells.attempt_words(a)
+            goal = self.goal_rows().get(self.goal or "")
+            return cells.attempt_words(a, goal.node_id if goal and goal.node_id != node else None)
         return ""

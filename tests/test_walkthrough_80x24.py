@@ -185,3 +185,18 @@ async def test_a_journal_deleted_under_the_dashboard_is_waited_for_not_re_create
         assert "create it with" not in app.header_state.detail
         os.replace(tmp_path / "aside.db", journal_path)
         await until(pilot, lambda: app.header_state.state == "live")
+
+
+async def test_another_nodes_attempt_says_where_its_process_is(journal_path: Path) -> None:
+    """DESIGN §12: another node's process liveness reads "on node n2", never guessed. Its
+    attempt row showed empty PID and Alive cells and a row line that did not say why."""
+    app = RefineApp(journal=journal_path, node=NODE)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await loaded(pilot)
+        await select(pilot, "gpu-train")  # the demo's goal on node n2, running
+        await pilot.press("enter", "enter")
+        attempts = app.query_one("#attempts", KeyedTable)
+        await until(pilot, lambda: attempts.row_count == 1)
+        await until(pilot, lambda: row_line(app).startswith("attempt 1 — running"))
+        assert "on node n2: its process is not observed from here" in row_line(app)
+        assert str(attempts.get_cell("1", "alive")) == ""  # not guessed
