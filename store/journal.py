@@ -290,34 +290,41 @@ class SqliteJournal(Journal):
             raise NotAJournalError(f"not a journal file: {file}")
         if not read_only:
             _make_folder(file.parent)
-        uri = "file:" + urllib.parse.quote(str(file)) + ("?mode=ro" if read_only else "")
-        conn = _connect(uri, busy_timeout_ms)
-        immutable = False
-        try:
-            with _storage_errors():
-                # Identify the file with reads alone: switching to WAL rewrites the header of
-                # whatever file this is, so another application's database is refused first.
-                try:
-                    version = _identify(conn, file, initialize=create and not read_only)
-                except sqlite3.OperationalError as exc:
-                    if not (read_only and _frozen_snapshot(file, exc)):
-                        raise
-                    conn.close()
-                    conn = _connect(uri + "&immutable=1", busy_timeout_ms)
-                    immutable = True
-                    version = _identify(conn, file, initialize=False)
-                if not read_only:
-                    conn.execute("PRAGMA journal_mode = WAL")
-                    conn.execute(f"PRAGMA synchronous = {synchronous}")
-                    if version < SCHEMA_VERSION:
-                        _migrate(conn)
-                journal_id = _journal_id(conn)
-            journal = cls(conn, file, read_only, journal_id=journal_id)
-            journal.immutable = immutable
-            return journal
-        except BaseException:
-            conn.close()
-            raise
+        try:  # SQLite's messages do not name the file: say which one
+            uri = "file:" + urllib.parse.quote(str(file)) + ("?mode=ro" if read_only else "")
+            conn = _connect(uri, busy_timeout_ms)
+            immutable = False
+            try:
+                with _storage_errors():
+                    # Identify the file with reads alone: switching to WAL rewrites the header of
+                    # whatever file this is, so another application's database is refused first.
+                    try:
+                        version = _identify(conn, file, initialize=create and not read_only)
+                    except sqlite3.OperationalError as exc:
+                        if not (read_only and _frozen_snapshot(file, exc)):
+                            raise
+                        conn.close()
+                        conn = _connect(uri + "&immutable=1", busy_timeout_ms)
+                        immutable = True
+                        version = _identify(conn, file, initialize=False)
+                    if not read_only:
+                        conn.execute("PRAGMA journal_mode = WAL")
+                        conn.execute(f"PRAGMA synchronous = {synchronous}")
+                        if version < SCHEMA_VERSION:
+                            _migrate(conn)
+                    journal_id = _journal_id(conn)
+                journal = cls(conn, file, read_only, journal_id=journal_id)
+                journal.immutable = immutable
+                return journal
+            except BaseException:
+                conn.close()
+                raise
+        except StorageError as exc:
+            if str(file) in exc.message:
+                raise
+            writable = read_only or os.access(file.parent, os.W_OK)
+            why = "" if writable else " (its folder is not writable: read-only or no permission)"
+            raise type(exc)(f"{exc.message}: {file}{why}") from exc
 
     @classmethod
     def wakeups(cls, location: str) -> WakeUps:

@@ -195,6 +195,26 @@ def test_missing_or_foreign_journal_exits_3_and_is_never_created(tmp_path: Path,
     assert refine(capsys, other_db, "cancel", "x", "--reason", "r")[0] == 3
 
 
+def test_a_damaged_journal_is_named_in_its_one_line_refusal(tmp_path: Path, capsys) -> None:
+    """SQLite's own words ("file is not a database") say what, the path says which."""
+    garbage = tmp_path / "garbage.db"
+    garbage.write_bytes(bytes(range(256)) * 20)
+    truncated = tmp_path / "truncated.db"
+    with Journal.open(truncated) as j:
+        for n in range(50):
+            Goals(j).create(goal_id=f"g{n}", title="T", node_id="n1", argv=["true"])
+    with truncated.open("r+b") as f:
+        f.truncate(truncated.stat().st_size // 2)
+    for path in (garbage, truncated):
+        before = path.read_bytes()
+        for args in (("goals",), ("check",), ("init",), ("cancel", "g1", "--reason", "r")):
+            code, out, err = refine(capsys, path, *args)
+            assert code == 3 and out == "", (path, args, err)
+            assert err.startswith("refine: STORAGE: ") and err.rstrip().endswith(str(path))
+            assert err.count("\n") == 1
+        assert path.read_bytes() == before
+
+
 def test_console_script_never_prints_a_traceback(tmp_path: Path) -> None:
     env_journal = tmp_path / "j.db"
     for args in (["goals"], ["show"], ["cleanup", "r", "--epoch", "-1"]):
