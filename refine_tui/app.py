@@ -43,7 +43,7 @@ from refine_tui.actions import (
     hint,
     why,
 )
-from refine_tui.cells import BASE_WIDTHS, GOAL_COLUMNS, WORKER_COLUMNS
+from refine_tui.cells import BASE_WIDTHS, GOAL_COLUMNS
 from refine_tui.detail import DetailPane, DetailTarget
 from refine_tui.drill import Drill
 from refine_tui.follow import JournalFollower
@@ -54,7 +54,7 @@ from refine_tui.observe import LaunchWindows
 from refine_tui.paint_hold import PaintHold
 from refine_tui.rows import AttemptRow, GoalRow, WorkerRow
 from refine_tui.screens.help import HelpScreen
-from refine_tui.tables import AttemptTable, RunTable
+from refine_tui.tables import AttemptTable, RunTable, WorkerTable
 from refine_tui.widgets.filter_box import FilterBox
 from refine_tui.widgets.key_footer import KeyFooter
 from refine_tui.widgets.keyed_table import KeyedTable
@@ -173,7 +173,7 @@ class RefineApp(App[None]):
                 yield KeyedTable(GOAL_COLUMNS, id="goals")
                 yield RunTable(id="runs")
                 yield AttemptTable(self.attempt_cells, id="attempts")
-                yield KeyedTable(WORKER_COLUMNS, id="workers")
+                yield WorkerTable(id="workers")
             yield Static("", id="rowline")
             yield DetailPane(self.find_log, id="detail", max_lines=5000)
         yield FilterBox(id="filter")
@@ -359,8 +359,7 @@ class RefineApp(App[None]):
         return cells.attempt_cells(a, self.widths, self.clock)
 
     def show_workers(self, workers: list[WorkerRow]) -> None:
-        rows = {f"{w.run_id}/{w.epoch}": cells.worker_cells(w) for w in workers}
-        self.query_one("#workers", KeyedTable).sync(rows)
+        self.query_one(WorkerTable).show(workers)
 
     def tick(self) -> None:
         """Elapsed times tick once a second: only the visible elapsed cells whose text changed.

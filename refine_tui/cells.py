@@ -170,6 +170,12 @@ def attempt_words(a: AttemptRow, elsewhere: str | None = None) -> str:
     return text
 
 
+def worker_words(w: WorkerRow) -> str:
+    """A worker process, with its command whole (its column shows a few cells at 80)."""
+    alive = "alive" if w.alive else "not alive"
+    return f"{w.run_id} attempt {w.epoch} · pid {w.pid} {alive} · worker {w.worker} · {w.argv}"
+
+
 def empty_words(filter_text: str, journal_label: str) -> str:
     """An empty Goals table says why, and what to do."""
     if filter_text:

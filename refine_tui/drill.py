@@ -16,7 +16,7 @@ from textual.widgets import ContentSwitcher
 from refine_tui import cells
 from refine_tui.detail import DetailTarget
 from refine_tui.rows import GoalRow
-from refine_tui.tables import AttemptTable, RunTable, last_attempt
+from refine_tui.tables import AttemptTable, RunTable, WorkerTable, last_attempt
 from refine_tui.widgets.keyed_table import KeyedTable
 
 
@@ -109,4 +109,6 @@ class Drill:
         if self.view == "attempts" and (a := self.app.query_one(AttemptTable).attempts.get(key)):
             goal = self.goal_rows().get(self.goal or "")
             return cells.attempt_words(a, goal.node_id if goal and goal.node_id != node else None)
+        if self.view == "workers" and (w := self.app.query_one(WorkerTable).processes.get(key)):
+            return cells.worker_words(w)
         return ""

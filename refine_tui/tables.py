@@ -1,14 +1,22 @@
-"""The drill-down tables, Runs and Attempts: each keeps the rows it shows and opens on the row
-an operator wants first. (The Goals list is ``refine_tui.goal_list``.)"""
+"""The drill-down tables, Runs and Attempts (and this node's Workers): each keeps the rows it
+shows and opens on the row an operator wants first. (The Goals list is
+``refine_tui.goal_list``.)"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
 
-from refine_tui.cells import ATTEMPT_COLUMNS, RUN_COLUMNS, Cells, run_cells
+from refine_tui.cells import (
+    ATTEMPT_COLUMNS,
+    RUN_COLUMNS,
+    WORKER_COLUMNS,
+    Cells,
+    run_cells,
+    worker_cells,
+)
 from refine_tui.observe import LastObservations
-from refine_tui.rows import AttemptRow, RunRow
+from refine_tui.rows import AttemptRow, RunRow, WorkerRow
 from refine_tui.widgets.keyed_table import KeyedTable
 
 
@@ -64,3 +72,15 @@ class AttemptTable(KeyedTable):
     def selected_row(self) -> AttemptRow | None:
         key = self.selected_key
         return self.attempts.get(key) if key else None
+
+
+class WorkerTable(KeyedTable):
+    """This node's worker processes; the row line shows the selected one's command whole."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(WORKER_COLUMNS, **kwargs)
+        self.processes: dict[str, WorkerRow] = {}  # (DOMNode has its own .workers)
+
+    def show(self, workers: list[WorkerRow]) -> None:
+        self.processes = {f"{w.run_id}/{w.epoch}": w for w in workers}
+        self.sync({key: worker_cells(w) for key, w in self.processes.items()})

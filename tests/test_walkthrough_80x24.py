@@ -200,3 +200,41 @@ async def test_another_nodes_attempt_says_where_its_process_is(journal_path: Pat
         await until(pilot, lambda: row_line(app).startswith("attempt 1 — running"))
         assert "on node n2: its process is not observed from here" in row_line(app)
         assert str(attempts.get_cell("1", "alive")) == ""  # not guessed
+
+
+async def test_the_workers_view_shows_the_selected_command_whole(journal_path: Path) -> None:
+    """`w` at 80 columns left its Command column four cells ("/roo") and no row line: the
+    command a worker runs could not be read at all."""
+    with Journal.open(journal_path) as j:
+        goals = Goals(j)
+        goals.create(goal_id="loop", title="stuck loop", node_id=NODE, argv=["sleep", "60"])
+        goals.start(goal_id="loop", node_id=NODE, worker=WORKER, token="t")
+    argv = ("/root/.pyenv/versions/3.11.7/bin/python", "-m", "store.worker", "--goal", "loop")
+    proc = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    registry = node_registry(journal_path, NODE)
+    registry.record(
+        ProcessRecord(
+            node_id=NODE,
+            pid=proc.pid,
+            create_time=psutil.Process(proc.pid).create_time(),
+            pgid=proc.pid,
+            run_id="loop.r1",
+            epoch=1,
+            worker=WORKER,
+            argv=argv,
+            log_path=str(registry.log_path("loop.r1", 1)),
+            started_at=time.time(),
+        )
+    )
+    app = RefineApp(journal=journal_path, node=NODE)
+    try:
+        async with app.run_test(size=(80, 24)) as pilot:
+            await loaded(pilot)
+            await pilot.press("w")
+            workers = app.query_one("#workers", KeyedTable)
+            await until(pilot, lambda: workers.keys() == ["loop.r1/1"])
+            await until(pilot, lambda: row_line(app).startswith("loop.r1 attempt 1"))
+            assert f"pid {proc.pid} alive" in row_line(app)
+            assert " ".join(argv) in row_line(app)
+    finally:
+        end(proc)
