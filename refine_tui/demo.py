@@ -196,7 +196,11 @@ def finish(path: Path, node: str, operator: str) -> list[str]:
     """Leave the journal truthful on quit: Stop every attempt the demo's node started (recorded
     as an operator's Stop, so the goals are requeued or held), and say what is left."""
     lines = []
-    with Journal.open(path, create=False) as journal:
+    try:
+        opened = Journal.open(path, create=False)
+    except RefineError as exc:  # deleted or broken while the demo ran: nothing can be recorded
+        return _end_unrecorded(path, node, exc)
+    with opened as journal:
         registry = ProcessRegistry.for_journal(journal, node)
         _await_records(path, node, registry)
         for record in registry.all():
@@ -218,6 +222,21 @@ def finish(path: Path, node: str, operator: str) -> list[str]:
                 f"refine --journal {path} cleanup {goal.run_id} --epoch {epoch}"
             )
     return lines
+
+
+def _end_unrecorded(path: Path, node: str, exc: RefineError) -> list[str]:
+    """The journal went away under the demo (and its process records with its folder): its
+    workers cannot be recorded as stopped, but must not run on, their recipes forever."""
+    import psutil
+
+    workers = node_workers(str(resolve_location(path)), node)
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for proc in workers:  # each worker leads its own session: the group is its recipe too
+            with contextlib.suppress(OSError):
+                if os.getpgid(proc.pid) == proc.pid and proc.is_running():
+                    os.killpg(proc.pid, sig)
+        _, workers = psutil.wait_procs(workers, timeout=2.0)
+    return [f"{exc.message}: nothing recorded; its node's workers were ended"]
 
 
 def run_demo(directory: Path | None = None) -> int:

@@ -127,3 +127,26 @@ def test_closing_the_demos_terminal_ends_it_and_its_node(tmp_path: Path) -> None
     assert node_workers(journal, DEMO_NODE) == []
     with Journal.open(folder / "journal.db", read_only=True) as j:
         assert Goals(j).read("soak-test").status != "running"
+
+
+def test_quitting_after_the_journal_was_deleted_still_ends_its_workers(tmp_path: Path) -> None:
+    """The demo's journal deleted while it ran: quitting raised STORAGE at the first Stop and
+    left every worker (soak-test's endless recipe among them) running for ever."""
+    import subprocess
+
+    path = populate(tmp_path / "journal.db", live=False)
+    journal = str(resolve_location(path))
+    argv = ["-c", "import time; time.sleep(120)", "store.worker", "--journal", journal]
+    worker = subprocess.Popen([sys.executable, *argv, "--node", DEMO_NODE], start_new_session=True)
+    try:
+        wait_until(lambda: any(p.pid == worker.pid for p in node_workers(journal, DEMO_NODE)))
+        for name in os.listdir(tmp_path):
+            if name.startswith("journal.db"):
+                os.remove(tmp_path / name)
+        lines = finish(path, DEMO_NODE, "dana")
+        assert worker.wait(timeout=30) is not None  # ended by finish, not by this test
+        assert any("nothing recorded" in line for line in lines), lines
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            worker.kill()
+        worker.wait()
