@@ -344,17 +344,24 @@ def check_argv(value: Any) -> list[str]:
     # Joined, the strings are searched in one go (no character pairs up across a join).
     joined = "".join(value) if all(type(arg) is str for arg in value) else None
     if joined is None or not _storable(joined) or not value[0]:
-        raise InvalidInputError("argv must hold strings without NUL, the first one non-empty")
+        raise InvalidInputError(
+            "argv must hold text strings (no NUL, no undecodable bytes), the first one non-empty"
+        )
     if len(joined) > MAX_RECIPE_CHARS:
         raise InvalidInputError(f"argv must be at most {MAX_RECIPE_CHARS} characters in all")
     return list(value)
 
 
+MAX_CWD = 4096  # PATH_MAX on Linux
+
+
 def check_cwd(value: Any) -> str | None:
     if value is None:
         return None
-    if type(value) is not str or not value or not _storable(value) or len(value) > 4096:
-        raise InvalidInputError("cwd must be null or a non-empty path without NUL")
+    if type(value) is not str or not value or not _storable(value) or len(value) > MAX_CWD:
+        raise InvalidInputError(
+            f"cwd must be null or a path of 1–{MAX_CWD} characters (no NUL, no undecodable bytes)"
+        )
     return value
 
 

@@ -29,6 +29,7 @@ from refine_tui.widgets.keyed_table import KeyedTable
 from store.goals import Goals
 from store.journal import Journal
 from store.processes import ProcessRecord, ProcessRegistry
+from tests.helpers.cli import dump, refine
 from tests.helpers.registry import node_registry
 from tests.helpers.waits import until
 
@@ -334,3 +335,19 @@ def test_cli_table_columns_line_up_by_display_width(tmp_path: Path, capsys) -> N
     assert "A very long title that goes o…  n1" in long_row
     wide_row = next(r for r in rows if r.startswith("wide"))
     assert "長" * 14 + "…" in wide_row and "長" * 15 not in wide_row
+
+
+def test_recipe_refusals_say_what_is_wrong(tmp_path: Path, capsys) -> None:
+    """An undecodable byte (surrogate-escaped by Python) or an over-long cwd is refused in words
+    that name it, not as a NUL the text does not contain."""
+    journal = tmp_path / "j.db"
+    assert refine(capsys, journal, "init")[0] == 0
+    before = dump(journal)
+    for extra, words in (
+        (("--", "echo", "caf\udce9"), "undecodable bytes"),
+        (("--cwd", "/tmp/\udcff", "--", "true"), "undecodable bytes"),
+        (("--cwd", "/" + "a" * 5000, "--", "true"), "1–4096 characters"),
+    ):
+        code, _, err = refine(capsys, journal, "goal", "add", "--title", "T", *extra)
+        assert code == 2 and err.startswith("refine: INVALID_INPUT: ") and words in err, err
+    assert dump(journal) == before
