@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from store.errors import InvalidInputError, RefineError, VersionConflictError
+from store.errors import InvalidInputError, RefineError, StorageError, VersionConflictError
 from store.execution import Execution
 from store.forkserver import Forkserver, cmdline
 from store.goal_model import MAX_NAME, PROCESS_GONE_METHOD
@@ -114,6 +114,13 @@ class Node:
         self.goals = Goals(self.journal)
         self.runs = Execution(self.journal)
         self.registry = ProcessRegistry.for_journal(self.journal, node_id)
+        try:  # this node's folder (records, logs): refused now in one line, not while serving
+            self.registry.root.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            self._handle.close()
+            raise StorageError(
+                f"cannot create this node's folder {self.registry.root}: {exc.strerror or exc}"
+            ) from None
         self.confirmed_by = f"scheduler@{node_id}"
         self.launched: dict[str, _Launch] = {}
         self._refused: dict[str, int] = {}  # goal → version whose start was refused

@@ -141,3 +141,21 @@ def test_a_node_on_a_postgresql_journal_keeps_its_files_in_the_state_home(
 
     (journal_dir,) = (tmp_path / "xdg" / "refine").iterdir()  # one folder: the journal id
     assert (journal_dir / "n1" / "logs" / "hi.r1.1.log").read_text().strip() == "hello"
+
+
+def test_a_state_dir_that_cannot_be_made_is_one_line_exit_3(tmp_path: Path) -> None:
+    """`refine node --state-dir` under a file: STORAGE in one line, not a crash while serving."""
+    journal = tmp_path / "journal.db"
+    (tmp_path / "a-file").write_text("")
+    init = [sys.executable, "-m", "refine_tui.cli", "--journal", str(journal)]
+    subprocess.run([*init, "init"], check=True, capture_output=True, timeout=60)
+    for state_dir in (tmp_path / "a-file", tmp_path / "a-file" / "below"):
+        proc = subprocess.run(
+            [*init, "--state-dir", str(state_dir), "node", "--capacity", "1"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert proc.returncode == 3, proc.stderr
+        assert "STORAGE: cannot create this node's folder" in proc.stderr
+        assert "Traceback" not in proc.stderr and proc.stderr.count("\n") == 1
