@@ -504,6 +504,10 @@ def cmd_tui(args: argparse.Namespace) -> int:
     from refine_tui.app import RefineApp
 
     path = journal_path(args)
+    if isinstance(path, str):  # a URL that can never connect is bad input now, not a wait
+        from store.journal_postgres import connection_info
+
+        connection_info(path)
     RefineApp(journal=path, node=node_name(args), read_only=args.read_only).run()
     return EXIT_OK
 

@@ -340,6 +340,24 @@ def test_unusable_postgres_urls_are_bad_input_without_the_password(
         assert "pw-secret" not in out + err and err.count("\n") == 1
 
 
+def test_the_dashboard_refuses_a_url_that_can_never_work(tmp_path: Path) -> None:
+    """`refine tui` waits for a journal that may appear, but a URL that cannot be parsed (or
+    names an invalid schema) never will: bad input now, not a dashboard left at "opening…"."""
+    for url in (
+        "postgresql://dana:pw-secret@[::1/refine",
+        "postgresql://dana:pw-secret@127.0.0.1:1/refine?schema=Bad",
+    ):
+        proc = subprocess.run(
+            [sys.executable, "-m", "refine_tui.cli", "--journal", url, "tui", "--read-only"],
+            capture_output=True,
+            text=True,
+            stdin=subprocess.DEVNULL,
+            timeout=60,
+        )
+        assert proc.returncode == 2 and proc.stderr.startswith("refine: INVALID_INPUT: ")
+        assert "pw-secret" not in proc.stdout + proc.stderr
+
+
 def test_a_closed_pipe_ends_the_output_quietly(tmp_path: Path) -> None:
     """`refine goals | head`: the reader goes away; no message, the SIGPIPE-like status."""
     path = tmp_path / "journal.db"
