@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Literal, Protocol, Self, runtime_checkable
 
-from store.errors import BackendUnavailableError
+from store.errors import BackendUnavailableError, InvalidInputError
 from store.journal_core import MAX_PAGE, Change, Decide, Event, Outcome, Stored
 
 if TYPE_CHECKING:  # asyncio is imported where wake-ups run: a quick CLI never loads it
@@ -225,7 +225,7 @@ class Journal(Protocol):
 
 def backend_for(location: Location) -> Backend:
     """The backend class for ``location``, imported on first use."""
-    text = os.fspath(location)
+    text = _location_text(location)
     scheme = text.split("://", 1)[0].lower() if "://" in text else ""
     module_name, class_name = BACKENDS.get(scheme, SQLITE_BACKEND)
     try:
@@ -236,6 +236,16 @@ def backend_for(location: Location) -> Backend:
         ) from exc
     backend: Backend = getattr(module, class_name)
     return backend
+
+
+def _location_text(location: object) -> str:
+    """A location as text; anything else is refused as input (typed, never a TypeError)."""
+    text = os.fspath(location) if isinstance(location, str | os.PathLike) else None
+    if not isinstance(text, str) or not text or "\x00" in text:
+        raise InvalidInputError(
+            "a journal location is a non-empty file path or postgresql:// URL, without NUL"
+        )
+    return text
 
 
 class PollingWakeUps:

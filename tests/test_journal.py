@@ -239,6 +239,18 @@ def test_a_handle_follows_its_location(journal_location: str, journal: Journal) 
 # --- typed storage errors and SQLite specifics ----------------------------------------------------
 
 
+@pytest.mark.parametrize("location", [None, 123, b"/tmp/j.db", "", "j\x00.db", Path("j\x00.db")])
+def test_a_location_that_is_no_path_is_invalid_input(
+    location: object, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Fuzzed input gives typed errors: not a TypeError or a ValueError from the system."""
+    monkeypatch.chdir(tmp_path)  # "" would name the current folder
+    for call in (lambda: Journal.open(location), lambda: Journal.watch(location)):  # type: ignore[arg-type]
+        with pytest.raises(InvalidInputError, match="journal location"):
+            call()
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_bad_files_are_refused_by_type_and_left_alone(tmp_path: Path) -> None:
     with pytest.raises(JournalMissingError):
         Journal.open(tmp_path / "missing.db", read_only=True)
