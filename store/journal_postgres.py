@@ -222,6 +222,16 @@ CREATE VIEW {{s}}.outbox (sequence, aggregate_id, topic, published) AS
 }
 
 
+# Keepalives end an idle connection to a lost peer; TCP_USER_TIMEOUT (ms) one with data in
+# flight, which keepalives never probe: without it a read sent into a network cut waited out the
+# kernel's retransmissions (≈ 15 min) and a dashboard said "live" all along. The server gets the
+# same settings (its ``tcp_*``), so it ends a session whose client vanished inside a
+# transaction and frees that command's row locks (its default waits 2 hours of silence).
+# libpq's names; the server's are the same with "tcp_" in front.
+LOST_PEER = {"keepalives_idle": 15, "keepalives_interval": 5, "keepalives_count": 4,
+             "tcp_user_timeout": 15000}  # fmt: skip
+
+
 def connection_info(
     location: str,
     settings: Sequence[str] = (),
@@ -230,8 +240,8 @@ def connection_info(
 ) -> tuple[str, str]:
     """libpq's conninfo for ``location`` (session ``settings`` applied) and the journal's schema.
 
-    TCP keepalives make a silently lost server (a partition) an error within about a minute
-    rather than a read that hangs forever."""
+    A peer lost without a word (a network cut, a machine switched off) is an error on both ends
+    within about half a minute (``LOST_PEER``), rather than a read that hangs forever."""
     try:
         conninfo, from_url = split_schema(location)
     except ValueError:  # e.g. an unclosed [IPv6] host: refused as input, the password unshown
@@ -244,12 +254,10 @@ def connection_info(
         "connect_timeout": connect_timeout_s,
         "application_name": "refine",
         "keepalives": 1,
-        "keepalives_idle": 15,
-        "keepalives_interval": 5,
-        "keepalives_count": 4,
+        **LOST_PEER,
     }
-    if settings:
-        options["options"] = " ".join("-c " + setting for setting in settings)
+    server = [f"tcp_{name.removeprefix('tcp_')}={value}" for name, value in LOST_PEER.items()]
+    options["options"] = " ".join("-c " + setting for setting in [*server, *settings])
     try:
         return psycopg.conninfo.make_conninfo(conninfo, **options), schema
     except psycopg.ProgrammingError as exc:
