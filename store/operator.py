@@ -117,13 +117,11 @@ class ActionReport:
         return data
 
     def text(self) -> str:
-        """What the command did, in one line: the CLI prints it, the dashboard notifies it."""
-        parts = [f"{self.action} {self.goal_id or self.run_id}: {self.outcome}"]
-        if self.signals:
-            parts.append("signals " + ", ".join(self.signals))
-        if self.why:
-            parts.append(self.why)
-        return "; ".join(parts)
+        """What the command did, in one line: the CLI prints it, the dashboard notifies it.
+
+        ``why`` says each fact once (the signals sent, the attempt's end, the goal's fate);
+        ``outcome`` and ``signals`` are the same facts as fields, for scripts."""
+        return f"{self.action} {self.goal_id or self.run_id}: {self.why or self.outcome}"
 
 
 @contextmanager
@@ -265,7 +263,7 @@ def _record_ending(
         )
 
     try:
-        return done(*_ended(interrupt(target), ended_by_words(method, by)))
+        return done(*_ended(interrupt(target), epoch, ended_by_words(method, by)))
     except VersionConflictError:
         pass
     fresh = _reread(goals, target)
@@ -312,15 +310,21 @@ def _reread(goals: Goals, target: Target) -> Target:
     return Target(goal, run, attempt.epoch if attempt else None, target.record)
 
 
-def _ended(result: GoalResult, how: str) -> tuple[str, str, Goal]:
-    goal = result.goal
-    if goal.status == "queued":
-        return "requeued", f"attempt interrupted ({how}); the goal is queued again", goal
-    if goal.status == "held":
-        return "held", f"attempt interrupted ({how}); the goal is held until released", goal
+def _ended(result: GoalResult, epoch: int, how: str) -> tuple[str, str, Goal]:
+    goal, run = result.goal, result.run
     if goal.status == "cancelled":
         return "cancelled", f"the cancellation is recorded ({how})", goal
-    return goal.status, f"attempt interrupted ({how}); the goal is {goal.status}", goal
+    ended = f"attempt {epoch} interrupted ({how})"
+    if goal.status == "queued":
+        nxt = f" ({_next_attempt(run)})" if run is not None else ""
+        return "requeued", f"{ended}; the goal is requeued{nxt}", goal
+    if goal.status == "held":
+        return "held", f"{ended}; the goal is held until released", goal
+    return goal.status, f"{ended}; the goal is {goal.status}", goal
+
+
+def _next_attempt(run: Run) -> str:
+    return f"attempt {len(run.attempts) + 1} of {run.budget['max_attempts']} next"
 
 
 # --- Cancel ----------------------------------------------------------------------------------
@@ -384,15 +388,15 @@ def _clean_up_cancelled(
         return _report("cancel", target, process="none", outcome="cancelled", why=why)
     if goal.node_id != node:
         why = (
-            f"attempt {attempt.epoch} runs on node {goal.node_id}: its scheduler stops the"
-            " process and records the cancellation"
+            f"the goal is cancelled; attempt {attempt.epoch} runs on node {goal.node_id}: its"
+            " scheduler stops the process and records the cancellation"
         )
         return _report("cancel", target, process="other-node", outcome="cancel-requested", why=why)
     record = record_of(journal, node, run.run_id, attempt.epoch)
     if record is None:
         why = (
-            f"no process record for attempt {attempt.epoch} on node {node}: confirm cleanup"
-            " once its work has ended"
+            f"the goal is cancelled; no process record for attempt {attempt.epoch} on node"
+            f" {node}: confirm cleanup once its work has ended"
         )
         return _report("cancel", target, process="no-record", outcome="cancel-requested", why=why)
     stopped = stop_process(record, grace_s)
@@ -490,7 +494,6 @@ def release_goal(journal: Journal, goal_id: str, *, operator: str | None = None)
     result = Goals(journal).release(goal_id=goal_id, command_id=_command_id("release"), by=operator)
     run = result.run
     assert run is not None
-    nxt = f"attempt {len(run.attempts) + 1} of {run.budget['max_attempts']} next"
-    why = f"released by {operator}: the goal is queued ({nxt})"
+    why = f"released by {operator}: the goal is queued ({_next_attempt(run)})"
     target = Target(result.goal, run, None)
     return _report("release", target, process="none", outcome="released", why=why)

@@ -603,7 +603,7 @@ def stop_process(rec: ProcessRecord, grace_s: float = 5.0) -> StopOutcome:
                 f"SIGTERM to {target}, SIGKILL after {grace_s:g} s",
             )
         time.sleep(POLL_S)
-    return StopOutcome(("SIGTERM",), "exited", f"SIGTERM to {target}; exited within the grace")
+    return StopOutcome(("SIGTERM",), "exited", f"SIGTERM to {target}, exited within the grace")
 
 
 def _orphans_left(rec: ProcessRecord) -> bool:

@@ -130,6 +130,73 @@ def test_cancel_queued_goal_is_terminal_and_release_refuses(journal: Path, capsy
     assert refine(capsys, journal, "check")[0] == 0
 
 
+def _running_with_a_process(journal: Path, goal_id: str) -> subprocess.Popen[bytes]:
+    """``goal_id`` running on n1 as attempt 1, its recorded process a real group leader."""
+    import time
+
+    import psutil
+
+    from store.processes import ProcessRecord
+    from tests.helpers.registry import node_registry
+
+    with Journal.open(journal) as j:
+        Goals(j).start(goal_id=goal_id, node_id="n1", worker="n1/w1", token="t1")
+    proc = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    registry = node_registry(journal, "n1")
+    run_id = f"{goal_id}.r1"
+    registry.record(
+        ProcessRecord(
+            node_id="n1",
+            pid=proc.pid,
+            create_time=psutil.Process(proc.pid).create_time(),
+            pgid=proc.pid,
+            run_id=run_id,
+            epoch=1,
+            worker="n1/w1",
+            argv=("sleep", "60"),
+            log_path=str(registry.log_path(run_id, 1)),
+            started_at=time.time(),
+        )
+    )
+    return proc
+
+
+def test_stop_and_cancel_say_each_fact_once(journal: Path, capsys, monkeypatch) -> None:
+    """The one-line report said "requeued; signals SIGTERM; SIGTERM to process group …;
+    … the goal is queued again": the outcome and the signal each twice."""
+    monkeypatch.setenv("REFINE_OPERATOR", "dana")
+    add = ("goal", "add", "--title", "Build", "--id", "build", "--max-attempts", "5", "--")
+    assert refine(capsys, journal, *add, "sleep", "60")[0] == 0
+    proc = _running_with_a_process(journal, "build")
+    try:
+        code, out, _ = refine(capsys, journal, "stop", "build", "--grace", "5")
+        assert code == 0
+        assert out == (
+            f"stop build: SIGTERM to process group {proc.pid}, exited within the grace;"
+            " attempt 1 interrupted (sigterm by dana@n1); the goal is requeued"
+            " (attempt 2 of 5 next)\n"
+        )
+    finally:
+        proc.kill()
+        proc.wait()
+    code, out, _ = refine(capsys, journal, "cancel", "build", "--reason", "not needed")
+    assert code == 0 and out == "cancel build: run build.r1 is cancelled; nothing was running\n"
+    refine(capsys, journal, "goal", "add", "--title", "Other", "--id", "other", "--", "true")
+    with Journal.open(journal) as j:
+        Goals(j).start(goal_id="other", node_id="n1", worker="n1/w2", token="t2")
+    code, out, _ = refine(capsys, journal, "cancel", "other", "--reason", "r", "--json")
+    report = json.loads(out)  # the --json shape is unchanged: the same facts as fields
+    assert code == 0 and report["outcome"] == "cancel-requested" and report["signals"] == []
+    assert set(report) == {
+        "action", "goal_id", "run_id", "epoch", "node_id", "signals", "process",
+        "requeued", "held", "outcome", "why", "recorded_by",
+    }  # fmt: skip
+    assert report["why"] == (
+        "the goal is cancelled; no process record for attempt 1 on node n1:"
+        " confirm cleanup once its work has ended"
+    )
+
+
 @pytest.mark.parametrize(
     "args",
     [
