@@ -117,10 +117,11 @@ class DetailPane(FollowLog):
             self.load_log_path()
 
     def show_liveness(self) -> None:
-        """The pane says "following" only while its attempt runs (nothing more comes after)."""
+        """The pane says "following" only while its attempt runs (nothing more comes after),
+        and "no attempt" when there is none (not "attempt ended")."""
         if self.mode != "log" or self._target is None:
             return
-        live = self._target.running == (self.run_id, self.epoch)
+        live = None if self.run_id is None else self._target.running == (self.run_id, self.epoch)
         if self.source_live != live:
             self.set_source_live(live)
 

@@ -238,3 +238,24 @@ async def test_the_workers_view_shows_the_selected_command_whole(journal_path: P
             assert " ".join(argv) in row_line(app)
     finally:
         end(proc)
+
+
+async def test_the_log_of_a_goal_without_an_attempt_says_so_on_its_border(
+    journal_path: Path,
+) -> None:
+    """`l` on a goal that never had an attempt: the pane said "No attempt selected" while its
+    border said "attempt ended"."""
+    from refine_tui.widgets.follow_log import FOLLOWING, NO_ATTEMPT
+
+    app = RefineApp(journal=journal_path, node=NODE)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await loaded(pilot)
+        await select(pilot, "old-backfill")  # cancelled before its first claim
+        await pilot.press("l")
+        detail = app.query_one("#detail")
+        await until(pilot, lambda: any("No attempt selected" in str(x) for x in detail.lines))
+        await until(pilot, lambda: detail.border_subtitle == NO_ATTEMPT)
+        await select(pilot, "nightly-report")  # its attempt 1 still runs in the journal
+        await until(pilot, lambda: detail.border_subtitle == FOLLOWING)
+        await select(pilot, "old-backfill")
+        await until(pilot, lambda: detail.border_subtitle == NO_ATTEMPT)

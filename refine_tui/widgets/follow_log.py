@@ -4,7 +4,8 @@ Following is explicit state, not "is the view at the bottom right now": an anima
 the end that new lines overtake would otherwise land short of the bottom and stay paused.
 Scrolling up pauses; `end`, or scrolling down to the bottom, resumes. The pane takes the focus
 when it opens, so the arrow keys, page keys, home and end scroll it; its border says which
-state it is in, and says so when the attempt has ended (nothing more will come).
+state it is in, and says so when the attempt has ended (nothing more will come) or when there
+is no attempt to show.
 Lines are data (a recipe's output, event fields): their control characters show as escapes.
 """
 
@@ -21,6 +22,7 @@ from refine_tui.format import visible
 FOLLOWING = "following · ↑↓ pgup pgdn home end"
 PAUSED = "paused — end or scroll down to follow"
 ENDED = "attempt ended · ↑↓ pgup pgdn home end"
+NO_ATTEMPT = "no attempt"
 
 
 class FollowLog(Log):
@@ -29,18 +31,21 @@ class FollowLog(Log):
     def __init__(self, **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self.following = True
-        self.source_live = True  # False: what is shown will not grow (an ended attempt)
+        # False: what is shown will not grow (an ended attempt); None: there is no attempt
+        self.source_live: bool | None = True
         self.placeholder = False  # the one line is a note ("no output yet"), not output
 
     def on_mount(self) -> None:
         self._show_state()
 
-    def set_source_live(self, live: bool) -> None:
+    def set_source_live(self, live: bool | None) -> None:
         self.source_live = live
         self._show_state()
 
     def _show_state(self) -> None:
-        if not self.source_live:
+        if self.source_live is None:
+            self.border_subtitle = NO_ATTEMPT
+        elif not self.source_live:
             self.border_subtitle = ENDED
         else:
             self.border_subtitle = FOLLOWING if self.following else PAUSED
