@@ -163,6 +163,12 @@ class World:
         assert not [t for t in texts if PASSWORD in t]
 
 
+def cleaned_up_by_b(attempt: Any) -> bool:
+    """The attempt's end was recorded on b: by its node's scheduler or by its own worker."""
+    by = str((attempt.cleanup or {}).get("confirmed_by", ""))
+    return by == "scheduler@b" or by.startswith("b/")
+
+
 def _read(path: Path) -> str:
     return path.read_text() if path.exists() else ""
 
@@ -420,6 +426,33 @@ def test_a_dashboard_cut_off_from_the_server_says_so_and_is_live_again_after(w: 
     w.never_printed_a_password()
 
 
+def test_b_cut_off_while_its_attempts_run_ends_each_goal_once_when_it_is_back(w: World) -> None:
+    """While b's cable is out, a Cancel from a commits and one of b's recipes ends: b learns
+    and reports once it is back; nothing runs twice, the cancelled recipe never outlives it."""
+    go = w.add("b", "finishes", WAIT_FOR_GO) / "go"
+    w.add("b", "cancelled", HANG)
+    w.fleet.start_node("b", "--capacity", "2")
+    pids = {g: w.running(w.b, g) for g in ("finishes", "cancelled")}
+    w.b.unplug()
+    try:
+        w.fleet.refine("a", "cancel", "cancelled", "--reason", "while b was away")
+        go.touch()
+        w.fleet.wait_for(lambda: not w.b.ns_pid_running(pids["finishes"]), "the recipe's end")
+        assert w.status("finishes") == "running"  # its report waits for the journal
+        assert w.b.ns_pid_running(pids["cancelled"])  # b cannot know yet
+    finally:
+        w.b.plug()
+    w.fleet.wait_for(
+        lambda: w.status("finishes") == "completed" and w.run_of("cancelled").status == "cancelled",
+        "b's report and b's cancel cleanup",
+    )
+    assert not w.b.ns_pid_running(pids["cancelled"])
+    assert [a.state for a in w.run_of("finishes").attempts] == ["completed"]
+    (cancelled,) = w.run_of("cancelled").attempts
+    assert cleaned_up_by_b(cancelled), cancelled
+    assert "clean" in w.fleet.refine("a", "check").stdout
+
+
 def test_rows_locked_by_a_machine_switched_off_mid_command_are_free_again_within_a_minute(
     w: World,
 ) -> None:
@@ -549,8 +582,7 @@ def test_a_home_shared_by_two_machines_never_ends_or_signals_the_other_machines_
     w.fleet.refine("a", "cancel", "gb", "--reason", "done with it")
     w.fleet.wait_for(lambda: w.run_of("gb").status == "cancelled", "b's cancel cleanup")
     (attempt,) = w.run_of("gb").attempts
-    by = (attempt.cleanup or {}).get("confirmed_by", "")
-    assert by == "scheduler@b" or by.startswith("b/"), attempt  # b's node or b's worker
+    assert cleaned_up_by_b(attempt), attempt
     assert not w.b.ns_pid_running(recipe) and w.decoys_untouched()
 
 
