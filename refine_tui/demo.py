@@ -260,8 +260,15 @@ def run_demo(directory: Path | None = None) -> int:
         stop_node(node)  # first: a requeued goal must not be launched again
         for line in finish(path, DEMO_NODE, app.operator):
             _say(f"refine demo: {line}")
-    _say(f"demo journal kept at {path}  (refine --journal {path} goals)")
+    _say(_goodbye(path))
     return 0
+
+
+def _goodbye(path: Path) -> str:
+    """Where the demo journal is kept, unless it went away while the demo ran."""
+    if not path.exists():
+        return f"demo journal {path} is gone (deleted while the demo ran)"
+    return f"demo journal kept at {path}  (refine --journal {path} goals)"
 
 
 def _say(line: str) -> None:

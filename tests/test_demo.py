@@ -30,7 +30,7 @@ def test_the_orphan_really_ran_and_its_log_is_not_backdated(tmp_path: Path) -> N
     assert evidence.attempt_started_at is not None
     assert os.stat(log).st_mtime >= evidence.attempt_started_at - 1  # written after the claim
     assert str(evidence.sentence).startswith(f"no process record on node {DEMO_NODE}")
-    assert "last output" in str(evidence.sentence) and "min" not in str(evidence.sentence)
+    assert evidence.last_output_age_s is not None and evidence.last_output_age_s < 60
 
 
 def test_quitting_the_demo_stops_and_records_what_it_started(tmp_path: Path) -> None:
@@ -150,3 +150,22 @@ def test_quitting_after_the_journal_was_deleted_still_ends_its_workers(tmp_path:
         with contextlib.suppress(ProcessLookupError):
             worker.kill()
         worker.wait()
+
+
+def test_quitting_after_the_journal_was_deleted_does_not_say_it_was_kept(tmp_path: Path) -> None:
+    """The demo's journal deleted while it ran: quitting still said "demo journal kept at …"."""
+    folder = tmp_path / "demo"
+    env = {**os.environ, "PYTHONPATH": os.environ.get("PYTHONPATH", os.getcwd())}
+    argv = [sys.executable, "-m", "refine_tui.cli", "demo", "--dir", str(folder)]
+    with on_a_terminal(argv, env) as terminal:
+        wait_until(lambda: terminal.shows("soak-test"), 60.0, what="the dashboard")
+        for name in os.listdir(folder):
+            if name.startswith("journal.db"):
+                os.remove(folder / name)
+        wait_until(lambda: terminal.shows("journal missing"), 60.0, what="the missing journal")
+        os.write(terminal.controller, b"q")
+        wait_until(lambda: terminal.proc.poll() is not None, 60.0, what="the demo to end")
+        gone = f"demo journal {folder / 'journal.db'} is gone"
+        wait_until(lambda: terminal.shows(gone), 10.0, what="its goodbye")
+        assert not terminal.shows("kept at")
+    assert terminal.proc.returncode == 0
