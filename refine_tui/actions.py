@@ -22,6 +22,7 @@ from refine_tui import format as fmt
 from refine_tui.rows import GoalRow, Reader
 from refine_tui.screens.confirm import CancelModal, ConfirmModal
 from store.errors import RefineError, StorageError
+from store.goal_model import goal_id_of_run
 from store.journal_api import Journal, JournalHandle
 from store.operator import (
     ActionReport,
@@ -260,7 +261,7 @@ class OperatorFlows:
         if evidence is None:
             return
         title = f"Confirm cleanup of attempt {epoch} of run {run_id}"
-        body = evidence_text(evidence, f"{self.operator}@{self.node}", self.clock())
+        body = evidence_text(evidence, self.operator, self.node, self.clock())
         if not await self.ui.push_screen_wait(ConfirmModal(title, body, "Confirm cleanup")):
             return
         report = await self.call_store(
@@ -315,23 +316,33 @@ def describe(attempt: tuple[str, str | None, int | None] | None) -> str:
     return f"{status}, attempt {epoch} of {run_id}" if epoch else status
 
 
-def evidence_text(evidence: CleanupEvidence, confirmed_by: str, now: float) -> Text:
+def evidence_text(evidence: CleanupEvidence, operator: str, node: str, now: float) -> Text:
     """The cleanup modal's body: the evidence, what confirming does, then the log tail.
 
     The log tail comes last: on a small terminal it is what scrolls, never the consequence.
+    Its ages are written one way and read on one clock (the dashboard's, like Elapsed).
     """
     text = Text()
     text.append(str(evidence.sentence) + "\n", style="bold")
+    ages = []
     if evidence.attempt_started_at is not None:
         age = fmt.duration(now - evidence.attempt_started_at)  # the app's clock, like Elapsed
-        text.append(f"attempt {evidence.epoch} by {evidence.worker}, started {age} ago\n")
+        ages.append(f"attempt {evidence.epoch} by {evidence.worker}, started {age} ago")
+    output_at = evidence.last_output_at
+    ages.append(
+        "no log output" if output_at is None else f"last output {fmt.duration(now - output_at)} ago"
+    )
+    text.append("; ".join(ages) + "\n")
     rec = evidence.record
     if rec is not None:
         text.append(f"command: {fmt.visible(' '.join(rec.argv))}\n", style="dim")
     if evidence.same_process_alive:
-        text.append("That process is still alive: stop it first (s).\n", style="bold red")
+        text.append(
+            f"That process is still alive: {_stop_advice(evidence, node)}.\n", style="bold red"
+        )
     text.append(
-        f"\nConfirming records attempt {evidence.epoch} as ended (confirmed by {confirmed_by});"
+        f"\nConfirming records attempt {evidence.epoch} as ended"
+        f" (confirmed by {operator}@{node});"
         f" {evidence.ending}. "
     )
     text.append(
@@ -343,3 +354,14 @@ def evidence_text(evidence: CleanupEvidence, confirmed_by: str, now: float) -> T
         for line in evidence.log_tail[-8:]:  # visible first: Text.append drops \r \x07 \b
             text.append("\n  " + fmt.visible(line.rstrip("\n")), style="dim")
     return text
+
+
+def _stop_advice(evidence: CleanupEvidence, node: str) -> str:
+    """What the operator can do about a live process from here: Stop only on its own node."""
+    if evidence.node_id == node:
+        return "stop it first (s)"
+    goal_id = goal_id_of_run(evidence.run_id) or evidence.run_id
+    return (
+        f"stop it on node {evidence.node_id} (refine --node {evidence.node_id} stop {goal_id}),"
+        " or cancel the goal (c)"
+    )

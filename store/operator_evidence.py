@@ -55,13 +55,15 @@ class CleanupEvidence:
 
     run_id: str
     epoch: int
+    node_id: str  # the Goal's node: where its attempt runs, and where it can be stopped
     worker: str
     record: ProcessRecord | None
     same_process_alive: bool
     log_tail: list[str]
     attempt_started_at: float | None  # the claim's commit time (wall clock, informational)
-    last_output_age_s: float | None
-    sentence: str
+    last_output_age_s: float | None  # None: no log output
+    last_output_at: float | None  # the log's last write (wall clock), for the modal's clock
+    sentence: str  # what the process records prove
     ending: str  # what confirming does to the Goal: requeued, held, exhausted or cancelled
 
 
@@ -306,29 +308,30 @@ def cleanup_evidence(journal: Journal, run_id: str, *, epoch: int, node: str) ->
     claimed = claimed_at(journal, run_id, epoch)
     started = claimed if claimed is not None else (record.started_at if record else None)
     try:
-        output_age: float | None = max(0.0, now - log.stat().st_mtime)
+        output_at: float | None = log.stat().st_mtime
     except OSError:
-        output_age = None
-    sentence = _evidence_sentence(goal, node, record, alive, output_age)
+        output_at = None
+    output_age = None if output_at is None else max(0.0, now - output_at)
+    sentence = _evidence_sentence(goal, node, record, alive)
     if found is not None:
-        sentence = f"its worker (pid {found.pid}) is alive here: stop it instead; {sentence}"
+        sentence = f"its worker (pid {found.pid}) is alive on this machine; {sentence}"
     return CleanupEvidence(
         run_id=run_id,
         epoch=epoch,
+        node_id=goal.node_id,
         worker=worker,
         record=record,
         same_process_alive=alive,
         log_tail=tail,
         attempt_started_at=started,
         last_output_age_s=output_age,
+        last_output_at=output_at,
         sentence=sentence,
         ending=ending_words(goal, target.run, epoch),
     )
 
 
-def _evidence_sentence(
-    goal: Goal, node: str, record: ProcessRecord | None, alive: bool, output_age: float | None
-) -> str:
+def _evidence_sentence(goal: Goal, node: str, record: ProcessRecord | None, alive: bool) -> str:
     parts: list[str] = []
     if record is None and goal.node_id != node:
         # Its records live on its own machine: their absence here proves nothing.
@@ -341,22 +344,10 @@ def _evidence_sentence(
         if goal.node_id != node:
             parts.append(f"it runs on node {goal.node_id}: its process cannot be checked from here")
         elif alive:
-            parts.append("that process is alive with the same start time: stop it instead")
+            parts.append("that process is alive with the same start time")
         else:
             parts.append("no process with that pid and start time")
-    if output_age is None:
-        parts.append("no log output")
-    else:
-        parts.append(f"last output {_age(output_age)} ago")
     return "; ".join(parts)
-
-
-def _age(seconds: float) -> str:
-    if seconds < 60:
-        return f"{seconds:.0f} s"
-    if seconds < 3600:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"
 
 
 def needs_cleanup(journal: Journal, run: Run, *, node: str) -> bool:

@@ -330,7 +330,7 @@ def test_confirm_cleanup_needs_the_process_provably_gone(journal: Journal, spawn
     run = goals.current_run(goals.read("build"))
     assert not needs_cleanup(journal, run, node="n1")
     evidence = cleanup_evidence(journal, "build.r1", epoch=1, node="n1")
-    assert evidence.same_process_alive and "stop it instead" in evidence.sentence
+    assert evidence.same_process_alive and "alive with the same start time" in evidence.sentence
     error = refused(
         journal,
         ProcessAliveError,

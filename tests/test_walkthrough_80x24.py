@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -259,3 +261,46 @@ async def test_the_log_of_a_goal_without_an_attempt_says_so_on_its_border(
         await until(pilot, lambda: detail.border_subtitle == FOLLOWING)
         await select(pilot, "old-backfill")
         await until(pilot, lambda: detail.border_subtitle == NO_ATTEMPT)
+
+
+async def test_the_cleanup_modal_writes_its_ages_one_way(journal_path: Path) -> None:
+    """The Confirm cleanup modal said "last output 3 min ago" (the store's way) above
+    "started 2m34s ago" (the dashboard's way)."""
+    app = RefineApp(journal=journal_path, node=NODE, operator="dana")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await loaded(pilot)
+        await select(pilot, "nightly-report")  # the demo's orphan: its log, no process
+        await pilot.press("x")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmModal))
+        body = str(app.screen.query_one("#dialog-body Static", Static).render())
+        assert re.search(r"started \d+s ago; last output \d+s ago", body), body
+        assert " s ago" not in body and "min ago" not in body
+
+
+async def test_cleanup_of_another_nodes_live_worker_names_what_can_be_done_here(
+    journal_path: Path,
+) -> None:
+    """Two nodes on one host: the cleanup modal of n2's live attempt, opened on n1, said
+    "stop it first (s)" while `s` was greyed ("s: on n2")."""
+    token = "5f0c2a9e4b7d4e1f8a3c6b2d9e0f1a7c"
+    with Journal.open(journal_path) as j:
+        Goals(j).create(goal_id="n2-job", title="job", node_id="n2", argv=["sleep", "60"])
+        Goals(j).start(goal_id="n2-job", node_id="n2", worker=f"n2/{token}", token=token)
+    argv = ["-c", "import time; time.sleep(120)", "store.worker", "--journal", str(journal_path)]
+    worker = subprocess.Popen(
+        [sys.executable, *argv, "--node", "n2", "--token", token], start_new_session=True
+    )
+    app = RefineApp(journal=journal_path, node=NODE, operator="dana")
+    try:
+        async with app.run_test(size=(80, 24)) as pilot:
+            await loaded(pilot)
+            await select(pilot, "n2-job")
+            assert app.check_action("stop", ()) is None  # greyed: Stop is n2's
+            await pilot.press("x")
+            await until(pilot, lambda: isinstance(app.screen, ConfirmModal), timeout=30)
+            body = " ".join(str(app.screen.query_one("#dialog-body Static").render()).split())
+            assert "That process is still alive: stop it on node n2" in body, body
+            assert "refine --node n2 stop n2-job" in body and "cancel the goal (c)" in body
+            assert "(s)" not in body
+    finally:
+        end(worker)
