@@ -34,11 +34,17 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import IO
 
-from store.errors import RefineError, StorageError
+from store.errors import RefineError, StorageError, StorageUnreachableError
 from store.execution import Execution
-from store.goals import Goals
+from store.goals import GoalResult, Goals
 from store.journal_api import ChangeSource, Journal
-from store.processes import ProcessRecord, ProcessRegistry, create_time, stop_group_members
+from store.processes import (
+    ProcessRecord,
+    ProcessRegistry,
+    create_time,
+    same_process,
+    stop_group_members,
+)
 
 POLL_S = 0.25  # how often the worker looks whether the journal changed
 STOP_GRACE_S = 5.0  # SIGTERM → SIGKILL for its own recipe
@@ -55,6 +61,7 @@ JOURNAL_ENV = "REFINE_JOURNAL"
 REPORT_PATIENCE_S = 3600.0
 REHEARSALS = int(os.environ.get("REFINE_REHEARSALS", "8"))  # see rehearse
 RETRY_MAX_S = 5.0
+NOT_LAUNCHED = "not launched: the claim's answer was lost (a repeat of it replayed)"
 
 
 @dataclass(frozen=True)
@@ -222,9 +229,7 @@ def _claim(
     goals = Goals(journal)
     worker = worker_name(node_id, token)
     try:
-        started = goals.start(
-            goal_id=goal_id, node_id=node_id, worker=worker, token=token, round=round
-        )
+        started = _start_patiently(goals, goal_id, node_id, worker, token, round)
     except StorageError as exc:  # not a refusal: the node may try again
         _say(f"{goal_id}: not started, journal unavailable: {exc}")
         return EXIT_UNAVAILABLE
@@ -241,6 +246,8 @@ def _claim(
             f"{claim.run_id}/{claim.epoch}: this claim was replayed (token {token} was used"
             f" before; the attempt is {_ownership(now)}): not launching the recipe again"
         )
+        if now in ("ours", "cancel"):  # our own claim, its first answer lost: nothing runs it
+            return _end_unlaunched(goals, claim)
         return EXIT_REFUSED
     registry = ProcessRegistry.for_journal(journal, node_id)
     log_path = registry.log_path(claim.run_id, claim.epoch)
@@ -274,6 +281,57 @@ def _claim(
         return EXIT_SUPERSEDED
     finally:
         registry.remove(claim.run_id, claim.epoch)
+
+
+def _start_patiently(
+    goals: Goals, goal_id: str, node_id: str, worker: str, token: str, round: int | None
+) -> GoalResult:
+    """Start, repeating the same claim (same token, so the same command id) while the journal
+    is unreachable: a connection lost at the commit leaves the outcome unknown, and only the
+    repeat tells (seed: a replay means it committed). Another token would be refused by a
+    claim that did commit, and the attempt it made would wait for an operator."""
+    deadline = time.monotonic() + REPORT_PATIENCE_S
+    delay = POLL_S
+    while True:
+        try:
+            return goals.start(
+                goal_id=goal_id, node_id=node_id, worker=worker, token=token, round=round
+            )
+        except StorageUnreachableError as exc:
+            if time.monotonic() >= deadline:
+                raise
+            _say(f"{goal_id}: the claim waits for the journal: {exc}")
+        time.sleep(delay)
+        delay = min(delay * 2, RETRY_MAX_S)
+
+
+def _end_unlaunched(goals: Goals, claim: Claim) -> int:
+    """Our claim committed but its answer was lost: nothing was launched for the attempt and
+    nothing will be. As its owner, end it (interrupt, or the pending cancellation) so the Goal
+    moves on rather than waiting for an operator's cleanup."""
+    rec = ProcessRegistry.for_journal(goals.journal, claim.node_id).get(claim.run_id, claim.epoch)
+    if rec is not None and same_process(rec):  # a process runs it after all: not ours to end
+        return EXIT_REFUSED
+    try:
+        with goals.journal.snapshot():
+            goal = goals.read(claim.goal_id)
+            run = Execution(goals.journal).read(claim.run_id)
+        if goal is None or run is None or not run.runs_attempt(claim.epoch):
+            return EXIT_SUPERSEDED
+        goals.interrupt(
+            goal_id=claim.goal_id,
+            run_id=claim.run_id,
+            epoch=claim.epoch,
+            goal_version=goal.version,
+            run_version=run.version,
+            confirmed_by=claim.worker,
+            method=NOT_LAUNCHED,
+            command_id=f"run:{claim.run_id}:unlaunched:{claim.epoch}",
+        )
+    except RefineError as exc:  # changed meanwhile, or unreachable: an operator can still end it
+        _say(f"{claim.run_id}/{claim.epoch}: the unlaunched attempt was not ended: {exc}")
+        return EXIT_SUPERSEDED
+    return EXIT_SETTLED
 
 
 def _record_of(owner: int, claim: Claim, log_path: Path, journal_id: str | None) -> ProcessRecord:

@@ -54,6 +54,30 @@ def test_a_replayed_claim_never_launches_the_recipe_again(env: Env) -> None:
     assert env.status("g") == "completed"
 
 
+def test_a_claim_whose_answer_was_lost_is_repeated_and_its_attempt_ended_not_launched(
+    env: Env,
+) -> None:
+    """The worker's first claim committed but its answer never came (a connection lost at the
+    commit: a server restart, a network cut). Repeated with the same token it replays: the
+    recipe is never launched from it, and the worker, as the attempt's owner, ends the attempt
+    so the goal moves on. It used to stay `running` until an operator confirmed cleanup."""
+    from store.worker import NOT_LAUNCHED
+
+    env.goal("g", COUNT_RUNS, max_attempts=2)
+    token = env.token("lost-answer")
+    # What the lost first try left in the journal: the claim with this worker's token.
+    env.goals.start(goal_id="g", node_id="n1", worker=f"n1/{token}", token=token)
+    assert env.worker("g", "lost-answer").wait(timeout=30) == EXIT_SETTLED
+    assert runs_of_recipe(env) == 0, "a replayed claim launched the recipe"
+    goal, run = env.read("g")
+    assert goal.status == "queued", goal  # for the next worker, with its own token
+    (attempt,) = run.attempts
+    assert attempt.state == "interrupted"
+    assert attempt.cleanup == {"epoch": 1, "confirmed_by": f"n1/{token}", "method": NOT_LAUNCHED}
+    assert env.worker("g", "next").wait(timeout=30) == EXIT_SETTLED
+    assert runs_of_recipe(env) == 1 and env.status("g") == "completed"
+
+
 def test_stop_inside_the_claim_to_record_window_says_starting(
     env: Env, monkeypatch: pytest.MonkeyPatch
 ) -> None:

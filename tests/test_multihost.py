@@ -48,6 +48,7 @@ WAIT_FOR_GO = (
     "    time.sleep(0.05)\n"
 )
 HANG = "import time; time.sleep(600)"
+RUN_COUNTED = "import os, sys\nopen(os.path.join(sys.argv[1], 'ran'), 'a').write('ran\\n')"
 SIZE = (140, 30)
 
 
@@ -495,6 +496,45 @@ def test_rows_locked_by_a_machine_switched_off_mid_command_are_free_again_within
         w.b.plug()
         thread.join(60)
     assert ended and not thread.is_alive()
+
+
+def test_a_claim_committed_while_b_was_cut_off_ends_unlaunched_and_the_goal_runs_once(
+    w: World,
+) -> None:
+    """b's claim commits on the server just as b's cable is pulled: its answer never reaches
+    b. Back on the network, b repeats the claim (a replay), never launches from it, and ends
+    that attempt itself; the goal runs once, on its next attempt. It stayed `running` until an
+    operator confirmed cleanup (the node's new worker was refused: the goal was running)."""
+    from store.worker import NOT_LAUNCHED
+
+    folder = w.add("b", "g", RUN_COUNTED)
+    dbname = w.url.rsplit("/", 1)[-1]
+    waiting = "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND client_addr = %s"
+    alive = "SELECT pid FROM pg_stat_activity WHERE pid = %s"
+    with w.pg.admin(dbname) as holder, w.pg.admin(dbname) as looking:
+        holder.execute("BEGIN")  # the head row held: b's claim waits at its commit
+        holder.execute("UPDATE refine.head SET sequence = sequence")
+        w.fleet.start_node("b", "--capacity", "1")
+        backend = wait_until(
+            lambda: looking.execute(waiting, (w.b.addr,)).fetchone(), 30, "b's claim", step=0.01
+        )  # it gives up after lock_timeout (5 s): what follows takes milliseconds
+        w.b.unplug()
+        try:
+            holder.execute("COMMIT")  # the claim commits; its answer is lost
+            w.fleet.wait_for(
+                lambda: not looking.execute(alive, backend).fetchone(),
+                "the server to end b's silent session",
+            )
+            assert [a.state for a in w.run_of("g").attempts] == ["running"]
+        finally:
+            w.b.plug()
+    w.fleet.wait_for(lambda: w.status("g") == "completed", "the goal's next attempt")
+    first, second = w.run_of("g").attempts
+    cleanup = {"epoch": 1, "confirmed_by": first.worker, "method": NOT_LAUNCHED}
+    assert (first.state, dict(first.cleanup or {})) == ("interrupted", cleanup)
+    assert second.state == "completed"
+    assert (folder / "ran").read_text() == "ran\n"  # never launched from the replayed claim
+    assert "clean" in w.fleet.refine("a", "check").stdout
 
 
 # --- 4. node b crashes and restarts ------------------------------------------------------------
