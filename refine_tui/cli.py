@@ -249,7 +249,7 @@ def warn_corrupt(goal_ids: list[str]) -> None:
     """Listings go on past a corrupt record; stderr says which and what to run."""
     if goal_ids:
         print(
-            f"refine: {len(goal_ids)} corrupt goal record(s): {', '.join(goal_ids)}"
+            f"refine: {len(goal_ids)} corrupt goal record(s): {printable(', '.join(goal_ids))}"
             " (listed as corrupt; `refine check` says more)",
             file=sys.stderr,
         )

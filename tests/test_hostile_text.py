@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sqlite3
 import subprocess
 import sys
 import time
@@ -351,3 +352,19 @@ def test_recipe_refusals_say_what_is_wrong(tmp_path: Path, capsys) -> None:
         code, _, err = refine(capsys, journal, "goal", "add", "--title", "T", *extra)
         assert code == 2 and err.startswith("refine: INVALID_INPUT: ") and words in err, err
     assert dump(journal) == before
+
+
+def test_a_corrupt_records_id_reaches_stderr_made_visible(tmp_path: Path, capsys) -> None:
+    """The note naming corrupt goals is journal text too: its escapes are shown, not obeyed."""
+    journal = tmp_path / "j.db"
+    assert refine(capsys, journal, "init")[0] == 0
+    with sqlite3.connect(journal) as db:
+        db.execute(
+            "INSERT INTO aggregates (aggregate_id, kind, version, status, node_id,"
+            " last_sequence, state) VALUES (?, 'goal', 1, 'queued', 'n1', 0, '{}')",
+            ("goal:\x1b[2Jevil\x07",),
+        )
+    for command in ("goals", "runs"):
+        code, out, err = refine(capsys, journal, command)
+        assert code == 0 and "\\x1b[2Jevil\\x07" in err
+        assert not any(c in out + err for c in "\x1b\x07"), (out, err)
