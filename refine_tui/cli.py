@@ -493,11 +493,16 @@ class ProgressLine:
 
 
 def cmd_node(args: argparse.Namespace) -> int:
-    from store.scheduler import run_node
+    import asyncio
+
+    from store.scheduler import Node
 
     path = journal_path(args)
     open_journal(args, write=True).close()
-    return run_node(path, node_name(args), capacity=args.capacity)
+    # A refusal (a bad node name, a state dir that cannot be made) ends as every command's
+    # does: one line, control characters made visible, the exit code of its kind.
+    with Node(path, node_name(args), args.capacity) as node:
+        return asyncio.run(node.serve())
 
 
 def cmd_tui(args: argparse.Namespace) -> int:

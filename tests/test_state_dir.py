@@ -149,7 +149,7 @@ def test_a_state_dir_that_cannot_be_made_is_one_line_exit_3(tmp_path: Path) -> N
     (tmp_path / "a-file").write_text("")
     init = [sys.executable, "-m", "refine_tui.cli", "--journal", str(journal)]
     subprocess.run([*init, "init"], check=True, capture_output=True, timeout=60)
-    for state_dir in (tmp_path / "a-file", tmp_path / "a-file" / "below"):
+    for state_dir in (tmp_path / "a-file", tmp_path / "a-file" / "\x1b[2Jbelow"):
         proc = subprocess.run(
             [*init, "--state-dir", str(state_dir), "node", "--capacity", "1"],
             capture_output=True,
@@ -159,3 +159,4 @@ def test_a_state_dir_that_cannot_be_made_is_one_line_exit_3(tmp_path: Path) -> N
         assert proc.returncode == 3, proc.stderr
         assert "STORAGE: cannot create this node's folder" in proc.stderr
         assert "Traceback" not in proc.stderr and proc.stderr.count("\n") == 1
+        assert proc.stderr.startswith("refine: ") and "\x1b" not in proc.stderr  # shown: \\x1b
