@@ -773,7 +773,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if os.environ.get("REFINE_DEBUG"):
             raise
         print(
-            f"refine: INTERNAL: {type(exc).__name__}: {exc} (REFINE_DEBUG=1 shows more)",
+            f"refine: INTERNAL: {type(exc).__name__}: {printable(str(exc))}"
+            " (REFINE_DEBUG=1 shows more)",
             file=sys.stderr,
         )
         return EXIT_REFUSED

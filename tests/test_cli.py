@@ -282,6 +282,22 @@ def test_a_damaged_journal_is_named_in_its_one_line_refusal(tmp_path: Path, caps
         assert path.read_bytes() == before
 
 
+def test_even_a_bug_is_one_visible_line(
+    journal: Path, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An unexpected exception (a bug) may carry journal text: its line shows escapes too."""
+    import refine_tui.cli as cli
+
+    def broken(args: object) -> int:
+        raise ValueError("from a record: \x1b[2J\nnext")
+
+    monkeypatch.delenv("REFINE_DEBUG", raising=False)
+    monkeypatch.setattr(cli, "cmd_goals", broken)
+    code, _, err = refine(capsys, journal, "goals")
+    assert code == 1 and err.startswith("refine: INTERNAL: ValueError: ")
+    assert "\\x1b[2J\\nnext" in err and "\x1b" not in err and err.count("\n") == 1
+
+
 def test_console_script_never_prints_a_traceback(tmp_path: Path) -> None:
     env_journal = tmp_path / "j.db"
     for args in (["goals"], ["show"], ["cleanup", "r", "--epoch", "-1"]):
