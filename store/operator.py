@@ -132,11 +132,11 @@ def _owning_the_end(
     the node's reconciliation does not record ``process-exited`` in between."""
     registry = registry_of(journal, node)
     until = time.time() + grace_s + STOP_MARGIN_S
-    registry.mark_stopping(rec.run_id, rec.epoch, by=by, until=until)
+    marker = registry.mark_stopping(rec.run_id, rec.epoch, by=by, until=until)
     try:
         yield
     finally:
-        registry.clear_stopping(rec.run_id, rec.epoch)
+        registry.clear_stopping(marker)
 
 
 def _report(

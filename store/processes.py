@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
 import json
 import os
 import tempfile
@@ -220,26 +221,39 @@ class ProcessRegistry:
     # A Stop in progress owns its attempt's ending: from its first signal until it has recorded
     # (or its deadline passed, should the stopper die) this node does not reconcile the attempt.
 
-    def _stop_marker(self, run_id: str, epoch: int) -> Path:
-        return self.processes_dir / f"{_safe_name(run_id)}.{int(epoch)}.stopping"
+    def _stop_markers(self, run_id: str, epoch: int) -> list[Path]:
+        """This attempt's markers, one a stopper (``<run>.<epoch>.<pid>-<n>.stopping``): a second
+        stopper never overwrites or removes the first's (plus the one name older versions used)."""
+        prefix = f"{_safe_name(run_id)}.{int(epoch)}."
+        found = [self.processes_dir / f"{prefix}stopping"]
+        for path in self.processes_dir.glob(f"{prefix}*.stopping"):  # file_name quotes * ? [
+            pid, dash, n = path.name[len(prefix) : -len(".stopping")].partition("-")
+            if pid.isdigit() and dash and n.isdigit():  # not another run's whose name goes on
+                found.append(path)
+        return found
 
-    def mark_stopping(self, run_id: str, epoch: int, *, by: str, until: float) -> None:
-        """Say that ``by`` is stopping this attempt and records its end before ``until``."""
+    def mark_stopping(self, run_id: str, epoch: int, *, by: str, until: float) -> Path:
+        """Say that ``by`` is stopping this attempt and records its end before ``until``; the
+        marker to give ``clear_stopping`` when done."""
         self.processes_dir.mkdir(parents=True, exist_ok=True)
-        _write_atomically(self._stop_marker(run_id, epoch), {"by": by, "until": until})
+        token = f"{os.getpid()}-{next(_STOP_TOKENS)}"
+        marker = self.processes_dir / f"{_safe_name(run_id)}.{int(epoch)}.{token}.stopping"
+        _write_atomically(marker, {"by": by, "until": until})
+        return marker
 
     def stopping(self, run_id: str, epoch: int) -> str | None:
-        """Who is stopping this attempt now (None: nobody, or the stopper's deadline passed).
+        """Who is stopping this attempt now (None: nobody, or the stoppers' deadlines passed).
         An older stopper's marker in the shared folder counts too until its deadline."""
         legacy = self._legacy_path("processes", run_id, epoch, "stopping")
-        for marker in (self._stop_marker(run_id, epoch), legacy):
+        for marker in [*self._stop_markers(run_id, epoch), legacy]:
             if marker is not None and (by := _stopper(marker)):
                 return by
         return None
 
-    def clear_stopping(self, run_id: str, epoch: int) -> None:
+    @staticmethod
+    def clear_stopping(marker: Path) -> None:
         with contextlib.suppress(FileNotFoundError):
-            self._stop_marker(run_id, epoch).unlink()
+            marker.unlink()
 
     def remove(self, run_id: str, epoch: int) -> bool:
         """Forget the record (an older one in the shared folder too, when it is this journal's);
@@ -294,6 +308,9 @@ def _unlink(path: Path) -> bool:
     except FileNotFoundError:
         return False
     return True
+
+
+_STOP_TOKENS = itertools.count()
 
 
 def _stopper(marker: Path) -> str | None:

@@ -291,7 +291,8 @@ def test_records_from_before_the_journal_id_named_the_folder_are_read_where_they
     old = _record(os.getpid(), run_id="g.r1", epoch=1, journal_id="journal-a")
     shared.record(old)
     shared.log_path("g.r1", 1).write_text("old output\n")
-    shared.mark_stopping("g.r1", 1, by="dana@n1", until=time.time() + 60)
+    older_stop = {"by": "dana@n1", "until": time.time() + 60}  # the one name older versions used
+    (shared.processes_dir / "g.r1.1.stopping").write_text(json.dumps(older_stop))
 
     assert a.get("g.r1", 1) == old and a.all() == [old] and a.stopping("g.r1", 1) == "dana@n1"
     assert a.find_log("g.r1", 1) == shared.log_path("g.r1", 1)
@@ -369,3 +370,26 @@ def test_a_stop_checks_identity_and_signals_without_psutil(spawn: Spawn) -> None
         assert done.stdout.split() == [outcome, "False"], done.stdout + done.stderr
     assert same_process(_record(other.pid)) and not _gone(other.pid)  # never signalled
     stubborn.wait(timeout=5)
+
+
+def test_a_second_stopper_never_removes_the_first_ones_marker(tmp_path: Path) -> None:
+    """A Cancel that loses to a Stop in progress marked and cleared the same file: the node
+    then saw nobody stopping and could record the ending itself. Each stopper has its own."""
+    registry = ProcessRegistry(tmp_path / "a.db", "n1", "journal-a")
+    first = registry.mark_stopping("g.r1", 1, by="dana@n1", until=time.time() + 60)
+    second = registry.mark_stopping("g.r1", 1, by="erin@n1", until=time.time() + 60)
+    registry.clear_stopping(second)  # the loser is done first
+    assert registry.stopping("g.r1", 1) == "dana@n1"
+    registry.clear_stopping(first)
+    assert registry.stopping("g.r1", 1) is None
+
+
+def test_a_stop_marker_is_its_own_attempts_only(tmp_path: Path) -> None:
+    registry = ProcessRegistry(tmp_path / "a.db", "n1", "journal-a")
+    registry.mark_stopping("g.1.7-7", 2, by="dana@n1", until=time.time() + 60)  # name goes on
+    registry.mark_stopping("g", 2, by="erin@n1", until=time.time() + 60)
+    assert registry.stopping("g", 1) is None and registry.stopping("g.1.7-7", 1) is None
+    assert registry.stopping("g", 2) == "erin@n1"
+    assert registry.stopping("g.1.7-7", 2) == "dana@n1"
+    expired = registry.mark_stopping("h", 1, by="dana@n1", until=time.time() - 1)
+    assert expired.exists() and registry.stopping("h", 1) is None
