@@ -76,7 +76,11 @@ class JournalFollower:
         Wake-ups that arrive during a read collapse into one: the next read starts only after
         the previous one was applied, and it reads everything committed meanwhile.
         """
-        self._watcher = watcher = Journal.watch(self.location)
+        try:
+            self._watcher = watcher = Journal.watch(self.location)
+        except RefineError as exc:  # a location that can never work (an unparsable URL)
+            self.app.post_message(JournalTrouble("broken", exc.message))
+            return
         pump = asyncio.create_task(relay(watcher, self._wake)) if self.watch_files else None
         try:
             while True:

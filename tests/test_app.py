@@ -757,6 +757,16 @@ async def test_not_sqlite_is_a_clear_message(tmp_path: Path) -> None:
         assert "these are my notes" in path.read_text()
 
 
+async def test_a_url_that_can_never_work_says_so_and_keeps_its_password() -> None:
+    """An embedded dashboard on an unparsable URL stayed at 'connecting' with no word."""
+    app = RefineApp(journal="postgresql://dana:s3cret@[::1/refine", node=NODE)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.header_state.state == "broken")
+        assert "not a usable journal URL" in app.header_state.detail
+        assert app.query_one("#trouble").display
+        assert "s3cret" not in app.header_state.detail + app.header_state.journal
+
+
 async def test_deleted_then_restored_journal(journal_path: Path, tmp_path: Path) -> None:
     app = RefineApp(journal=journal_path, node=NODE)
     async with app.run_test(size=SIZE) as pilot:
