@@ -13,6 +13,7 @@ import contextlib
 import ctypes
 import hmac
 import ipaddress
+import json
 import secrets
 import signal
 import sys
@@ -21,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp_jinja2
-from aiohttp import web
+from aiohttp import WSMsgType, web
 from textual_serve.app_service import AppService
 from textual_serve.server import Server, to_int
 
@@ -30,6 +31,9 @@ MIN_TOKEN_CHARS = 16
 QUIT_GRACE_S = 5.0  # a tab's app gets this long to quit before SIGTERM, then as long to SIGKILL
 FORBIDDEN = "403: Forbidden: open the URL with the token that `refine serve` printed\n"
 PR_SET_PDEATHSIG = 1
+# A terminal larger than any screen's only use is to exhaust memory: 100000x100000 cells made
+# one tab's app take 1.1 GB and a whole core.
+MAX_COLUMNS, MAX_ROWS = 1000, 500
 
 
 class TokenFileError(Exception):
@@ -60,6 +64,26 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def cells(value: object, default: int, most: int) -> int:
+    """A terminal dimension from the browser, kept between 1 and `most` (else the default)."""
+    try:
+        number = int(value)  # type: ignore[call-overload]
+    except (TypeError, ValueError, OverflowError):
+        return default
+    return min(max(number, 1), most)
+
+
+def envelope(text: str) -> tuple[str, Any] | None:
+    """A websocket message `[type, data]`, or None when it is not one (never a traceback)."""
+    try:
+        message = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(message, list) or not message or not isinstance(message[0], str):
+        return None
+    return message[0], (message[1] if len(message) > 1 else None)
+
+
 def _die_with_parent() -> None:
     """In the child before exec: SIGTERM when `refine serve` dies, even by SIGKILL (Linux)."""
     with contextlib.suppress(OSError, AttributeError):
@@ -75,6 +99,7 @@ class TuiService(AppService):
         self._stopping = asyncio.Lock()
 
     async def _open_app_process(self, width: int = 80, height: int = 24) -> Any:
+        width, height = cells(width, 80, MAX_COLUMNS), cells(height, 24, MAX_ROWS)
         env = {**self._build_environment(width=width, height=height), **self.env}
         process = await asyncio.create_subprocess_exec(
             *self.argv,
@@ -143,7 +168,8 @@ class RefineServer(Server):
             query.popall("token")
             location = str(request.rel_url.with_query(query))
             redirect = web.Response(status=302, headers={"Location": location})
-            redirect.set_cookie(COOKIE, from_query, httponly=True, samesite="Strict", path="/")
+            if self.token_ok(from_query):  # a wrong one beside the right cookie must not replace it
+                redirect.set_cookie(COOKIE, from_query, httponly=True, samesite="Strict", path="/")
             return redirect
         response = await handler(request)
         if not response.prepared:
@@ -199,6 +225,27 @@ class RefineServer(Server):
             self.sockets.discard(websocket)
             await websocket.close()
         return websocket
+
+    async def _process_messages(
+        self, websocket: web.WebSocketResponse, app_service: AppService
+    ) -> None:
+        """textual-serve's loop, but a malformed message is ignored instead of a traceback."""
+        async for message in websocket:
+            parsed = envelope(message.data) if message.type == WSMsgType.TEXT else None
+            if parsed is None:
+                continue
+            kind, data = parsed
+            if kind == "stdin" and isinstance(data, str):
+                await app_service.send_bytes(data.encode("utf-8", "replace"))
+            elif kind == "resize" and isinstance(data, dict):
+                width = cells(data.get("width"), 80, MAX_COLUMNS)
+                await app_service.set_terminal_size(width, cells(data.get("height"), 24, MAX_ROWS))
+            elif kind == "ping":
+                await websocket.send_json(["pong", data])
+            elif kind == "blur":
+                await app_service.blur()
+            elif kind == "focus":
+                await app_service.focus()
 
     async def stop_all(self) -> None:
         await asyncio.gather(*(s.stop() for s in list(self.services)), return_exceptions=True)

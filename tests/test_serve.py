@@ -269,6 +269,13 @@ async def test_requests_without_the_right_token_get_403_and_start_nothing(serve)
     assert served.children() == []
     # The right token: the index sets the cookie and drops the token from the URL.
     assert http_status(served.url) == 302
+    # A wrong token in the URL beside the right cookie: no cookie of the wrong token is set.
+    request = urllib.request.Request(
+        f"{base}?token={wrong}", headers={"Cookie": f"refine_token={token}"}
+    )
+    with pytest.raises(urllib.error.HTTPError) as redirected:
+        urllib.request.build_opener(NoRedirect).open(request, timeout=30)
+    assert redirected.value.code == 302 and "Set-Cookie" not in redirected.value.headers
     assert http_status(base + "static/js/textual.js", {"Cookie": f"refine_token={token}"}) == 200
     stop_served(served)
     assert "".join(served.lines).count(token) == 1  # printed once in the URL, never logged
@@ -333,3 +340,26 @@ async def test_a_killed_serve_takes_its_apps_with_it(serve) -> None:
         served.proc.kill()
         served.proc.wait(timeout=WAIT_S)
         wait_for(lambda: not tui_processes(served.journal), "the app to die with refine serve")
+
+
+async def test_malformed_messages_and_huge_sizes_are_refused_quietly(serve) -> None:
+    """A socket's bad JSON or shapes are ignored (no traceback); its size is capped (memory)."""
+    served = serve()
+    ws = served.base.replace("http://", "ws://") + "ws?width=100000&height=100000"
+    async with (
+        aiohttp.ClientSession() as session,
+        session.ws_connect(ws, headers={"Cookie": f"refine_token={served.token}"}) as socket,
+    ):
+        assert (await socket.receive(timeout=WAIT_S)).type == aiohttp.WSMsgType.BINARY
+        env = served.children()[0].environ()
+        assert (env["COLUMNS"], env["ROWS"]) == ("1000", "500")
+        for bad in ("not json", '{"a": 1}', "[]", '["stdin", 5]', '["resize", {}]', "[7]"):
+            await socket.send_str(bad)
+        await socket.send_str('["resize", {"width": -5, "height": 10000000}]')
+        await socket.send_str('["ping", "still-there"]')
+        while (reply := await socket.receive(timeout=WAIT_S)).type == aiohttp.WSMsgType.BINARY:
+            pass  # the app's screen updates
+        assert reply.type == aiohttp.WSMsgType.TEXT and reply.json() == ["pong", "still-there"]
+        assert len(served.children()) == 1
+    stop_served(served)
+    assert "Traceback" not in served.proc.stderr.read()  # type: ignore[union-attr]
