@@ -456,11 +456,18 @@ def open_location(location: str, *, read_only: bool, create: bool) -> Any:
 def cmd_copy(args: argparse.Namespace) -> int:
     from store.journal_copy import copy_journal
 
-    with (
-        open_location(args.source, read_only=True, create=False) as source,
-        open_location(args.target, read_only=False, create=True) as target,
-    ):
-        report = copy_journal(source, target, None if args.json else ProgressLine())
+    made = new_sqlite_files(args.target)
+    try:
+        with (
+            open_location(args.source, read_only=True, create=False) as source,
+            open_location(args.target, read_only=False, create=True) as target,
+        ):
+            report = copy_journal(source, target, None if args.json else ProgressLine())
+    except BaseException:
+        # A failed copy creates nothing: an empty journal left behind looks like a copy.
+        for path in made:
+            path.unlink(missing_ok=True)
+        raise
     data = {
         "source": redact(args.source),
         "target": redact(args.target),
@@ -474,6 +481,18 @@ def cmd_copy(args: argparse.Namespace) -> int:
     )
     emit(args, data, text)
     return EXIT_OK if report.check.clean else EXIT_REFUSED
+
+
+def new_sqlite_files(location: str) -> list[Path]:
+    """The files a copy into SQLite ``location`` would create (none for a URL or a file there)."""
+    try:
+        path = Path(os.path.realpath(location))
+        if is_postgres_url(location) or journal_file_exists(path):
+            return []
+        files = [path.with_name(path.name + end) for end in ("", "-wal", "-shm", "-journal")]
+        return [file for file in files if not journal_file_exists(file)]
+    except (ValueError, RefineError):
+        return []  # a location that is no path: the open refuses it, in its order
 
 
 class ProgressLine:

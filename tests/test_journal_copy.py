@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import resource
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -146,3 +148,25 @@ def test_an_outbox_row_that_is_not_its_events_is_refused_on_the_way_into_sqlite(
         with pytest.raises(InvalidInputError, match="outbox"):
             copy_journal(pg, back)
         assert back.last_sequence() == 0  # nothing written
+
+
+def _small_files() -> None:
+    """In the child: files may grow to 48 KiB (EFBIG past it, a full disk without a mount)."""
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (48 * 1024, 48 * 1024))
+
+
+def test_a_copy_that_fails_leaves_no_new_journal_behind(tmp_path: Path) -> None:
+    source, target = tmp_path / "a.db", tmp_path / "new.db"
+    with busy_journal(source) as journal:
+        for n in range(200):
+            Goals(journal).create(goal_id=f"more{n}", title="More", node_id="n1", argv=["true"])
+    failed = subprocess.run(
+        [sys.executable, "-m", "refine_tui.cli", "copy", str(source), str(target)],
+        cwd=ROOT, capture_output=True, text=True, timeout=120, preexec_fn=_small_files,
+    )  # fmt: skip
+    assert failed.returncode == 3 and failed.stderr.startswith("refine: STORAGE:")
+    # An empty journal left at the target would pass for a copy (check: clean, 0 goals).
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith("new.db")]
+    done = refine("copy", str(source), str(target))
+    assert done.returncode == 0, done.stderr
