@@ -11,9 +11,9 @@ import asyncio
 import contextlib
 from collections.abc import Collection
 
-from store.errors import GoalNotFoundError, GoalTerminalError, WaitTimeoutError
+from store.errors import GoalNotFoundError, GoalTerminalError, StorageError, WaitTimeoutError
 from store.goals import TERMINAL_STATUSES, Goal, Goals
-from store.journal_api import Journal, Location, WakeUps
+from store.journal_api import Journal, JournalHandle, Location, WakeUps
 
 SAFETY_CHECK_S = 2.0  # a commit between the first read and the watcher's start is seen by then
 
@@ -35,11 +35,17 @@ async def wait_for_status(
     goals, changes, wake = Goals(journal), journal.changes(), asyncio.Event()
     watcher = Journal.watch(location)
     pump = asyncio.create_task(_pump(watcher, wake))
-    status = "unknown"
+    status, handle = "unknown", JournalHandle(location, read_only=True)
     try:
         while True:
             wake.clear()
-            if changes.changed():
+            if journal.replaced():
+                # A restored or deleted file: the open one never changes again; follow the path.
+                reopened = _reopen(handle)
+                status = "unknown (journal missing)" if reopened is None else status
+                if reopened is not None:
+                    journal, goals, changes = reopened, Goals(reopened), reopened.changes()
+            if not journal.replaced() and changes.changed():
                 goal = goals.read(goal_id)
                 if goal is None:
                     raise GoalNotFoundError(f"no goal {goal_id}", goal_id=goal_id)
@@ -61,10 +67,19 @@ async def wait_for_status(
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(wake.wait(), min(left, SAFETY_CHECK_S))
     finally:
+        handle.close()
         watcher.stop()
         pump.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await pump
+
+
+def _reopen(handle: JournalHandle) -> Journal | None:
+    """The journal now at the handle's location, or None while there is none."""
+    try:
+        return handle.get()
+    except StorageError:
+        return None
 
 
 async def _pump(watcher: WakeUps, wake: asyncio.Event) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from store import goal_wait
-from store.errors import GoalTerminalError
+from store.errors import GoalTerminalError, WaitTimeoutError
 from store.goal_wait import wait_for_status
 from store.goals import Goals
 from store.journal import Journal
@@ -96,3 +97,23 @@ async def test_a_goal_that_ends_while_waiting_refuses(journal: Path, monkeypatch
         subprocess.run([*cancel, "cancel", "g", "--reason", "r"], check=True, capture_output=True)
         with pytest.raises(GoalTerminalError):
             await asyncio.wait_for(waiting, 30)
+
+
+def _remove(journal: Path) -> None:
+    for end in ("", "-wal", "-shm"):
+        journal.with_name(journal.name + end).unlink(missing_ok=True)
+
+
+async def test_a_journal_restored_while_waiting_is_followed(journal: Path, tmp_path: Path) -> None:
+    """The open file is deleted and a copy put in its place (a restore): the wait reads the
+    journal now at the path, not the deleted file that can never change again."""
+    with Journal.open(journal, read_only=True) as reader:
+        shutil.copy(journal, tmp_path / "backup.db")
+        _remove(journal)
+        with pytest.raises(WaitTimeoutError, match="journal missing"):
+            await wait_for_status(reader, journal, "g", {"cancelled"}, timeout_s=0.2)
+        (tmp_path / "backup.db").rename(journal)
+        with Journal.open(journal) as writer:
+            Goals(writer).cancel(command_id="op:cancel:test", goal_id="g", reason="r")
+        waited = await wait_for_status(reader, journal, "g", {"cancelled"}, timeout_s=30)
+        assert waited.status == "cancelled"
