@@ -582,6 +582,13 @@ def port_number(text: str) -> int:
     return int(text)
 
 
+def bind_host(text: str) -> str:
+    # An empty host (an unset `--host "$HOST"`) would make aiohttp bind every interface.
+    if not text.strip():
+        raise argparse.ArgumentTypeError("empty; name an address (0.0.0.0 for every interface)")
+    return text
+
+
 def capacity(text: str) -> int:
     value = positive_int(text)
     if value > MAX_CAPACITY:
@@ -717,7 +724,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     if serve := command(
         "serve", cmd_serve, "the dashboard in a browser (prints a URL with a token)"
     ):
-        serve.add_argument("--host", default="127.0.0.1", help="address to bind (default loopback)")
+        serve.add_argument(
+            "--host", type=bind_host, default="127.0.0.1", help="address to bind (default loopback)"
+        )
         serve.add_argument("--port", type=port_number, default=8000, help="0 picks a free port")
         serve.add_argument("--read-only", action="store_true")
         serve.add_argument("--token-file", help="a file holding the token (shared by a team)")

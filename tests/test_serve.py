@@ -311,6 +311,7 @@ def test_serve_refusals_are_one_line(tmp_path: Path, journal: Path) -> None:
         (["--token-file", str(short)], 2, "at least 16"),
         (["--token-file", str(tmp_path / "missing")], 2, "cannot read token file"),
         (["--port", "70000"], 2, "not a port number"),
+        (["--host", ""], 2, "0.0.0.0 for every interface"),  # not every interface silently
     ):
         result = refine(journal, "serve", *extra)
         assert result.returncode == code and words in result.stderr
