@@ -11,7 +11,13 @@ import asyncio
 import contextlib
 from collections.abc import Collection
 
-from store.errors import GoalNotFoundError, GoalTerminalError, StorageError, WaitTimeoutError
+from store.errors import (
+    GoalNotFoundError,
+    GoalTerminalError,
+    StorageError,
+    StorageUnreachableError,
+    WaitTimeoutError,
+)
 from store.goals import TERMINAL_STATUSES, Goal, Goals
 from store.journal_api import Journal, JournalHandle, Location, WakeUps
 
@@ -28,36 +34,47 @@ async def wait_for_status(
     """The goal once its status is one of ``wanted``.
 
     Raises GoalNotFoundError, GoalTerminalError (it ended in a status not wanted: it can never
-    get there) or WaitTimeoutError after ``timeout_s`` seconds (None: no limit).
+    get there) or WaitTimeoutError after ``timeout_s`` seconds (None: no limit). Once the goal
+    was read, a journal that becomes unreachable (a server restart) is waited for; before
+    that, unreachable (a wrong password, say) is the answer.
     """
     loop = asyncio.get_running_loop()
     deadline = None if timeout_s is None else loop.time() + timeout_s
     goals, changes, wake = Goals(journal), journal.changes(), asyncio.Event()
     watcher = Journal.watch(location)
     pump = asyncio.create_task(_pump(watcher, wake))
-    status, handle = "unknown", JournalHandle(location, read_only=True)
+    known, handle = "unknown", JournalHandle(location, read_only=True)
     try:
         while True:
             wake.clear()
+            trouble = ""
             if journal.replaced():
                 # A restored or deleted file: the open one never changes again; follow the path.
                 reopened = _reopen(handle)
-                status = "unknown (journal missing)" if reopened is None else status
-                if reopened is not None:
+                if reopened is None:
+                    trouble = "journal missing"
+                else:
                     journal, goals, changes = reopened, Goals(reopened), reopened.changes()
-            if not journal.replaced() and changes.changed():
-                goal = goals.read(goal_id)
+            try:
+                looked = not journal.replaced() and changes.changed()
+                goal = goals.read(goal_id) if looked else None
+            except StorageUnreachableError:
+                if known == "unknown":
+                    raise  # never read: the location or its credentials may be wrong
+                looked, trouble = False, "journal unreachable"
+            if looked:
                 if goal is None:
                     raise GoalNotFoundError(f"no goal {goal_id}", goal_id=goal_id)
-                status = goal.status
-                if status in wanted:
+                known = goal.status
+                if known in wanted:
                     return goal
-                if status in TERMINAL_STATUSES:
+                if known in TERMINAL_STATUSES:
                     raise GoalTerminalError(
-                        f"goal {goal_id} is {status} (terminal): it will never be"
+                        f"goal {goal_id} is {known} (terminal): it will never be"
                         f" {' or '.join(sorted(wanted))}",
                         goal_id=goal_id,
                     )
+            status = f"unknown ({trouble})" if trouble else known
             left = SAFETY_CHECK_S if deadline is None else deadline - loop.time()
             if left <= 0:
                 raise WaitTimeoutError(

@@ -14,9 +14,10 @@ import pytest
 from store import goal_wait
 from store.errors import GoalTerminalError, WaitTimeoutError
 from store.goal_wait import wait_for_status
-from store.goals import Goals
+from store.goals import Goal, Goals
 from store.journal import Journal
 from tests.helpers.cli import dump, refine
+from tests.helpers.postgres_server import PostgresServer
 
 
 @pytest.fixture
@@ -117,3 +118,33 @@ async def test_a_journal_restored_while_waiting_is_followed(journal: Path, tmp_p
             Goals(writer).cancel(command_id="op:cancel:test", goal_id="g", reason="r")
         waited = await wait_for_status(reader, journal, "g", {"cancelled"}, timeout_s=30)
         assert waited.status == "cancelled"
+
+
+async def test_a_server_restart_while_waiting_is_waited_out(
+    postgres_server: PostgresServer, postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`refine wait` ended STORAGE (exit 3) at a PostgreSQL restart; once the goal was read,
+    the server going away is waited for (and said in the timeout), not the answer."""
+    if not postgres_server.owned:
+        pytest.skip("an external server ($REFINE_TEST_POSTGRES_URL) is not stopped by tests")
+    monkeypatch.setattr(goal_wait, "SAFETY_CHECK_S", 0.2)  # looks while the server is down
+    with Journal.open(postgres_url) as writer:
+        Goals(writer).create(goal_id="g", title="G", node_id="n1", argv=["true"])
+    with Journal.open(postgres_url, read_only=True) as reader:
+
+        def waiting(timeout_s: float) -> asyncio.Task[Goal]:
+            waited = wait_for_status(reader, postgres_url, "g", {"cancelled"}, timeout_s)
+            return asyncio.create_task(waited)
+
+        long, short = waiting(120), waiting(2.0)
+        await asyncio.sleep(0.5)  # both have read "queued"
+        await asyncio.to_thread(postgres_server.stop)
+        try:
+            with pytest.raises(WaitTimeoutError, match=r"still unknown \(journal unreachable\)"):
+                await short
+            assert not long.done()
+        finally:
+            await asyncio.to_thread(postgres_server.start_on_same_port)
+        with Journal.open(postgres_url) as writer:
+            Goals(writer).cancel(command_id="op:cancel:test", goal_id="g", reason="r")
+        assert (await asyncio.wait_for(long, 60)).status == "cancelled"
