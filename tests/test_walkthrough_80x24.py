@@ -42,9 +42,8 @@ def shown_lines(line: Static) -> int:
     return len(Text(str(line.render())).wrap(Console(width=width), width))
 
 
-async def test_a_stopped_attempts_row_line_is_whole(journal_path: Path) -> None:
-    """After a Stop, the attempt's line (state, long worker name, last observation) took three
-    lines at 80 columns and the row line showed two: "(last observation)" was cut."""
+def running_loop(journal_path: Path, argv: tuple[str, ...]) -> subprocess.Popen[bytes]:
+    """Goal "loop" running attempt 1, its worker a real process recorded with ``argv``."""
     with Journal.open(journal_path) as j:
         goals = Goals(j)
         goals.create(goal_id="loop", title="stuck loop", node_id=NODE, argv=["sleep", "60"])
@@ -60,11 +59,18 @@ async def test_a_stopped_attempts_row_line_is_whole(journal_path: Path) -> None:
             run_id="loop.r1",
             epoch=1,
             worker=WORKER,
-            argv=("sleep", "60"),
+            argv=argv,
             log_path=str(registry.log_path("loop.r1", 1)),
             started_at=time.time(),
         )
     )
+    return proc
+
+
+async def test_a_stopped_attempts_row_line_is_whole(journal_path: Path) -> None:
+    """After a Stop, the attempt's line (state, long worker name, last observation) took three
+    lines at 80 columns and the row line showed two: "(last observation)" was cut."""
+    proc = running_loop(journal_path, ("sleep", "60"))
     app = RefineApp(journal=journal_path, node=NODE, operator="dana", grace_s=2)
     try:
         async with app.run_test(size=(80, 24)) as pilot:
@@ -207,27 +213,8 @@ async def test_another_nodes_attempt_says_where_its_process_is(journal_path: Pat
 async def test_the_workers_view_shows_the_selected_command_whole(journal_path: Path) -> None:
     """`w` at 80 columns left its Command column four cells ("/roo") and no row line: the
     command a worker runs could not be read at all."""
-    with Journal.open(journal_path) as j:
-        goals = Goals(j)
-        goals.create(goal_id="loop", title="stuck loop", node_id=NODE, argv=["sleep", "60"])
-        goals.start(goal_id="loop", node_id=NODE, worker=WORKER, token="t")
     argv = ("/root/.pyenv/versions/3.11.7/bin/python", "-m", "store.worker", "--goal", "loop")
-    proc = subprocess.Popen(["sleep", "60"], start_new_session=True)
-    registry = node_registry(journal_path, NODE)
-    registry.record(
-        ProcessRecord(
-            node_id=NODE,
-            pid=proc.pid,
-            create_time=psutil.Process(proc.pid).create_time(),
-            pgid=proc.pid,
-            run_id="loop.r1",
-            epoch=1,
-            worker=WORKER,
-            argv=argv,
-            log_path=str(registry.log_path("loop.r1", 1)),
-            started_at=time.time(),
-        )
-    )
+    proc = running_loop(journal_path, argv)
     app = RefineApp(journal=journal_path, node=NODE)
     try:
         async with app.run_test(size=(80, 24)) as pilot:
