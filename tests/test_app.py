@@ -7,14 +7,12 @@ import os
 import sqlite3
 import subprocess
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import replace
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
 from textual import events
 from textual.widgets import Button, Input, Label
@@ -32,9 +30,8 @@ from refine_tui.widgets.keyed_table import KeyedTable
 from store.goals import Goals
 from store.journal import Journal
 from store.operator import default_node, default_operator
-from store.processes import ProcessRecord
 from tests.helpers.dashboard import commit_in_process, end, goals_table, loaded, row_line, select
-from tests.helpers.registry import node_registry
+from tests.helpers.registry import node_registry, record_worker
 from tests.helpers.waits import until
 
 NODE = "n1"
@@ -154,22 +151,8 @@ async def test_log_follows_the_attempt(journal_path: Path) -> None:
         assert detail.following
 
 
-def record_process(journal_path: Path, run_id: str, proc: subprocess.Popen) -> None:
-    registry = node_registry(journal_path, NODE)
-    registry.record(
-        ProcessRecord(
-            node_id=NODE,
-            pid=proc.pid,
-            create_time=psutil.Process(proc.pid).create_time(),
-            pgid=proc.pid,
-            run_id=run_id,
-            epoch=1,
-            worker="w-loop",
-            argv=("sleep", "60"),
-            log_path=str(registry.log_path(run_id, 1)),
-            started_at=time.time(),
-        )
-    )
+def record_process(journal_path: Path, run_id: str, proc: subprocess.Popen[bytes]) -> None:
+    record_worker(journal_path, NODE, run_id, proc, worker="w-loop")
 
 
 def start_loop_goal(journal_path: Path) -> subprocess.Popen:

@@ -132,32 +132,12 @@ def test_cancel_queued_goal_is_terminal_and_release_refuses(journal: Path, capsy
 
 def _running_with_a_process(journal: Path, goal_id: str) -> subprocess.Popen[bytes]:
     """``goal_id`` running on n1 as attempt 1, its recorded process a real group leader."""
-    import time
-
-    import psutil
-
-    from store.processes import ProcessRecord
-    from tests.helpers.registry import node_registry
+    from tests.helpers.registry import record_worker
 
     with Journal.open(journal) as j:
         Goals(j).start(goal_id=goal_id, node_id="n1", worker="n1/w1", token="t1")
     proc = subprocess.Popen(["sleep", "60"], start_new_session=True)
-    registry = node_registry(journal, "n1")
-    run_id = f"{goal_id}.r1"
-    registry.record(
-        ProcessRecord(
-            node_id="n1",
-            pid=proc.pid,
-            create_time=psutil.Process(proc.pid).create_time(),
-            pgid=proc.pid,
-            run_id=run_id,
-            epoch=1,
-            worker="n1/w1",
-            argv=("sleep", "60"),
-            log_path=str(registry.log_path(run_id, 1)),
-            started_at=time.time(),
-        )
-    )
+    record_worker(journal, "n1", f"{goal_id}.r1", proc, worker="n1/w1")
     return proc
 
 

@@ -7,11 +7,9 @@ import re
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
-import psutil
 from rich.console import Console
 from rich.text import Text
 from textual.widgets import Static
@@ -21,7 +19,7 @@ from refine_tui.screens.confirm import ConfirmModal
 from refine_tui.widgets.keyed_table import KeyedTable
 from store.goals import Goals
 from store.journal import Journal
-from store.processes import ProcessRecord, ProcessRegistry
+from store.processes import ProcessRegistry
 from tests.helpers.dashboard import (
     commit_in_process,
     end,
@@ -29,7 +27,7 @@ from tests.helpers.dashboard import (
     row_line,
     select,
 )
-from tests.helpers.registry import node_registry
+from tests.helpers.registry import record_worker
 from tests.helpers.waits import until
 
 NODE = "n1"
@@ -49,21 +47,7 @@ def running_loop(journal_path: Path, argv: tuple[str, ...]) -> subprocess.Popen[
         goals.create(goal_id="loop", title="stuck loop", node_id=NODE, argv=["sleep", "60"])
         goals.start(goal_id="loop", node_id=NODE, worker=WORKER, token="t")
     proc = subprocess.Popen(["sleep", "60"], start_new_session=True)
-    registry = node_registry(journal_path, NODE)
-    registry.record(
-        ProcessRecord(
-            node_id=NODE,
-            pid=proc.pid,
-            create_time=psutil.Process(proc.pid).create_time(),
-            pgid=proc.pid,
-            run_id="loop.r1",
-            epoch=1,
-            worker=WORKER,
-            argv=argv,
-            log_path=str(registry.log_path("loop.r1", 1)),
-            started_at=time.time(),
-        )
-    )
+    record_worker(journal_path, NODE, "loop.r1", proc, worker=WORKER, argv=argv)
     return proc
 
 
