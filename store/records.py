@@ -190,12 +190,33 @@ def _repr(names: tuple[str, ...]) -> Callable[[Any], str]:
 
 
 def _eq(names: tuple[str, ...]) -> Callable[[Any, Any], Any]:
+    if sys.version_info >= (3, 13):
+        return _eq_by_field(names)
     values = _values(names)
 
     def __eq__(self: Any, other: Any) -> Any:
         if other.__class__ is self.__class__:
             return values(self) == values(other)
         return NotImplemented
+
+    return __eq__
+
+
+def _eq_by_field(names: tuple[str, ...]) -> Callable[[Any, Any], Any]:
+    """Python 3.13's dataclasses: identity first, then ``a == b and ...`` field by field (so a
+    copied record holding nan is unequal, where 3.11's tuple comparison found it equal)."""
+
+    def __eq__(self: Any, other: Any) -> Any:
+        if self is other:
+            return True
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        result: Any = True
+        for name in names:
+            result = getattr(self, name) == getattr(other, name)
+            if not result:
+                return result
+        return result
 
     return __eq__
 
