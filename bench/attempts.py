@@ -42,10 +42,10 @@ from typing import Any
 import psutil
 
 from bench.common import percentile
-from store.goals import Goals
-from store.journal import Journal
-from store.processes import node_workers
-from store.scheduler import FORKSERVER_ENV
+from store.host.processes import node_workers
+from store.journal.sqlite import Journal
+from store.model.goals import Goals
+from store.node.scheduler import FORKSERVER_ENV
 
 NODE = "bench-node"
 SLEEP_S = 600
@@ -69,7 +69,7 @@ def _node(path: Path, capacity: int, mode: str, tree: str | None) -> subprocess.
 def _forkserver_rss(node: psutil.Process) -> float:
     for proc in node.children():
         with contextlib.suppress(psutil.Error):
-            if "store.forkserver" in proc.cmdline():
+            if "store.node.forkserver" in proc.cmdline():
                 return float(proc.memory_info().rss) / 2**20
     return 0.0
 

@@ -24,10 +24,10 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from store.check import check_journal
 from store.errors import RefineError
-from store.execution import Execution
-from store.journal import Journal
+from store.journal.sqlite import Journal
+from store.model.execution import Execution
+from store.ops.check import check_journal
 
 PINS = {
     "candidate_digest": "sha256:" + "cd" * 32,

@@ -37,8 +37,8 @@ def _env(pycache: Path) -> dict[str, str]:
 
 
 def _small_journal(folder: Path, name: str, goals: int) -> Path:
-    from store.goals import Goals
-    from store.journal import Journal
+    from store.journal.sqlite import Journal
+    from store.model.goals import Goals
 
     path = folder / name
     with Journal.open(path) as journal:

@@ -29,11 +29,11 @@ from eventsourcing.persistence import StoredEvent
 from eventsourcing.sqlite import SQLiteApplicationRecorder, SQLiteDatastore
 
 from store.canonical import canonical_json
-from store.execution import Execution, decide_run, run_aggregate_id, validate_run_command
-from store.journal import Journal, Stored
-from store.journal_core import command_key
+from store.journal.core import command_key
+from store.journal.sqlite import Journal, Stored
+from store.model.execution import Execution, decide_run, run_aggregate_id, validate_run_command
+from store.model.run import run_text
 from store.records import dataclass
-from store.run_model import run_text
 
 PINS = {
     "candidate_digest": "sha256:" + "ab" * 32,

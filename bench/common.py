@@ -27,9 +27,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from store.check import check_journal
-from store.goals import Goals
-from store.journal import SCHEMA_VERSION, Journal
+from store.journal.sqlite import SCHEMA_VERSION, Journal
+from store.model.goals import Goals
+from store.ops.check import check_journal
 
 NODE = "n1"  # the dashboard's node
 OTHER_NODE = "n2"

@@ -37,8 +37,8 @@ from bench.common import NODE, TmuxDashboard, journal_with, summary, writer_comm
 from bench.latency import SIZE, ProbeApp, ready
 from refine_tui.rows import Reader
 from refine_tui.widgets.keyed_table import KeyedTable
-from store.goals import Goals
-from store.journal import Journal
+from store.journal.sqlite import Journal
+from store.model.goals import Goals
 
 SETTLE_S = 3.0  # after the first paint, before measuring
 # How long before the dashboard starts the busy journal's history ends (it spans ≈ 5 min at 1,000

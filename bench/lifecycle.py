@@ -63,8 +63,8 @@ class System:
 
 class Execution_(System):
     def __init__(self, folder: Path, sync: str) -> None:
-        from store.execution import Execution
-        from store.journal import Journal
+        from store.journal.sqlite import Journal
+        from store.model.execution import Execution
 
         self.db = folder / "journal.db"
         self.journal = Journal.open(self.db, synchronous=sync)  # type: ignore[arg-type]
@@ -90,8 +90,8 @@ class Execution_(System):
 
 class Goals_(System):
     def __init__(self, folder: Path, sync: str) -> None:
-        from store.goals import Goals
-        from store.journal import Journal
+        from store.journal.sqlite import Journal
+        from store.model.goals import Goals
 
         self.db = folder / "journal.db"
         self.journal = Journal.open(self.db, synchronous=sync)  # type: ignore[arg-type]

@@ -61,8 +61,8 @@ def journal_with_goals(
 ) -> Iterator[str]:
     """A fresh database holding the cached ``n``-Goal journal (bench.common), copied as
     ``refine copy`` does (rows as stored, then ``check`` on the copy); its URL, dropped after."""
-    from store.journal import Journal
-    from store.journal_copy import copy_journal
+    from store.journal.sqlite import Journal
+    from store.ops.journal_copy import copy_journal
 
     url = pg.create_database()
     try:
@@ -129,8 +129,8 @@ def _clock(loop: Callable[[], None]) -> Timing:
 
 
 def cycles_ours(url: str, n: int) -> Timing:
-    from store.execution import Execution
-    from store.journal import Journal
+    from store.journal.sqlite import Journal
+    from store.model.execution import Execution
 
     with Journal.open(url) as journal:
         ex = Execution(journal)
@@ -149,7 +149,7 @@ def cycles_ours(url: str, n: int) -> Timing:
 
 def cycles_raw(url: str, n: int) -> Timing:
     """The same rows a claim and a complete write, by hand, one transaction per command."""
-    from store.journal import Journal
+    from store.journal.sqlite import Journal
 
     Journal.open(url).close()  # our schema, created the same way
     state = {"run_id": "r", "pins": PINS, "budget": BUDGET, "status": "queued", "attempts": []}
@@ -207,8 +207,8 @@ def cycles_raw(url: str, n: int) -> Timing:
 
 
 def lifecycle_ours(url: str, n: int) -> Timing:
-    from store.execution import Execution
-    from store.journal import Journal
+    from store.journal.sqlite import Journal
+    from store.model.execution import Execution
 
     with Journal.open(url) as journal:
         ex = Execution(journal)

@@ -3,7 +3,7 @@ Cancel / Confirm cleanup / Release flows.
 
 ``why`` is a pure function of a ``Selection`` (what the screen has selected, and the journal's
 state): the App greys keys with it and says why. ``OperatorFlows`` is a small controller: each
-flow takes typed inputs (a goal id, a run id and epoch), calls ``store.operator`` in threads,
+flow takes typed inputs (a goal id, a run id and epoch), calls ``store.ops.operator`` in threads,
 asks the operator through modals and reports back as notifications, through a ``Dashboard``.
 """
 
@@ -22,9 +22,9 @@ from refine_tui import format as fmt
 from refine_tui.rows import GoalRow, Reader
 from refine_tui.screens.confirm import CancelModal, ConfirmModal
 from store.errors import RefineError, StorageError
-from store.goal_model import goal_id_of_run
-from store.journal_api import Journal, JournalHandle
-from store.operator import (
+from store.journal.api import Journal, JournalHandle
+from store.model.goal import goal_id_of_run
+from store.ops.operator import (
     ActionReport,
     CleanupEvidence,
     cancel_goal,

@@ -61,11 +61,11 @@ from refine_tui.widgets.keyed_table import KeyedTable
 from refine_tui.widgets.status_header import HeaderState, StatusHeader
 from refine_tui.widgets.trouble import TroubleNotice
 from store.errors import RefineError, StorageError
-from store.journal_api import JournalHandle
-from store.journal_url import redact
-from store.locations import resolve_location
-from store.operator import default_node, default_operator
-from store.watch import ChangeFeed
+from store.journal.api import JournalHandle
+from store.journal.locations import resolve_location
+from store.journal.url import redact
+from store.journal.watch import ChangeFeed
+from store.ops.operator import default_node, default_operator
 
 # A new filter's list usually arrives in 20–60 ms: paint nothing meanwhile, at most this long.
 HOLD_PAINT_S = 0.5

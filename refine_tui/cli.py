@@ -31,14 +31,14 @@ from store.errors import (
     RefineError,
     StorageError,
 )
-from store.journal_url import is_postgres_url, redact
-from store.locations import STATE_DIR_ENV, journal_file_exists
+from store.journal.locations import STATE_DIR_ENV, journal_file_exists
+from store.journal.url import is_postgres_url, redact
 
 # Each command imports the store modules it uses: a quick `refine goals` must not pay for the
 # operator's process tools (psutil), the checker or the dashboard (DESIGN §9, CLI start-up).
 if TYPE_CHECKING:
-    from store.journal_api import Journal
-    from store.operator import ActionReport
+    from store.journal.api import Journal
+    from store.ops.operator import ActionReport
 
 EXIT_OK, EXIT_REFUSED, EXIT_USAGE, EXIT_UNAVAILABLE = 0, 1, 2, 3
 MAX_CAPACITY = 1024  # attempts a node runs at once
@@ -62,7 +62,7 @@ def journal_path(args: argparse.Namespace) -> Path | str:
 
 
 def node_name(args: argparse.Namespace) -> str:
-    from store.operator import default_node
+    from store.ops.operator import default_node
 
     return args.node or default_node()
 
@@ -128,7 +128,7 @@ def pad(text: str, width: int) -> str:
 
 def open_journal(args: argparse.Namespace, *, write: bool) -> Journal:
     """Every command but init needs an existing journal; reads never create or modify it."""
-    from store.journal_api import Journal
+    from store.journal.api import Journal
 
     location = journal_path(args)
     if isinstance(location, Path) and not journal_file_exists(location):
@@ -137,7 +137,7 @@ def open_journal(args: argparse.Namespace, *, write: bool) -> Journal:
 
 
 def cmd_init(args: argparse.Namespace) -> int:
-    from store.journal_api import Journal
+    from store.journal.api import Journal
 
     path = journal_path(args)
     if isinstance(path, str):  # a URL is never a file name: create the schema there
@@ -164,7 +164,7 @@ def cmd_init(args: argparse.Namespace) -> int:
 
 
 def cmd_goal_add(args: argparse.Namespace) -> int:
-    from store.goals import Goals
+    from store.model.goals import Goals
 
     argv = list(args.argv)
     if argv and argv[0] == "--":
@@ -218,7 +218,7 @@ def _ascii(char: str) -> str:
 
 
 def cmd_goals(args: argparse.Namespace) -> int:
-    from store.goals import CorruptGoal, Goals
+    from store.model.goals import CorruptGoal, Goals
 
     with open_journal(args, write=False) as journal:
         goals = Goals(journal).list_readable(status=args.status, node_id=args.only_node)
@@ -257,7 +257,7 @@ def warn_corrupt(goal_ids: list[str]) -> None:
 
 def cmd_runs(args: argparse.Namespace) -> int:
     from store.errors import RefineError
-    from store.goals import CorruptGoal, Goals
+    from store.model.goals import CorruptGoal, Goals
 
     corrupt: list[tuple[str, str]] = []  # (goal id, what is wrong): one row each
     with open_journal(args, write=False) as journal:
@@ -301,9 +301,9 @@ def require_goal(goals: Any, goal_id: str) -> Any:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    from store.execution import Execution
-    from store.goals import Goals, goal_id_of_run
-    from store.reads import goal_history, run_history
+    from store.model.execution import Execution
+    from store.model.goals import Goals, goal_id_of_run
+    from store.ops.reads import goal_history, run_history
 
     with open_journal(args, write=False) as journal:
         goals = Goals(journal)
@@ -385,7 +385,7 @@ def act(args: argparse.Namespace, action: Callable[[Journal], ActionReport]) -> 
 
 
 def cmd_stop(args: argparse.Namespace) -> int:
-    from store.operator import default_operator, stop_goal
+    from store.ops.operator import default_operator, stop_goal
 
     node, operator = node_name(args), default_operator()
     return act(
@@ -394,7 +394,7 @@ def cmd_stop(args: argparse.Namespace) -> int:
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
-    from store.operator import cancel_goal, default_operator
+    from store.ops.operator import cancel_goal, default_operator
 
     node, operator = node_name(args), default_operator()
     return act(
@@ -406,7 +406,7 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 
 def cmd_cleanup(args: argparse.Namespace) -> int:
-    from store.operator import confirm_cleanup, default_operator
+    from store.ops.operator import confirm_cleanup, default_operator
 
     node, operator = node_name(args), default_operator()
     return act(
@@ -418,7 +418,7 @@ def cmd_cleanup(args: argparse.Namespace) -> int:
 
 
 def cmd_release(args: argparse.Namespace) -> int:
-    from store.operator import default_operator, release_goal
+    from store.ops.operator import default_operator, release_goal
 
     operator = default_operator()
     return act(args, lambda j: release_goal(j, args.goal, operator=operator))
@@ -427,7 +427,7 @@ def cmd_release(args: argparse.Namespace) -> int:
 def cmd_wait(args: argparse.Namespace) -> int:
     import asyncio
 
-    from store.goal_wait import wait_for_status
+    from store.ops.goal_wait import wait_for_status
 
     with open_journal(args, write=False) as journal:
         goal = asyncio.run(
@@ -438,7 +438,7 @@ def cmd_wait(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from store.check import check_journal
+    from store.ops.check import check_journal
 
     with open_journal(args, write=False) as journal:
         report = check_journal(journal)
@@ -448,13 +448,13 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 def open_location(location: str, *, read_only: bool, create: bool) -> Any:
     """The journal a path or a ``postgresql://`` URL names (psycopg is imported only for URLs)."""
-    from store.journal_api import Journal
+    from store.journal.api import Journal
 
     return Journal.open(location, read_only=read_only, create=create)
 
 
 def cmd_copy(args: argparse.Namespace) -> int:
-    from store.journal_copy import copy_journal
+    from store.ops.journal_copy import copy_journal
 
     made = new_sqlite_files(args.target)
     try:
@@ -514,7 +514,7 @@ class ProgressLine:
 def cmd_node(args: argparse.Namespace) -> int:
     import asyncio
 
-    from store.scheduler import Node
+    from store.node.scheduler import Node
 
     path = journal_path(args)
     open_journal(args, write=True).close()
@@ -529,7 +529,7 @@ def cmd_tui(args: argparse.Namespace) -> int:
 
     path = journal_path(args)
     if isinstance(path, str):  # a URL that can never connect is bad input now, not a wait
-        from store.journal_postgres import connection_info
+        from store.journal.postgres import connection_info
 
         connection_info(path)
     RefineApp(journal=path, node=node_name(args), read_only=args.read_only).run()
@@ -617,7 +617,7 @@ def seconds(text: str) -> float:
 
 
 def goal_statuses(text: str) -> frozenset[str]:
-    from store.goals import GOAL_STATUSES
+    from store.model.goals import GOAL_STATUSES
 
     wanted = frozenset(s.strip() for s in text.split(","))
     if not text.strip() or not wanted <= set(GOAL_STATUSES):

@@ -19,11 +19,11 @@ import time
 from pathlib import Path
 
 from store.errors import RefineError
-from store.goals import Goals
-from store.journal_api import Journal
-from store.locations import resolve_location
-from store.operator import stop_goal
-from store.processes import ProcessRegistry, node_workers, stop_process
+from store.host.processes import ProcessRegistry, node_workers, stop_process
+from store.journal.api import Journal
+from store.journal.locations import resolve_location
+from store.model.goals import Goals
+from store.ops.operator import stop_goal
 
 DEMO_NODE = "n1"
 OTHER_NODE = "n2"
@@ -157,7 +157,7 @@ def start_node(path: Path, node: str, capacity: int = 4) -> subprocess.Popen[byt
     """``refine node`` in the background, its output in the journal's folder."""
     log = open(path.parent / f"node-{node}.log", "ab")  # noqa: SIM115 (lives with the process)
     code = (
-        "import sys; from store.scheduler import run_node; "
+        "import sys; from store.node.scheduler import run_node; "
         "sys.exit(run_node(sys.argv[1], sys.argv[2], capacity=int(sys.argv[3])))"
     )
     return subprocess.Popen(

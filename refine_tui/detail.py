@@ -20,7 +20,7 @@ from textual.message import Message
 from refine_tui import format as fmt
 from refine_tui.widgets.follow_log import FollowLog
 from store.errors import RefineError
-from store.journal_api import Event
+from store.journal.api import Event
 
 LOG_POLL_S = 0.5
 LOG_WINDOW = 256 * 1024  # at most this much of a log is read per look

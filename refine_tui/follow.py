@@ -25,8 +25,8 @@ from store.errors import (
     StorageError,
     StorageUnreachableError,
 )
-from store.journal_api import Journal, WakeUps, relay
-from store.locations import Location
+from store.journal.api import Journal, WakeUps, relay
+from store.journal.locations import Location
 
 RETRY_S = 2.0  # how often an unreadable journal is tried again (file events also wake it)
 

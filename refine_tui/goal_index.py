@@ -16,8 +16,8 @@ from bisect import bisect_left, insort
 from collections.abc import Iterable, Mapping
 
 from refine_tui.rows import ACTIVE, TERMINAL, GoalRow
-from store import reads
-from store.journal_api import Journal
+from store.journal.api import Journal
+from store.ops import reads
 
 BUILD_PAGE = 2_000  # Goals read at a time while building
 CHUNK = 1_024  # lines searched at once, in C, before looking at them one by one

@@ -18,9 +18,9 @@ from textual.message import Message
 from refine_tui.goal_index import GoalIndex
 from refine_tui.messages import JournalUpdate
 from refine_tui.rows import ACTIVE_LIMIT, RECENT_LIMIT, Reader
-from store.journal_api import Event, Journal
-from store.reads import goals_touched
-from store.watch import ChangeFeed
+from store.journal.api import Event, Journal
+from store.journal.watch import ChangeFeed
+from store.ops.reads import goals_touched
 
 FIRST_SCREEN = 100  # a full read shows this many rows first when the height is not known
 PAINT_WAIT_S = 1.0  # how long a full read waits for its first screen to be painted

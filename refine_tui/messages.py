@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from textual.message import Message
 
 from refine_tui.rows import AttemptRow, GoalRow, RunRow, WorkerRow
-from store.journal_api import Event
+from store.journal.api import Event
 
 
 @dataclass

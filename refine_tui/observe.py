@@ -18,7 +18,7 @@ from textual.timer import Timer
 
 from refine_tui.messages import JournalUpdate
 from refine_tui.rows import AttemptRow
-from store.reads import launch_ends
+from store.ops.reads import launch_ends
 
 
 class LaunchWindows:

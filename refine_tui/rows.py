@@ -13,13 +13,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from store import reads
 from store.errors import RefineError
-from store.goals import Goal, ended_by_words
-from store.journal_api import Event, Journal
-from store.processes import ProcessRecord, ProcessRegistry, observe, same_process
-from store.reads import ClaimTimes, GoalAndRun
-from store.run_model import Run
+from store.host.processes import ProcessRecord, ProcessRegistry, observe, same_process
+from store.journal.api import Event, Journal
+from store.model.goals import Goal, ended_by_words
+from store.model.run import Run
+from store.ops import reads
+from store.ops.reads import ClaimTimes, GoalAndRun
 
 ACTIVE = ("queued", "held", "running")
 TERMINAL = ("completed", "exhausted", "cancelled")

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from store.journal_api import Journal
+from store.journal.api import Journal
 from tests.helpers.node_env import Env
 from tests.helpers.postgres_server import (
     PostgresServer,

@@ -27,9 +27,9 @@ from refine_tui.messages import JournalUpdate
 from refine_tui.screens.confirm import CancelModal, ConfirmModal
 from refine_tui.screens.help import HelpScreen
 from refine_tui.widgets.keyed_table import KeyedTable
-from store.goals import Goals
-from store.journal import Journal
-from store.operator import default_node, default_operator
+from store.journal.sqlite import Journal
+from store.model.goals import Goals
+from store.ops.operator import default_node, default_operator
 from tests.helpers.dashboard import commit_in_process, end, goals_table, loaded, row_line, select
 from tests.helpers.registry import node_registry, record_worker
 from tests.helpers.waits import until
@@ -1059,7 +1059,7 @@ async def test_a_goal_just_claimed_is_starting_not_needs_cleanup(
     """Between a claim's commit and its worker's process record the row is starting: never
     `needs cleanup`. When the launch window ends it is read again: the record proves one, the
     other (no record ever) needs cleanup then, without any commit."""
-    from store import reads
+    from store.ops import reads
 
     monkeypatch.setattr(reads, "LAUNCH_WINDOW_S", 3.0)  # the same rule, a shorter wait
     with Journal.open(journal_path) as j:

@@ -9,7 +9,7 @@ from textual.widgets._footer import FooterKey
 
 from refine_tui.app import RefineApp
 from refine_tui.demo import populate
-from store.operator import default_node
+from store.ops.operator import default_node
 from tests.helpers.dashboard import loaded, select
 from tests.helpers.waits import until
 

@@ -10,9 +10,9 @@ import pytest
 import bench.common
 from bench import claims, latency
 from bench.common import journal_with, shape_of
-from store.check import check_journal
-from store.goals import Goals
-from store.journal import Journal
+from store.journal.sqlite import Journal
+from store.model.goals import Goals
+from store.ops.check import check_journal
 from tests.helpers.postgres_server import PostgresServer
 
 

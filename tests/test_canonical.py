@@ -111,7 +111,7 @@ budgets = st.fixed_dictionaries(
 
 @st.composite
 def goal_states(draw: st.DrawFn) -> dict[str, Any]:
-    from store.goal_model import GOAL_STATUSES, run_id_for
+    from store.model.goal import GOAL_STATUSES, run_id_for
 
     goal_id, round_ = draw(names), draw(st.integers(1, 9999))
     status = draw(st.sampled_from(GOAL_STATUSES))
@@ -187,7 +187,7 @@ def run_states(draw: st.DrawFn) -> dict[str, Any]:
 @settings(max_examples=1500, deadline=None)
 @given(goal_states())
 def test_goal_text_is_the_canonical_json_of_every_checked_goal(state: dict[str, Any]) -> None:
-    from store.goal_model import check_goal_state, goal_text
+    from store.model.goal import check_goal_state, goal_text
 
     try:
         check_goal_state(state)
@@ -200,7 +200,7 @@ def test_goal_text_is_the_canonical_json_of_every_checked_goal(state: dict[str, 
 @given(run_states())
 def test_run_text_is_the_canonical_json_of_every_checked_run(state: dict[str, Any]) -> None:
     from store.errors import CorruptRunError
-    from store.run_model import check_run, run_text
+    from store.model.run import check_run, run_text
 
     try:
         check_run(state)
@@ -217,7 +217,7 @@ def test_a_checked_run_reads_back_as_a_run_that_passes(state: dict[str, Any]) ->
     import json
 
     from store.errors import CorruptRunError
-    from store.run_model import check_run, run_text
+    from store.model.run import check_run, run_text
 
     try:
         check_run(state)
@@ -229,7 +229,7 @@ def test_a_checked_run_reads_back_as_a_run_that_passes(state: dict[str, Any]) ->
 def test_run_text_refuses_a_record_that_is_no_json_as_canonical_json_does() -> None:
     from types import MappingProxyType
 
-    from store.run_model import check_run, run_text
+    from store.model.run import check_run, run_text
 
     state = {
         "run_id": "r",
@@ -266,7 +266,7 @@ def _parsed(parse: Any, text: Any) -> tuple[str, Any]:
 def test_the_journals_json_reader_is_json_loads(text: Any) -> None:
     """journal_core.loads scans a stored text directly: the same value as json.loads, or the
     same error, for any text (whitespace, a BOM, extra data, bytes)."""
-    from store.journal_core import loads
+    from store.journal.core import loads
 
     mine, theirs = _parsed(loads, text), _parsed(json.loads, text)
     if mine[0] == theirs[0] == "value":  # NaN is not equal to itself: compare as text too

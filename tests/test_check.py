@@ -5,9 +5,9 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from store.check import check_journal
-from store.goals import Goals
-from store.journal import Journal
+from store.journal.sqlite import Journal
+from store.model.goals import Goals
+from store.ops.check import check_journal
 
 
 def make_journal(path: Path) -> None:
@@ -104,7 +104,7 @@ def test_an_outbox_that_disagrees_with_the_events_is_a_violation(postgres_url: s
     event: the foreign key)."""
     import psycopg
 
-    from store.journal_postgres import PostgresJournal
+    from store.journal.postgres import PostgresJournal
     from tests.helpers.old_schema import as_pg_schema
 
     with PostgresJournal.connect(postgres_url) as journal:

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from refine_tui.cli import main
-from store.goals import Goals
-from store.journal import Journal
+from store.journal.sqlite import Journal
+from store.model.goals import Goals
 from tests.helpers.cli import dump, refine
 
 

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from refine_tui.cli import COMMANDS, build_parser, parse_quickly
-from store.goals import Goals
-from store.journal import Journal
+from store.journal.sqlite import Journal
+from store.model.goals import Goals
 
 # Run the CLI in a fresh interpreter, then list which heavy packages it imported.
 PROBE = """
@@ -116,7 +116,7 @@ def test_help_mistakes_and_lookalikes_go_to_the_whole_parser(argv: list[str]) ->
 def test_an_operator_command_id_is_a_uuid4() -> None:
     import uuid
 
-    from store.operator import uuid4_text
+    from store.ops.operator import uuid4_text
 
     texts = {uuid4_text() for _ in range(200)}
     assert len(texts) == 200
@@ -129,7 +129,7 @@ def test_an_operator_command_id_is_a_uuid4() -> None:
 def test_a_receipt_digest_is_hashlib_sha256(text: str) -> None:
     import hashlib
 
-    from store.journal_core import key_digest
+    from store.journal.core import key_digest
 
     try:
         expected = hashlib.sha256(text.encode()).hexdigest()[:32]
@@ -145,7 +145,7 @@ def test_a_receipt_digest_looks_for_its_sha256_once() -> None:
     again on every call, ≈ 30 µs a command. Counted by a finder that notes every search."""
     import sys
 
-    from store.journal_core import key_digest
+    from store.journal.core import key_digest
 
     key_digest("warm")  # found here, once
     searched: list[str] = []

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from store import goal_wait
 from store.errors import GoalTerminalError, WaitTimeoutError
-from store.goal_wait import wait_for_status
-from store.goals import Goal, Goals
-from store.journal import Journal
+from store.journal.sqlite import Journal
+from store.model.goals import Goal, Goals
+from store.ops import goal_wait
+from store.ops.goal_wait import wait_for_status
 from tests.helpers.cli import dump, refine
 from tests.helpers.postgres_server import PostgresServer
 

@@ -10,11 +10,11 @@ import time
 from pathlib import Path
 
 from refine_tui.demo import DEMO_NODE, finish, populate, start_node, stop_node
-from store.goals import Goals
-from store.journal import Journal
-from store.locations import resolve_location
-from store.operator import cleanup_evidence
-from store.processes import node_workers, same_process
+from store.host.processes import node_workers, same_process
+from store.journal.locations import resolve_location
+from store.journal.sqlite import Journal
+from store.model.goals import Goals
+from store.ops.operator import cleanup_evidence
 from tests.helpers.registry import node_registry
 from tests.helpers.terminal import on_a_terminal
 from tests.helpers.waits import wait_until

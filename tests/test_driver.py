@@ -17,8 +17,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from store.goals import Goals
-from store.journal import Journal
+from store.journal.sqlite import Journal
+from store.model.goals import Goals
 from tests.helpers.terminal import on_a_terminal
 from tests.helpers.waits import wait_until
 

@@ -27,7 +27,9 @@ from store.errors import (
     StaleAttemptError,
     VersionConflictError,
 )
-from store.execution import (
+from store.journal.sqlite import Journal, Stored
+from store.journal.url import is_postgres_url
+from store.model.execution import (
     EXECUTION_LIMITS,
     Execution,
     check_run,
@@ -36,8 +38,6 @@ from store.execution import (
     run_from_stored,
     validate_run_command,
 )
-from store.journal import Journal, Stored
-from store.journal_url import is_postgres_url
 from tests.helpers.run_support import (
     PINS,
     Child,

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from store.errors import CancelPendingError, RunTerminalError, StorageError
-from store.execution import Execution
-from store.journal import Journal
+from store.journal.sqlite import Journal
+from store.model.execution import Execution
 from tests.helpers.run_support import (
     PINS,
     Child,

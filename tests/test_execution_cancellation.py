@@ -12,8 +12,8 @@ from store.errors import (
     StaleAttemptError,
     VersionConflictError,
 )
-from store.execution import Execution, Run
-from store.journal import Journal
+from store.journal.sqlite import Journal
+from store.model.execution import Execution, Run
 from tests.helpers.run_support import assert_consistent, claim, footprint, submit
 
 REASON = "operator: wrong branch"

@@ -26,8 +26,8 @@ from store.errors import (
     StaleAttemptError,
     VersionConflictError,
 )
-from store.execution import OPERATIONS, Execution, check_run, validate_run_command
-from store.journal import Journal
+from store.journal.sqlite import Journal
+from store.model.execution import OPERATIONS, Execution, check_run, validate_run_command
 from tests.helpers.run_support import PINS, assert_consistent, budget, footprint
 
 CLEANUP = {"epoch": 1, "confirmed_by": "op@n1", "method": "sigterm"}

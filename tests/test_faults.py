@@ -18,12 +18,12 @@ from pathlib import Path
 import pytest
 
 from refine_tui import cli
-from store.check import check_journal
 from store.errors import StorageError
-from store.goals import Goals
-from store.journal import Journal
-from store.processes import ProcessRegistry
-from store.watch import ChangeFeed
+from store.host.processes import ProcessRegistry
+from store.journal.sqlite import Journal
+from store.journal.watch import ChangeFeed
+from store.model.goals import Goals
+from store.ops.check import check_journal
 from tests.helpers.registry import node_registry
 from tests.helpers.run_support import footprint
 from tests.helpers.soak_recipes import (
@@ -238,7 +238,7 @@ def test_truncated_journal_gives_typed_errors_everywhere(journal_path: Path, kee
 
 @pytest.mark.parametrize("kind", ["ignore-term", "grandchildren"])
 def test_stop_ends_the_whole_group_of_a_stubborn_recipe(tmp_path: Path, kind: str) -> None:
-    operator = pytest.importorskip("store.operator")
+    operator = pytest.importorskip("store.ops.operator")
     path = tmp_path / "j" / "journal.db"
     marker, pids_dir = str(tmp_path / "marker"), tmp_path / "pids"
     expected = 3 if kind == "grandchildren" else 1
@@ -303,8 +303,8 @@ def test_a_crashed_workers_grandchildren_end_with_its_attempt(tmp_path: Path, by
     """The worker alone crashes (its recipe dies with it, PDEATHSIG); the grandchildren, in the
     same process group without a parent, used to run on after the attempt was ended by the
     node's reconciliation or by an operator's confirmed cleanup (regression)."""
-    from store.operator import confirm_cleanup
-    from store.scheduler import Node
+    from store.node.scheduler import Node
+    from store.ops.operator import confirm_cleanup
 
     path, pids_dir, worker = start_grandchildren(tmp_path)
     try:
@@ -351,7 +351,7 @@ def test_a_worker_ending_its_recipe_ends_the_grandchildren_too(tmp_path: Path, e
 
 def start_node(path: Path, node: str = "n1") -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-m", "store.scheduler", "--journal", str(path), "--node", node],
+        [sys.executable, "-m", "store.node.scheduler", "--journal", str(path), "--node", node],
         cwd=ROOT,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
@@ -509,9 +509,9 @@ def test_reused_pids_are_never_signalled_by_stop_cancel_or_reconcile(tmp_path: P
 
     import psutil
 
-    from store.operator import cancel_goal, stop_goal
-    from store.processes import ProcessRecord
-    from store.scheduler import Node
+    from store.host.processes import ProcessRecord
+    from store.node.scheduler import Node
+    from store.ops.operator import cancel_goal, stop_goal
     from tests.helpers.soak_recipes import Decoys
 
     path = tmp_path / "j" / "journal.db"

@@ -9,9 +9,9 @@ import pytest
 from refine_tui import goal_index
 from refine_tui.goal_index import GoalIndex
 from refine_tui.rows import ACTIVE, TERMINAL, GoalRow, Reader
-from store import reads
-from store.goals import Goals
-from store.journal_api import Journal
+from store.journal.api import Journal
+from store.model.goals import Goals
+from store.ops import reads
 
 
 def journal_list(journal: Journal, active: int, recent: int) -> list[str]:

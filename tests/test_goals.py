@@ -10,7 +10,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from store.check import check_journal
 from store.errors import (
     CancelPendingError,
     CommandConflictError,
@@ -26,8 +25,9 @@ from store.errors import (
     StaleAttemptError,
     VersionConflictError,
 )
-from store.goals import MAX_NAME, Goals, goal_from_stored, goal_id_of_run, pins_for
-from store.journal import Change, Journal, Stored
+from store.journal.sqlite import Change, Journal, Stored
+from store.model.goals import MAX_NAME, Goals, goal_from_stored, goal_id_of_run, pins_for
+from store.ops.check import check_journal
 
 
 def add(goals: Goals, goal_id: str = "build", **kw) -> None:
@@ -261,8 +261,8 @@ def test_a_repeated_reassign_replays_even_after_the_goal_moved_on(journal: Journ
 RACER = """
 import sys
 from store.errors import RefineError
-from store.goals import Goals
-from store.journal import Journal
+from store.model.goals import Goals
+from store.journal.sqlite import Journal
 with Journal.open(sys.argv[1]) as j:
     try:
         Goals(j).start(goal_id="race", node_id="n1", worker="w" + sys.argv[2], token=sys.argv[2])
@@ -472,7 +472,7 @@ def test_text_rules_refuse_exactly_control_characters_and_what_cannot_be_stored(
     # definitions they replace (unicodedata, str.encode).
     import unicodedata
 
-    from store.goal_model import check_argv, check_cwd, check_title
+    from store.model.goal import check_argv, check_cwd, check_title
 
     def refused(check, value) -> bool:
         try:

@@ -27,9 +27,9 @@ from refine_tui.cli import main
 from refine_tui.screens.confirm import CancelModal, ConfirmModal
 from refine_tui.visible import cells, visible
 from refine_tui.widgets.keyed_table import KeyedTable
-from store.goals import Goals
-from store.journal import Journal
-from store.processes import ProcessRecord, ProcessRegistry
+from store.host.processes import ProcessRecord, ProcessRegistry
+from store.journal.sqlite import Journal
+from store.model.goals import Goals
 from tests.helpers.cli import dump, refine
 from tests.helpers.registry import node_registry
 from tests.helpers.waits import until

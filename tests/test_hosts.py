@@ -19,7 +19,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from store.journal_api import Journal
+from store.journal.api import Journal
 from tests.helpers.fleet import Fleet
 from tests.helpers.host_postgres import PASSWORD, HostPostgres, ServerUnavailable
 from tests.helpers.hosts import NETNS_DIR, Hosts, open_or_skip, required

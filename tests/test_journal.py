@@ -13,8 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from store import journal_api
-from store.check import check_journal
 from store.errors import (
     BackendUnavailableError,
     CommandConflictError,
@@ -31,9 +29,11 @@ from store.errors import (
     StorageUnreachableError,
     VersionConflictError,
 )
-from store.execution import Execution
-from store.goals import Goals
-from store.journal import SCHEMA_VERSION, Change, Journal, SqliteJournal
+from store.journal import api as journal_api
+from store.journal.sqlite import SCHEMA_VERSION, Change, Journal, SqliteJournal
+from store.model.execution import Execution
+from store.model.goals import Goals
+from store.ops.check import check_journal
 from tests.conftest import JournalFactory
 from tests.helpers.old_schema import as_schema_3
 
@@ -347,8 +347,8 @@ def test_a_schema_3_journal_reads_as_it_is_and_migrates_to_the_outbox_view_and_c
 def test_goal_lookups_read_the_partial_indexes(tmp_path: Path) -> None:
     """The dashboard's and the node's Goal lookups stay index reads at 100k Goals although the
     indexes leave out Runs and settled Goals (schema 4): the queries repeat the indexes' terms."""
-    from store.goal_model import GOAL_STATUSES, TERMINAL_STATUSES
-    from store.journal import ACTIVE_STATUSES
+    from store.journal.sqlite import ACTIVE_STATUSES
+    from store.model.goal import GOAL_STATUSES, TERMINAL_STATUSES
 
     assert set(ACTIVE_STATUSES) == set(GOAL_STATUSES) - TERMINAL_STATUSES
     with Journal.open(tmp_path / "j.db") as j:

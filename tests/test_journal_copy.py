@@ -13,12 +13,12 @@ from typing import Any
 import pytest
 
 from store.errors import InvalidInputError, TargetNotEmptyError
-from store.goals import Goals
-from store.journal import Change, Journal
-from store.journal_copy import copy_journal
-from store.journal_core import COPY_TABLES
-from store.journal_postgres import PostgresJournal
-from store.journal_url import redact
+from store.journal.core import COPY_TABLES
+from store.journal.postgres import PostgresJournal
+from store.journal.sqlite import Change, Journal
+from store.journal.url import redact
+from store.model.goals import Goals
+from store.ops.journal_copy import copy_journal
 from tests.helpers.old_schema import as_pg_schema
 from tests.helpers.postgres_server import PASSWORD
 from tests.helpers.soak_recipes import ROOT

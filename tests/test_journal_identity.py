@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 
 from store.errors import StorageError
-from store.goals import Goals
-from store.journal import SCHEMA_VERSION, Journal
-from store.processes import ProcessRecord, ProcessRegistry, same_process
-from store.watch import ChangeFeed
+from store.host.processes import ProcessRecord, ProcessRegistry, same_process
+from store.journal.sqlite import SCHEMA_VERSION, Journal
+from store.journal.watch import ChangeFeed
+from store.model.goals import Goals
 from tests.helpers.node_env import HANG, PY, Env
 from tests.helpers.old_schema import as_schema_3
 from tests.helpers.waits import wait_until
@@ -154,7 +154,7 @@ def linked(tmp_path: Path) -> Iterator[tuple[Env, Path]]:
 
 
 def start_node(env: Env, journal: Path, node_id: str = "n1") -> subprocess.Popen[bytes]:
-    argv = [PY, "-m", "store.scheduler", "--journal", str(journal), "--node", node_id]
+    argv = [PY, "-m", "store.node.scheduler", "--journal", str(journal), "--node", node_id]
     proc = subprocess.Popen(argv, start_new_session=True)
     env.started.append(proc)
     return proc
@@ -268,7 +268,7 @@ def test_an_older_log_of_another_journal_in_the_same_folder_is_never_shown(tmp_p
     """Logs do not name their journal: before the fix, an attempt with no record and no log of
     its own showed the other journal's old log of the same run id + epoch from nodes/n1/."""
     from refine_tui.rows import Reader
-    from store.operator import cleanup_evidence
+    from store.ops.operator import cleanup_evidence
 
     journals = [Journal.open(tmp_path / name) for name in ("a.db", "b.db")]
     try:

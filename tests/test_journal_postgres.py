@@ -10,8 +10,7 @@ from typing import Any
 import psycopg
 import pytest
 
-import store.journal_postgres as journal_postgres
-from store.check import check_journal
+import store.journal.postgres as journal_postgres
 from store.errors import (
     CommandConflictError,
     InvalidInputError,
@@ -23,10 +22,11 @@ from store.errors import (
     StorageUnreachableError,
     VersionConflictError,
 )
-from store.goals import Goals
-from store.journal import Change
-from store.journal_postgres import PostgresJournal
-from store.journal_url import redact
+from store.journal.postgres import PostgresJournal
+from store.journal.sqlite import Change
+from store.journal.url import redact
+from store.model.goals import Goals
+from store.ops.check import check_journal
 from tests.helpers.old_schema import as_pg_schema
 from tests.helpers.postgres_server import PASSWORD, PostgresServer
 
@@ -264,7 +264,7 @@ def test_a_schema_3_journal_migrates_to_the_outbox_view_and_the_goal_indexes(
 def test_goal_lookups_read_the_partial_indexes(postgres_url: str) -> None:
     """The Goal look-ups can use the partial indexes (schema 4): with sequential scans off, each
     plan names the index (a query whose WHERE does not imply the index's could not use it)."""
-    from store.journal import ACTIVE_STATUSES
+    from store.journal.sqlite import ACTIVE_STATUSES
 
     with PostgresJournal.connect(postgres_url) as j:
         Goals(j).create(goal_id="a", title="A", node_id="n1", argv=["true"])
@@ -348,7 +348,7 @@ async def test_wakeups_wake_the_consumer_when_the_first_connection_cannot_be_mad
     retried without a word), so it said ``live`` for as long as the server stayed down."""
     import asyncio
 
-    from store.journal_listen import ListenWakeUps
+    from store.journal.listen import ListenWakeUps
 
     wakeups = ListenWakeUps("postgresql://postgres@127.0.0.1:1/x")  # nothing listens there
     batches = wakeups.__aiter__()
@@ -370,7 +370,7 @@ async def test_wakeups_connect_and_listen_while_the_consumers_loop_is_blocked(
     import asyncio
     import time
 
-    from store.journal_listen import ListenWakeUps
+    from store.journal.listen import ListenWakeUps
 
     def listeners() -> set[threading.Thread]:
         return {t for t in threading.enumerate() if t.name == "refine-listen"}

@@ -11,8 +11,8 @@ import psycopg
 import pytest
 
 from store.errors import StorageUnreachableError
-from store.journal_core import Change
-from store.journal_postgres import PostgresJournal
+from store.journal.core import Change
+from store.journal.postgres import PostgresJournal
 from tests.helpers.postgres_server import PostgresServer
 from tests.helpers.run_support import Child as RunChild
 

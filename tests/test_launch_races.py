@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from store.worker import EXIT_REFUSED, EXIT_SETTLED
+from store.node.worker import EXIT_REFUSED, EXIT_SETTLED
 from tests.helpers.node_env import PY, Env
 from tests.helpers.waits import wait_until
 
@@ -61,7 +61,7 @@ def test_a_claim_whose_answer_was_lost_is_repeated_and_its_attempt_ended_not_lau
     commit: a server restart, a network cut). Repeated with the same token it replays: the
     recipe is never launched from it, and the worker, as the attempt's owner, ends the attempt
     so the goal moves on. It used to stay `running` until an operator confirmed cleanup."""
-    from store.worker import NOT_LAUNCHED
+    from store.node.worker import NOT_LAUNCHED
 
     env.goal("g", COUNT_RUNS, max_attempts=2)
     token = env.token("lost-answer")
@@ -81,8 +81,8 @@ def test_a_claim_whose_answer_was_lost_is_repeated_and_its_attempt_ended_not_lau
 def test_stop_inside_the_claim_to_record_window_says_starting(
     env: Env, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from store import operator, reads
     from store.errors import NoProcessRecordError
+    from store.ops import operator, reads
 
     env.goal("g", COUNT_RUNS)
     env.goals.start(goal_id="g", node_id="n1", worker="n1/t1", token="t1")  # no record yet

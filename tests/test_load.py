@@ -19,12 +19,12 @@ from typing import Any, cast
 
 import psutil
 
-from store.check import check_journal, fold_goal
 from store.errors import StorageError
-from store.goals import goal_from_stored
-from store.journal import Event, Journal, Stored
-from store.run_model import fold_run, run_from_stored
-from store.watch import ChangeFeed
+from store.journal.sqlite import Event, Journal, Stored
+from store.journal.watch import ChangeFeed
+from store.model.goals import goal_from_stored
+from store.model.run import fold_run, run_from_stored
+from store.ops.check import check_journal, fold_goal
 from tests.helpers.soak_recipes import ROOT, refine_json
 
 SECONDS = float(os.environ.get("REFINE_LOAD_SECONDS", "15"))

@@ -28,10 +28,10 @@ from typing import Any
 import pytest
 
 from refine_tui.app import RefineApp
-from store.goal_model import PROCESS_GONE_METHOD
-from store.goals import Goal, Goals
-from store.journal_api import Journal
-from store.run_model import Run
+from store.journal.api import Journal
+from store.model.goal import PROCESS_GONE_METHOD
+from store.model.goals import Goal, Goals
+from store.model.run import Run
 from tests.helpers.fleet import Fleet
 from tests.helpers.host_postgres import PASSWORD, HostPostgres, ServerUnavailable
 from tests.helpers.hosts import Host, HostProcess, Hosts, open_or_skip, required
@@ -460,7 +460,7 @@ def test_rows_locked_by_a_machine_switched_off_mid_command_are_free_again_within
     """b goes silent between a command's two round trips, its rows locked (its cable pulled,
     never plugged back: a machine switched off). The server ends that session and a's Cancel of
     the same goal goes through; it waited the server's default 2 hours of silence before."""
-    from store.goals import goal_aggregate_id, run_aggregate_id
+    from store.model.goals import goal_aggregate_id, run_aggregate_id
 
     w.add("b", "gb", HANG)
     locked = threading.Event()
@@ -505,7 +505,7 @@ def test_a_claim_committed_while_b_was_cut_off_ends_unlaunched_and_the_goal_runs
     b. Back on the network, b repeats the claim (a replay), never launches from it, and ends
     that attempt itself; the goal runs once, on its next attempt. It stayed `running` until an
     operator confirmed cleanup (the node's new worker was refused: the goal was running)."""
-    from store.worker import NOT_LAUNCHED
+    from store.node.worker import NOT_LAUNCHED
 
     folder = w.add("b", "g", RUN_COUNTED)
     dbname = w.url.rsplit("/", 1)[-1]
@@ -599,7 +599,7 @@ def test_a_home_shared_by_two_machines_never_ends_or_signals_the_other_machines_
 ) -> None:
     """Both machines mount one home (a network file system): a's operator and a node on a that
     is wrongly named b read b's process records. Their pids name processes of b, never of a."""
-    from store.scheduler import Node
+    from store.node.scheduler import Node
 
     w.add("b", "gb", HANG)
     w.fleet.start_node("b", "--capacity", "2")

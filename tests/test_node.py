@@ -17,13 +17,13 @@ from pathlib import Path
 import psutil
 import pytest
 
-from store import scheduler
 from store.errors import RunTerminalError, StaleAttemptError
-from store.goals import Goals
-from store.journal import Journal
-from store.processes import ProcessRegistry, same_process
-from store.scheduler import Node, run_node
-from store.worker import EXIT_SUPERSEDED
+from store.host.processes import ProcessRegistry, same_process
+from store.journal.sqlite import Journal
+from store.model.goals import Goals
+from store.node import scheduler
+from store.node.scheduler import Node, run_node
+from store.node.worker import EXIT_SUPERSEDED
 from tests.helpers.node_env import (
     FAIL,
     HANG,
@@ -306,7 +306,7 @@ def test_run_node_refuses_a_missing_journal_and_a_bad_capacity(tmp_path: Path) -
 
 
 def test_a_worker_that_cannot_record_its_process_reports_failed_as_owner(tmp_path: Path) -> None:
-    from store.worker import EXIT_SETTLED, run_worker
+    from store.node.worker import EXIT_SETTLED, run_worker
 
     with Journal.open(tmp_path / "j.db") as journal:
         goals = Goals(journal)
@@ -328,8 +328,8 @@ def test_a_worker_that_cannot_record_its_process_reports_failed_as_owner(tmp_pat
 def test_the_node_forks_its_workers_from_a_forkserver_whose_death_harms_no_attempt(
     env: Env, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from store.processes import live_worker
-    from store.scheduler import FORKSERVER_ENV
+    from store.host.processes import live_worker
+    from store.node.scheduler import FORKSERVER_ENV
 
     monkeypatch.setenv(FORKSERVER_ENV, "1")  # opt-in for now
 
@@ -339,7 +339,7 @@ def test_the_node_forks_its_workers_from_a_forkserver_whose_death_harms_no_attem
 
     worker = psutil.Process(rec.pid)
     zygote = worker.parent()
-    assert zygote is not None and "store.forkserver" in zygote.cmdline()
+    assert zygote is not None and "store.node.forkserver" in zygote.cmdline()
     assert zygote.ppid() == node.pid
     assert os.getsid(rec.pid) == rec.pid == rec.pgid  # its own session, as Popen would give
     assert rec.argv[1:3] == ("-m", "store.worker") and rec.argv[-2] == "--round"
@@ -358,8 +358,8 @@ def test_the_node_forks_its_workers_from_a_forkserver_whose_death_harms_no_attem
 
 
 def test_the_forkserver_reports_exit_codes_and_outlives_a_crashing_worker(env: Env) -> None:
-    from store.forkserver import Forkserver, cmdline
-    from store.worker import EXIT_REFUSED
+    from store.node.forkserver import Forkserver, cmdline
+    from store.node.worker import EXIT_REFUSED
 
     env.goal("ok", QUICK)
     with open(env.dir / "node.log", "ab") as log:
@@ -381,8 +381,8 @@ def test_the_forkserver_reports_exit_codes_and_outlives_a_crashing_worker(env: E
 
 
 def test_the_forkserver_forks_many_workers_at_once_in_order(env: Env) -> None:
-    from store.forkserver import Forkserver
-    from store.worker import EXIT_REFUSED
+    from store.node.forkserver import Forkserver
+    from store.node.worker import EXIT_REFUSED
 
     for name in ("a", "b"):
         env.goal(name, QUICK)
@@ -409,7 +409,7 @@ def test_the_forkserver_forks_many_workers_at_once_in_order(env: Env) -> None:
 
 
 def test_a_crashing_claim_helper_ends_only_its_own_attempt_before_any_recipe(env: Env) -> None:
-    from store.worker import EXIT_CRASHED
+    from store.node.worker import EXIT_CRASHED
 
     env.goal("g", "import os, sys; open(os.path.join(sys.argv[1], 'ran'), 'w')")
     env.goal("other", QUICK)

@@ -16,7 +16,6 @@ from pathlib import Path
 import psutil
 import pytest
 
-from store.check import check_journal
 from store.errors import (
     GoalStateError,
     GoalTerminalError,
@@ -29,9 +28,11 @@ from store.errors import (
     RefineError,
     StaleAttemptError,
 )
-from store.goals import Goals
-from store.journal import Journal
-from store.operator import (
+from store.host.processes import ProcessRecord, ProcessRegistry
+from store.journal.sqlite import Journal
+from store.model.goals import Goals
+from store.ops.check import check_journal
+from store.ops.operator import (
     cancel_goal,
     cleanup_evidence,
     confirm_cleanup,
@@ -41,7 +42,6 @@ from store.operator import (
     release_goal,
     stop_goal,
 )
-from store.processes import ProcessRecord, ProcessRegistry
 from tests.helpers.soak_recipes import unique_token
 
 # A worker stand-in: a process group leader with a grandchild; it prints the grandchild's pid.
@@ -51,8 +51,8 @@ WORKER = """
 import signal, subprocess, sys, time
 journal, goal_id, mode = sys.argv[1:4]
 def on_term(*_):
-    from store.goals import Goals
-    from store.journal import Journal
+    from store.model.goals import Goals
+    from store.journal.sqlite import Journal
     with Journal.open(journal) as j:
         goals = Goals(j)
         if mode == "fail":
@@ -64,7 +64,7 @@ def on_term(*_):
 if mode == "ignore":
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
 elif mode in ("fail", "cancel"):
-    import store.goals, store.journal  # imported before "ready": the handler is quick
+    import store.model.goals, store.journal.sqlite  # imported before "ready": the handler is quick
     signal.signal(signal.SIGTERM, on_term)
 child = subprocess.Popen(["sleep", "60"])
 print(child.pid, flush=True)

@@ -24,10 +24,10 @@ import psutil
 import pytest
 
 from refine_tui.app import RefineApp
-from store.goals import Goals
-from store.journal_api import Journal
-from store.processes import ProcessRecord, ProcessRegistry
-from store.run_model import Run
+from store.host.processes import ProcessRecord, ProcessRegistry
+from store.journal.api import Journal
+from store.model.goals import Goals
+from store.model.run import Run
 from tests.helpers.node_env import HANG, HANG_ONCE, QUICK, WAIT_FOR_GO
 from tests.helpers.postgres_server import PASSWORD, PostgresServer
 from tests.helpers.waits import wait_until

@@ -15,7 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from store.processes import (
+from store.host.processes import (
     ProcessRecord,
     ProcessRegistry,
     create_time,
@@ -324,7 +324,7 @@ def test_log_tail(tmp_path: Path) -> None:
 
 
 def test_the_create_time_read_from_proc_is_psutils_to_the_bit(spawn: Spawn) -> None:
-    from store.processes import _stat
+    from store.host.processes import _stat
 
     proc, _ = spawn(SLEEPER)
     zombie = subprocess.Popen(["true"])
@@ -350,7 +350,7 @@ def test_the_create_time_read_from_proc_is_psutils_to_the_bit(spawn: Spawn) -> N
 # A stop in a fresh interpreter: then, was psutil imported?
 STOP_PROBE = """
 import json, sys
-from store.processes import ProcessRecord, stop_process
+from store.host.processes import ProcessRecord, stop_process
 rec = ProcessRecord.from_json(json.loads(sys.argv[1]))
 print(stop_process(rec, 0.5).outcome, "psutil" in sys.modules)
 """

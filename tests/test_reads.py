@@ -1,13 +1,13 @@
-"""store.reads: what screens read, by Goal and Run id, never by the journal's aggregate keys."""
+"""store.ops.reads: what screens read, by Goal and Run id, never by the journal's aggregate keys."""
 
 from __future__ import annotations
 
 import pytest
 
-from store import reads
 from store.errors import JournalClosedError
-from store.goals import Goals
-from store.journal_api import Journal
+from store.journal.api import Journal
+from store.model.goals import Goals
+from store.ops import reads
 
 
 def two_goals(journal: Journal) -> Goals:

@@ -19,16 +19,16 @@ from typing import Any
 import pytest
 
 from store import records
-from store.execution import ClaimResult, CommandResult
-from store.goal_model import CorruptGoal, Goal
-from store.goals import GoalResult
-from store.journal_core import AggregateRow, Change, Event, Outcome, Stored
-from store.operator import ActionReport
-from store.operator_evidence import CleanupEvidence, Target
-from store.processes import ProcessObservation, ProcessRecord, StopOutcome
-from store.reads import GoalAndRun
-from store.run_model import Attempt, Run
-from store.run_rules import ExecutionLimits
+from store.host.processes import ProcessObservation, ProcessRecord, StopOutcome
+from store.journal.core import AggregateRow, Change, Event, Outcome, Stored
+from store.model.execution import ClaimResult, CommandResult
+from store.model.goal import CorruptGoal, Goal
+from store.model.goals import GoalResult
+from store.model.run import Attempt, Run
+from store.model.run_rules import ExecutionLimits
+from store.ops.evidence import CleanupEvidence, Target
+from store.ops.operator import ActionReport
+from store.ops.reads import GoalAndRun
 
 RECORDS = [
     Event, Stored, Change, Outcome, AggregateRow, ExecutionLimits, Attempt, Run, CommandResult,
@@ -180,7 +180,7 @@ def test_what_it_does_not_cover_goes_to_dataclasses() -> None:
 
 def test_the_store_builds_its_records_without_dataclasses_or_inspect() -> None:
     probe = (
-        "import sys, store.operator, store.goals, store.journal;"
+        "import sys, store.ops.operator, store.model.goals, store.journal.sqlite;"
         " print(sorted({'dataclasses', 'inspect'} & set(sys.modules)))"
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)

@@ -22,8 +22,8 @@ import aiohttp
 import psutil  # type: ignore[import-untyped]
 import pytest
 
-from store.goals import Goals
-from store.journal import Journal
+from store.journal.sqlite import Journal
+from store.model.goals import Goals
 from tests.helpers.browser import READ_SCREEN, launch, read_url, wait_for
 
 WAIT_S = 90.0

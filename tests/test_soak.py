@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from refine_tui import cli
-from store.journal import Journal
+from store.journal.sqlite import Journal
 from tests.helpers.soak_recipes import refine_json
 from tests.helpers.soak_run import MIN_GOALS, cli_actions, run_soak
 

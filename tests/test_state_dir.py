@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from store.locations import STATE_DIR_ENV, node_state_dir
-from store.processes import ProcessRegistry
+from store.host.processes import ProcessRegistry
+from store.journal.locations import STATE_DIR_ENV, node_state_dir
 
 URL = "postgresql://refine@db.example:5432/refine"
 

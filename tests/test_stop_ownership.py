@@ -38,7 +38,7 @@ def refine(env: Env, *args: str) -> subprocess.CompletedProcess[str]:
 
 def node_with_log(env: Env) -> tuple[subprocess.Popen[bytes], Path]:
     log = env.dir / "node.stderr"
-    argv = [PY, "-m", "store.scheduler", "--journal", str(env.path), "--node", "n1"]
+    argv = [PY, "-m", "store.node.scheduler", "--journal", str(env.path), "--node", "n1"]
     with open(log, "wb") as err:
         proc = subprocess.Popen(argv, start_new_session=True, stderr=err)
     env.started.append(proc)

@@ -17,9 +17,9 @@ from textual.widgets import Static
 from refine_tui.app import RefineApp
 from refine_tui.screens.confirm import ConfirmModal
 from refine_tui.widgets.keyed_table import KeyedTable
-from store.goals import Goals
-from store.journal import Journal
-from store.processes import ProcessRegistry
+from store.host.processes import ProcessRegistry
+from store.journal.sqlite import Journal
+from store.model.goals import Goals
 from tests.helpers.dashboard import (
     commit_in_process,
     end,

@@ -16,12 +16,12 @@ from pathlib import Path
 import pytest
 
 from store.errors import StorageError
-from store.journal import Change, Journal
-from store.watch import ChangeFeed, JournalWatcher
+from store.journal.sqlite import Change, Journal
+from store.journal.watch import ChangeFeed, JournalWatcher
 
 COMMIT = """
 import sys
-from store.journal import Change, Journal
+from store.journal.sqlite import Change, Journal
 path, key = sys.argv[1], sys.argv[2]
 with Journal.open(path) as j:
     j.execute(command_id="c:" + key, payload={"k": key}, expected={"goal:" + key: None},

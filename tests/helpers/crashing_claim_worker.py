@@ -1,4 +1,4 @@
-"""``python crashing_claim_worker.py <store.worker args>``: the real worker, whose claim helper
+"""``python crashing_claim_worker.py <worker args>``: the real worker, whose claim helper
 raises (not an OSError: a bug) when it writes the process record, after the claim committed.
 
 A test sees that such a crash ends only this attempt's worker, before any recipe starts.
@@ -9,8 +9,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from store import worker
-from store.processes import ProcessRecord, ProcessRegistry
+from store.host.processes import ProcessRecord, ProcessRegistry
+from store.node import worker
 
 
 def _crash(self: ProcessRegistry, rec: ProcessRecord, *, sync: bool = True) -> Path:

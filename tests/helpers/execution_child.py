@@ -25,8 +25,8 @@ import time
 from collections.abc import Callable
 
 from store.errors import RefineError
-from store.execution import Execution
-from store.journal import Journal
+from store.journal.sqlite import Journal
+from store.model.execution import Execution
 
 
 def _trace(spec: dict[str, object]) -> Callable[[str], None]:

@@ -1,4 +1,4 @@
-"""``python gated_worker.py GATE <store.worker args>``: the real worker, held still right after it
+"""``python gated_worker.py GATE <worker args>``: the real worker, held still right after it
 has written its process record until the file GATE exists (at most 30 s).
 
 It opens the claim → launch window on purpose, so a test can commit something inside it (a
@@ -11,8 +11,8 @@ import os
 import sys
 import time
 
-from store import worker
-from store.processes import ProcessRecord, ProcessRegistry
+from store.host.processes import ProcessRecord, ProcessRegistry
+from store.node import worker
 
 _record = ProcessRegistry.record
 

@@ -14,8 +14,8 @@ import sys
 import time
 
 from store.errors import RefineError, StorageError
-from store.goals import Goal, Goals
-from store.journal import Journal
+from store.journal.sqlite import Journal
+from store.model.goals import Goal, Goals
 
 MAX_GOALS = 40  # per writer: 4 writers stay within what the dashboard lists (1000 + 200)
 NODES = ("n1", "n2")

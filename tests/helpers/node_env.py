@@ -17,10 +17,10 @@ from typing import Any
 
 import psutil
 
-from store.goals import Goal, Goals
-from store.journal import Journal
-from store.processes import ProcessRecord, ProcessRegistry, same_process
-from store.run_model import Run
+from store.host.processes import ProcessRecord, ProcessRegistry, same_process
+from store.journal.sqlite import Journal
+from store.model.goals import Goal, Goals
+from store.model.run import Run
 from tests.helpers.soak_recipes import holds, unique_token
 from tests.helpers.waits import wait_until
 
@@ -38,11 +38,11 @@ def ours(marker: str) -> list[psutil.Process]:
 
 
 def workers_and_recipes(marker: str, node_pid: int) -> list[int]:
-    """Our processes but the node and the forkserver it started (store.forkserver)."""
+    """Our processes but the node and the forkserver it started (store.node.forkserver)."""
     found = []
     for proc in ours(marker):
         with contextlib.suppress(psutil.Error):
-            zygote = proc.ppid() == node_pid and "store.forkserver" in proc.cmdline()
+            zygote = proc.ppid() == node_pid and "store.node.forkserver" in proc.cmdline()
             if proc.pid != node_pid and not zygote:
                 found.append(proc.pid)
     return found
@@ -63,7 +63,7 @@ class Env:
     # --- processes -----------------------------------------------------------------------------
 
     def node(self, node_id: str = "n1", capacity: int = 4) -> subprocess.Popen[bytes]:
-        argv = [PY, "-m", "store.scheduler", "--journal", str(self.path), "--node", node_id]
+        argv = [PY, "-m", "store.node.scheduler", "--journal", str(self.path), "--node", node_id]
         proc = subprocess.Popen([*argv, "--capacity", str(capacity)], start_new_session=True)
         self.started.append(proc)
         return proc

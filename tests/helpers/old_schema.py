@@ -60,7 +60,7 @@ def as_pg_schema(url: str, version: int) -> None:
     (1–3) stored the same rows."""
     import psycopg
 
-    from store.journal_postgres import _WRITE_COMMAND_3
+    from store.journal.postgres import _WRITE_COMMAND_3
 
     with psycopg.connect(url, autocommit=True) as conn, conn.transaction():
         conn.execute(_PG_SCHEMA_3_SHAPE.encode())

@@ -17,10 +17,10 @@ import os
 import signal
 import sys
 
-import store.journal_postgres as journal_postgres
+import store.journal.postgres as journal_postgres
 from store.errors import RefineError
-from store.journal_core import Change
-from store.journal_postgres import PostgresJournal
+from store.journal.core import Change
+from store.journal.postgres import PostgresJournal
 
 
 def bump(loaded):  # type: ignore[no-untyped-def]

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import psutil
 
-from store.journal_api import Journal
-from store.processes import ProcessRecord, ProcessRegistry
+from store.host.processes import ProcessRecord, ProcessRegistry
+from store.journal.api import Journal
 
 
 def node_registry(journal: Path | str, node_id: str) -> ProcessRegistry:

@@ -10,9 +10,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from store.execution import Execution, fold_run
-from store.journal_api import Journal
-from store.journal_core import COPY_TABLES
+from store.journal.api import Journal
+from store.journal.core import COPY_TABLES
+from store.model.execution import Execution, fold_run
 
 ROOT = Path(__file__).resolve().parents[2]
 CHILD = Path(__file__).with_name("execution_child.py")

@@ -21,7 +21,7 @@ import psutil
 
 from tests.helpers.waits import wait_until
 
-JOURNAL_ENV = "REFINE_JOURNAL"  # how a node hands a worker its journal (store.worker)
+JOURNAL_ENV = "REFINE_JOURNAL"  # how a node hands a worker its journal (store.node.worker)
 
 ROOT = Path(__file__).resolve().parents[2]
 

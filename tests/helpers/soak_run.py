@@ -2,9 +2,10 @@
 
 ``run_soak(root, seconds=..., seed=...)`` drives it and returns the figures; ``tests/test_soak.py``
 runs a bounded version in CI and ``scripts/soak.py`` a longer one. Everything is real: two
-``python -m store.scheduler`` processes, their workers, recipes that hang, ignore SIGTERM or fork
-grandchildren, ``store.operator`` Stop / Cancel / Confirm cleanup / Release, SIGKILL of nodes and
-workers, restarts. Decoy processes outside our records log every signal they receive.
+``python -m store.node.scheduler`` processes, their workers, recipes that hang, ignore SIGTERM
+or fork grandchildren, ``store.ops.operator`` Stop / Cancel / Confirm cleanup / Release,
+SIGKILL of nodes and workers, restarts. Decoy processes outside our records log every signal
+they receive.
 """
 
 from __future__ import annotations
@@ -25,12 +26,12 @@ from typing import Any, TextIO
 
 import psutil
 
-from store import operator
-from store.check import check_journal
 from store.errors import RefineError
-from store.goals import Goal, Goals
-from store.journal import Journal
-from store.processes import same_process
+from store.host.processes import same_process
+from store.journal.sqlite import Journal
+from store.model.goals import Goal, Goals
+from store.ops import operator
+from store.ops.check import check_journal
 from tests.helpers.registry import node_registry
 from tests.helpers.soak_recipes import ROOT, Decoys, ours, recipe_argv
 
@@ -42,7 +43,7 @@ CAPACITY = 3
 # Goals the soak's campaign must have created, whatever the machine's load (Soak.campaign_done).
 MIN_GOALS = 40
 MAX_S = 180.0  # an unfinished campaign gives up here (the test then fails on its figures)
-SCHEDULER = (sys.executable, "-m", "store.scheduler")
+SCHEDULER = (sys.executable, "-m", "store.node.scheduler")
 CLI = (sys.executable, "-m", "refine_tui.cli")
 
 
@@ -423,7 +424,7 @@ def _label(proc: psutil.Process) -> str:
         argv = proc.cmdline()
     except psutil.Error:
         return f"pid {proc.pid} (gone)"
-    if "store.scheduler" in argv:
+    if "store.node.scheduler" in argv:
         return f"node {argv[argv.index('--node') + 1]} pid {proc.pid}"
     if "store.worker" in argv:
         return f"worker of {argv[argv.index('--goal') + 1]} pid {proc.pid}"

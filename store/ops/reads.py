@@ -12,10 +12,10 @@ import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 from store.errors import RefineError
-from store.goal_model import Goal, goal_aggregate_id, goal_from_stored, goal_id_of, run_id_for
-from store.journal_api import Event, Journal
+from store.journal.api import Event, Journal
+from store.model.goal import Goal, goal_aggregate_id, goal_from_stored, goal_id_of, run_id_for
+from store.model.run import Run, attempt_id_for, run_aggregate_id, run_from_stored
 from store.records import dataclass
-from store.run_model import Run, attempt_id_for, run_aggregate_id, run_from_stored
 
 PAGE = 1000  # history page (a Run has at most 20 attempts: one page in practice)
 ENDINGS = frozenset({"attempt.completed", "attempt.failed", "attempt.interrupted"})

@@ -31,7 +31,7 @@ from typing import Any
 
 import psycopg
 
-from store.journal_postgres import channel_for, connection_info
+from store.journal.postgres import channel_for, connection_info
 
 SAFETY_POLL_S = 5.0  # wake the consumer at least this often (a cheap "anything new?" read)
 FIRST_BACKOFF_S = 0.2

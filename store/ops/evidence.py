@@ -1,7 +1,7 @@
 """What the dashboard and the CLI say before an operator command: the modal sentences, the
 cleanup evidence, and the checks every command makes first (DESIGN §5).
 
-The commands themselves (store.operator) act on what ``stop_target`` / ``cleanup_target``
+The commands themselves (store.ops.operator) act on what ``stop_target`` / ``cleanup_target``
 resolve here, so a sentence and its command never disagree about the attempt they mean. Reads
 only: nothing here signals a process or writes the journal.
 """
@@ -27,23 +27,23 @@ from store.errors import (
     RunNotFoundError,
     StaleAttemptError,
 )
-from store.execution import Attempt, Run
-from store.goals import (
-    Goal,
-    Goals,
-    check_epoch,
-    check_name,
-    goal_id_of_run,
-)
-from store.journal_api import Journal
-from store.processes import (
+from store.host.processes import (
     ProcessRecord,
     ProcessRegistry,
     live_worker,
     log_tail,
     same_process,
 )
-from store.reads import claimed_at, launching
+from store.journal.api import Journal
+from store.model.execution import Attempt, Run
+from store.model.goals import (
+    Goal,
+    Goals,
+    check_epoch,
+    check_name,
+    goal_id_of_run,
+)
+from store.ops.reads import claimed_at, launching
 from store.records import dataclass
 
 LOG_TAIL_LINES = 20

@@ -11,10 +11,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from store.errors import RefineError
-from store.goal_model import GOAL_EVENT_STATUS, fold_goal, goal_from_stored
-from store.journal_api import MAX_PAGE, Event, Journal, Stored
-from store.journal_core import UnreadableData
-from store.run_model import fold_run, run_from_stored
+from store.journal.api import MAX_PAGE, Event, Journal, Stored
+from store.journal.core import UnreadableData
+from store.model.goal import GOAL_EVENT_STATUS, fold_goal, goal_from_stored
+from store.model.run import fold_run, run_from_stored
 
 __all__ = ["GOAL_EVENT_STATUS", "CheckReport", "Violation", "check_journal", "fold_goal"]
 

@@ -11,8 +11,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from store.check import CheckReport, check_journal
-from store.journal_core import COPY_TABLES
+from store.journal.core import COPY_TABLES
+from store.ops.check import CheckReport, check_journal
 
 
 class Copyable(Protocol):

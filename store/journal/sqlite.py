@@ -2,7 +2,7 @@
 
 State, receipt, events and outbox rows of a command commit together. This module is the only
 place that knows SQLite; Execution and Goals talk to the ``Journal`` interface
-(``store.journal_api``, re-exported here with its value types), so the PostgreSQL backend
+(``store.journal.api``, re-exported here with its value types), so the PostgreSQL backend
 replaces it without touching them. ``Journal.open(path)`` lands here for any non-URL location.
 """
 
@@ -29,8 +29,8 @@ from store.errors import (
     StorageUnreachableError,
     TargetNotEmptyError,
 )
-from store.journal_api import ChangeSource, Journal, WakeUps
-from store.journal_core import (
+from store.journal.api import ChangeSource, Journal, WakeUps
+from store.journal.core import (
     COPY_BATCH,
     COPY_TABLES,
     MAX_PAGE,
@@ -53,7 +53,7 @@ from store.journal_core import (
     stored_row,
     write_steps,
 )
-from store.locations import journal_file_exists, resolve_journal_path
+from store.journal.locations import journal_file_exists, resolve_journal_path
 
 __all__ = [
     "MAX_PAGE",
@@ -329,7 +329,9 @@ class SqliteJournal(Journal):
     @classmethod
     def wakeups(cls, location: str) -> WakeUps:
         """A file watcher on the journal's folder (a commit changes ``<db>-wal``)."""
-        from store.watch import JournalWatcher  # watch builds on the interface, not on SQLite
+        from store.journal.watch import (
+            JournalWatcher,  # watch builds on the interface, not on SQLite
+        )
 
         return JournalWatcher(location)
 

@@ -1,7 +1,7 @@
 """The node-local process registry: what a node runs, how to observe it, how to stop it safely.
 
 Records live in the node's state dir (``nodes/<node>/<journal id>/`` beside a SQLite journal by
-default; see ``store.locations``) under ``processes/`` (one JSON file per attempt, written
+default; see ``store.journal.locations``) under ``processes/`` (one JSON file per attempt, written
 atomically) with logs under ``logs/``. They are never authority: the journal decides who owns
 work; a record only says which local process to look at or stop.
 
@@ -28,7 +28,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from store.locations import Location, file_name, legacy_node_dir, node_state_dir
+from store.journal.locations import Location, file_name, legacy_node_dir, node_state_dir
 from store.records import dataclass
 
 # psutil (≈ 10 ms to import) is imported by the functions that observe processes or find
@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
     import psutil
 
-    from store.journal_api import Journal
+    from store.journal.api import Journal
 
 POLL_S = 0.02  # how often stop_process looks whether the group has exited
 
@@ -123,7 +123,7 @@ class ProcessRecord:
 
 
 def _argv(proc: psutil.Process) -> tuple[str, ...]:
-    """The command line, without the blank tail a forked worker's may have (store.forkserver)."""
+    """The command line, without the blank tail a forked worker's may have (the forkserver)."""
 
     argv = list(proc.cmdline())
     while argv and not argv[-1]:
@@ -134,7 +134,7 @@ def _argv(proc: psutil.Process) -> tuple[str, ...]:
 class ProcessRegistry:
     """``<state dir>/{processes,logs}/``: this node's records and logs.
 
-    The state dir is ``store.locations.node_state_dir``'s: ``state_dir`` or ``$REFINE_STATE_DIR``,
+    The state dir is ``locations.node_state_dir``'s: ``state_dir`` or ``$REFINE_STATE_DIR``,
     else ``nodes/<node>/<journal id>/`` beside the journal's real path (a symlinked journal is
     the same journal), else, for a ``postgresql://`` journal, a folder of this machine per
     journal id. With a ``journal_id``, a record that names another journal is never returned.

@@ -1,7 +1,7 @@
 """The command journal on PostgreSQL (psycopg 3): the SQLite journal's semantics on a server.
 
 One transaction per command. The aggregates it reads are locked (``SELECT … FOR UPDATE``) and
-version-checked by the shared command code (``store.journal_core``). Sequences come from one
+version-checked by the shared command code (``store.journal.core``). Sequences come from one
 head row (``UPDATE … RETURNING``) whose lock is held to commit: writers that append events
 commit in sequence order, so a reader of "events after N" can never skip an event that commits
 late. The same transaction sends ``NOTIFY`` with the new last sequence. A command is two round
@@ -40,9 +40,8 @@ from store.errors import (
     StorageUnreachableError,
     TargetNotEmptyError,
 )
-from store.journal import ACTIVE_STATUSES, ACTIVE_TERM, GOAL_TERM
-from store.journal_api import Journal, WakeUps
-from store.journal_core import (
+from store.journal.api import Journal, WakeUps
+from store.journal.core import (
     COPY_BATCH,
     COPY_TABLES,
     MAX_PAGE,
@@ -59,8 +58,9 @@ from store.journal_core import (
     run_command,
     stored_row,
 )
-from store.journal_url import DEFAULT_SCHEMA, redact, split_schema, valid_schema
-from store.locations import server_journal_dir
+from store.journal.locations import server_journal_dir
+from store.journal.sqlite import ACTIVE_STATUSES, ACTIVE_TERM, GOAL_TERM
+from store.journal.url import DEFAULT_SCHEMA, redact, split_schema, valid_schema
 
 Synchronous = Literal["FULL", "NORMAL"]
 SCHEMA_VERSION = 4
@@ -334,7 +334,7 @@ class PostgresJournal(Journal):
     @classmethod
     def wakeups(cls, location: str) -> WakeUps:
         """``LISTEN`` on a dedicated connection, with a slow safety poll and reconnection."""
-        from store.journal_listen import ListenWakeUps
+        from store.journal.listen import ListenWakeUps
 
         return ListenWakeUps(location)
 
@@ -389,7 +389,7 @@ class PostgresJournal(Journal):
         expected: Mapping[str, int | None],
         decide: Decide,
     ) -> Outcome:
-        """Run one command atomically (see ``store.journal_core.run_command`` for the order)."""
+        """Run one command atomically (see ``store.journal.core.run_command`` for the order)."""
         if self._closed:
             raise JournalClosedError("journal is closed")
         if self.read_only:

@@ -18,13 +18,13 @@ from json.encoder import encode_basestring as _quote
 from types import MappingProxyType
 from typing import Any
 
-from store import run_rules as rules
 from store.canonical import canonical_json
 from store.errors import CorruptRunError, DecisionError
-from store.journal_api import Event, Stored
-from store.journal_core import register_fold
+from store.journal.api import Event, Stored
+from store.journal.core import register_fold
+from store.model import run_rules as rules
+from store.model.run_rules import EXECUTION_LIMITS, Invalid
 from store.records import dataclass
-from store.run_rules import EXECUTION_LIMITS, Invalid
 
 RUN_STATUSES = ("queued", "running", "completed", "exhausted", "cancelled")
 TERMINAL_STATUSES = frozenset({"completed", "exhausted", "cancelled"})

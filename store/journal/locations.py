@@ -21,7 +21,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from store.errors import StorageUnreachableError
-from store.journal_url import is_postgres_url
+from store.journal.url import is_postgres_url
 
 STATE_DIR_ENV = "REFINE_STATE_DIR"
 

@@ -1,7 +1,7 @@
 """The Goal model: the Goal record, the rules it keeps, its ids and the fold of its events.
 
 Mirrors the Run side (run_rules / run_model): nothing here reads or writes a journal. The Goals
-API (store.goals) decides commands with these pieces; ``refine check`` folds events with
+API (store.model.goals) decides commands with these pieces; ``refine check`` folds events with
 ``fold_goal``; readers validate what they load with ``goal_from_stored``.
 """
 
@@ -13,13 +13,13 @@ from json.encoder import encode_basestring as _quote
 from types import MappingProxyType
 from typing import Any
 
-from store import run_rules
 from store.canonical import canonical_json
 from store.errors import CorruptGoalError, InvalidInputError
-from store.journal_api import Event, Stored
-from store.journal_core import register_fold
+from store.journal.api import Event, Stored
+from store.journal.core import register_fold
+from store.model import run_rules
+from store.model.run_rules import EXECUTION_LIMITS
 from store.records import dataclass
-from store.run_rules import EXECUTION_LIMITS
 
 GOAL_STATUSES = ("queued", "held", "running", "completed", "exhausted", "cancelled")
 TERMINAL_STATUSES = frozenset({"completed", "exhausted", "cancelled"})

@@ -18,8 +18,8 @@ from store.errors import (
     StorageUnreachableError,
     WaitTimeoutError,
 )
-from store.goals import TERMINAL_STATUSES, Goal, Goals
-from store.journal_api import Journal, JournalHandle, Location, WakeUps
+from store.journal.api import Journal, JournalHandle, Location, WakeUps
+from store.model.goals import TERMINAL_STATUSES, Goal, Goals
 
 SAFETY_CHECK_S = 2.0  # a commit between the first read and the watcher's start is seen by then
 

@@ -1,7 +1,7 @@
 """``refine node``: this node's scheduler.
 
 It launches a worker (``python -m store.worker``) for each queued Goal that names this node,
-within a soft capacity — forked from its warm forkserver (``store.forkserver``), or started as a
+within a soft capacity — forked from its warm forkserver (``forkserver``), or started as a
 fresh process with ``REFINE_FORKSERVER=0`` or when the forkserver cannot start —
 and cleans up after work the journal says has ended:
 
@@ -35,22 +35,22 @@ from pathlib import Path
 from typing import IO
 
 from store.errors import InvalidInputError, RefineError, StorageError, VersionConflictError
-from store.execution import Execution
-from store.forkserver import Forkserver, cmdline
-from store.goal_model import MAX_NAME, PROCESS_GONE_METHOD
-from store.goals import Goal, GoalResult, Goals, check_name, goal_id_of_run
-from store.journal_api import ChangeSource, Journal, JournalHandle, relay
-from store.locations import resolve_location
-from store.processes import (
+from store.host.processes import (
     ProcessRecord,
     ProcessRegistry,
     same_pid,
     same_process,
     stop_process,
 )
-from store.run_model import Run
-from store.watch import JournalWatcher
-from store.worker import EXIT_REFUSED, JOURNAL_ENV
+from store.journal.api import ChangeSource, Journal, JournalHandle, relay
+from store.journal.locations import resolve_location
+from store.journal.watch import JournalWatcher
+from store.model.execution import Execution
+from store.model.goal import MAX_NAME, PROCESS_GONE_METHOD
+from store.model.goals import Goal, GoalResult, Goals, check_name, goal_id_of_run
+from store.model.run import Run
+from store.node.forkserver import Forkserver, cmdline
+from store.node.worker import EXIT_REFUSED, JOURNAL_ENV
 
 # Workers are forked from the warm forkserver unless this is "0" (then each is a fresh process,
 # the design before; also the fallback when no forkserver can start).
@@ -532,7 +532,7 @@ def run_node(journal_path: str | Path, node_id: str, *, capacity: int = 4) -> in
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m store.scheduler")
+    parser = argparse.ArgumentParser(prog="python -m store.node.scheduler")
     parser.add_argument("--journal", required=True)
     parser.add_argument("--node", required=True)
     parser.add_argument("--capacity", type=int, default=4)

@@ -1,6 +1,6 @@
 """A warm forkserver: the node forks light workers from a zygote instead of starting Pythons.
 
-``python -m store.forkserver ROOM`` is started by ``refine node`` (``store.scheduler``) with
+``python -m store.node.forkserver ROOM`` is started by ``refine node`` (the scheduler) with
 ``$REFINE_JOURNAL`` set, as a worker would be. It imports the worker (and the journal's backend),
 freezes those objects out of the collector (``gc.freeze``: collections then never write to
 their pages, which stay shared), says ``ready`` and forks one worker per request. A forked
@@ -43,7 +43,7 @@ from typing import IO
 # the launches (issue 14; 30 one after another: median 3.98 → 3.81 MB).
 import psutil  # noqa: F401
 
-from store.processes import create_time
+from store.host.processes import create_time
 
 READY_S = 30.0  # a zygote not ready by then (a loaded box) is given up for the usual path
 REPLY_S = 5.0  # how long a fork request may take before the zygote is given up
@@ -59,7 +59,7 @@ def cmdline(argv: Sequence[str]) -> bytes:
 def _zygote_argv(room: int) -> list[str]:
     """The zygote's command line: at least ``room`` bytes, for its workers' to be written over
     (a shorter one leaves empty arguments at the end: only the tail of the zygote's ``-``)."""
-    head = [sys.executable, "-m", "store.forkserver"]
+    head = [sys.executable, "-m", "store.node.forkserver"]
     return [*head, "-" * max(1, room - len(cmdline(head)) - 1)]
 
 
@@ -236,9 +236,9 @@ def serve() -> int:
 
 def _warm() -> argparse.ArgumentParser:
     """Import what every worker needs and build its parser, so the children share them."""
-    from store import worker
     from store.errors import RefineError
-    from store.journal_api import backend_for
+    from store.journal.api import backend_for
+    from store.node import worker
 
     parser = worker.parser()
     parser.parse_args(["--journal", "j", "--node", "n", "--goal", "g", "--token", "t"])
@@ -296,7 +296,7 @@ def _child(argv: list[str], parser: argparse.ArgumentParser, private: tuple[int,
         os.close(devnull)
         os.dup2(2, 1)  # the protocol pipe is the zygote's, not ours: output goes to the log
         _show_argv(argv)
-        from store.worker import main
+        from store.node.worker import main
 
         code = main(argv[3:], parser)
     except SystemExit as exc:  # argparse

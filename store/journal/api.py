@@ -1,0 +1,308 @@
+"""What Execution, Goals, the node and the dashboard need from a journal, whatever its backend.
+
+``Journal`` is that interface (a Protocol) and the entry point: ``Journal.open(location)`` opens
+the SQLite file a path names (``store.journal.sqlite``) or the PostgreSQL database a
+``postgresql://`` URL names (``store.journal.postgres``, imported only when asked for). Each
+backend also brings its own change detection (``ChangeSource``, ``WakeUps``), so no caller
+branches on the backend. The value types and the command rules every backend shares are in
+``store.journal.core`` (re-exported here for callers).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import os
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any, Literal, Protocol, Self, runtime_checkable
+
+from store.errors import BackendUnavailableError, InvalidInputError
+from store.journal.core import MAX_PAGE, Change, Decide, Event, Outcome, Stored
+
+if TYPE_CHECKING:  # asyncio is imported where wake-ups run: a quick CLI never loads it
+    import asyncio
+
+__all__ = [
+    "MAX_PAGE",
+    "Backend",
+    "Change",
+    "ChangeSource",
+    "Decide",
+    "Event",
+    "Journal",
+    "JournalHandle",
+    "Location",
+    "Outcome",
+    "PollingWakeUps",
+    "Stored",
+    "WakeUps",
+    "backend_for",
+    "relay",
+]
+
+Synchronous = Literal["FULL", "NORMAL"]
+Location = str | os.PathLike[str]
+
+# URL scheme → module holding that backend's ``Backend`` class; anything else is a SQLite path.
+BACKENDS: dict[str, tuple[str, str]] = {
+    "postgresql": ("store.journal.postgres", "PostgresJournal"),
+    "postgres": ("store.journal.postgres", "PostgresJournal"),
+}
+SQLITE_BACKEND = ("store.journal.sqlite", "SqliteJournal")
+
+
+# --- the interface -----------------------------------------------------------------------------
+
+
+class ChangeSource(Protocol):
+    """One consumer's "did anything change?" gate on one open journal."""
+
+    def changed(self) -> bool:
+        """True when another connection may have committed since this source's previous call
+        (always on the first call). Cheap: callers ask it on every wake-up."""
+        ...
+
+
+class WakeUps(Protocol):
+    """Async iterator yielding ``None`` per batch of possible changes: a hint, never data.
+
+    Keeps working while the journal is missing or unreachable (it notices when it is back)."""
+
+    def __aiter__(self) -> AsyncIterator[None]: ...
+
+    def stop(self) -> None:
+        """End the iteration (call from the event loop's thread)."""
+        ...
+
+
+async def relay(wakeups: WakeUps, wake: asyncio.Event) -> None:
+    """Set ``wake`` on every batch of wake-ups (a loop's own wait then collapses bursts)."""
+    async for _ in wakeups:
+        wake.set()
+
+
+class Backend(Protocol):
+    """What a backend class provides besides its journals: opening one, and wake-ups."""
+
+    @classmethod
+    def connect(
+        cls,
+        location: str,
+        read_only: bool = False,
+        *,
+        create: bool = True,
+        synchronous: Synchronous = "FULL",
+        busy_timeout_ms: int = 5000,
+    ) -> Journal: ...
+
+    @classmethod
+    def wakeups(cls, location: str) -> WakeUps: ...
+
+
+@runtime_checkable
+class Journal(Protocol):
+    """A command journal. Open with :meth:`open`; use as a context manager.
+
+    A backend class subclasses it (so it inherits ``open`` and ``watch``) and is a ``Backend``.
+
+    Every method raises ``JournalClosedError`` once closed and a ``StorageError`` subclass when
+    the database cannot be used; commands raise ``JournalReadOnlyError`` on a read-only journal.
+    """
+
+    @staticmethod
+    def open(
+        location: Location,
+        read_only: bool = False,
+        *,
+        create: bool = True,
+        synchronous: Synchronous = "FULL",
+        busy_timeout_ms: int = 5000,
+    ) -> Journal:
+        """Open the journal at ``location``: a ``postgresql://`` URL or a SQLite file path.
+
+        ``create``: make the journal when missing (never when ``read_only``). ``synchronous``
+        and ``busy_timeout_ms`` are durability and lock-wait settings each backend maps to its
+        own. Raises a StorageError subclass saying why the journal cannot be opened.
+        """
+        return backend_for(location).connect(
+            str(location),
+            read_only,
+            create=create,
+            synchronous=synchronous,
+            busy_timeout_ms=busy_timeout_ms,
+        )
+
+    @staticmethod
+    def watch(location: Location) -> WakeUps:
+        """Wake-ups for changes of the journal at ``location`` (which may not exist yet)."""
+        return backend_for(location).wakeups(str(location))
+
+    read_only: bool
+    location: str  # where the journal is, fit to show: a file path, or a URL without password
+    journal_id: str | None  # names this journal in node records (None: an old read-only file)
+    immutable: bool  # a frozen snapshot that never changes (SQLite in a read-only folder)
+
+    @property
+    def closed(self) -> bool: ...
+
+    def close(self) -> None: ...
+
+    def __enter__(self) -> Self: ...
+
+    def __exit__(self, *exc: object) -> None: ...
+
+    def execute(
+        self,
+        *,
+        command_id: str,
+        payload: Mapping[str, Any],
+        expected: Mapping[str, int | None],
+        decide: Decide,
+    ) -> Outcome:
+        """Run one command atomically (``store.journal.core.run_command``: the refusal order)."""
+        ...
+
+    def load(self, aggregate_id: str) -> Stored | None: ...
+
+    def load_many(self, aggregate_ids: Sequence[str]) -> dict[str, Stored]:
+        """The stored aggregates among ``aggregate_ids`` (missing ones are absent)."""
+        ...
+
+    def aggregates(
+        self,
+        kind: str,
+        *,
+        status: str | Sequence[str] | None = None,
+        node_id: str | None = None,
+        newest_first: bool = False,
+        limit: int | None = None,
+        contains: str | None = None,
+        offset: int = 0,
+    ) -> list[Stored]:
+        """Aggregates of one kind, optionally by status and node, by id or by recency.
+
+        ``contains``: only those whose id or stored state text contains it (case-insensitive
+        for ASCII), a coarse pre-filter the caller refines on the parsed state. ``offset`` (with
+        ``limit``) skips that many: pages, read under one ``snapshot()`` to be consistent.
+        """
+        ...
+
+    def count(self, kind: str, status: str | None = None) -> int: ...
+
+    def history(self, aggregate_id: str, after_sequence: int = 0, limit: int = 100) -> list[Event]:
+        """One aggregate's events in commit order, after ``after_sequence``, at most ``limit``."""
+        ...
+
+    def events_after(self, sequence: int, limit: int = MAX_PAGE) -> list[Event]:
+        """Every aggregate's events after ``sequence`` (an index range scan), oldest first."""
+        ...
+
+    def outbox(self, after_sequence: int = 0, limit: int = MAX_PAGE) -> list[tuple[int, str, str]]:
+        """Outbox rows ``(sequence, aggregate_id, topic)`` after ``after_sequence``: one for each
+        event, its type as topic (a view of the events)."""
+        ...
+
+    def last_sequence(self) -> int: ...
+
+    def last_commit(self) -> tuple[int, float | None]:
+        """The last event's sequence and commit time (0, None for an empty journal)."""
+        ...
+
+    def snapshot(self) -> AbstractContextManager[Journal]:
+        """Several reads that see one consistent state of the journal."""
+        ...
+
+    def changes(self) -> ChangeSource:
+        """A new change gate on this open journal, for one consumer."""
+        ...
+
+    def replaced(self) -> bool:
+        """True when the location now names another journal than the one this handle reads
+        (e.g. a SQLite file restored or deleted): reopen to follow it."""
+        ...
+
+
+def backend_for(location: Location) -> Backend:
+    """The backend class for ``location``, imported on first use."""
+    text = _location_text(location)
+    scheme = text.split("://", 1)[0].lower() if "://" in text else ""
+    module_name, class_name = BACKENDS.get(scheme, SQLITE_BACKEND)
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise BackendUnavailableError(
+            f"the {scheme or 'sqlite'} journal backend is unavailable here: {exc}"
+        ) from exc
+    backend: Backend = getattr(module, class_name)
+    return backend
+
+
+def _location_text(location: object) -> str:
+    """A location as text; anything else is refused as input (typed, never a TypeError)."""
+    text = os.fspath(location) if isinstance(location, str | os.PathLike) else None
+    if not isinstance(text, str) or not text or "\x00" in text:
+        raise InvalidInputError(
+            "a journal location is a non-empty file path or postgresql:// URL, without NUL"
+        )
+    return text
+
+
+class PollingWakeUps:
+    """Wake-ups from a clock alone: a backend's fallback (and safety poll) without a push."""
+
+    def __init__(self, interval_s: float = 1.0) -> None:
+        import asyncio
+
+        self.interval_s = interval_s
+        self._stop = asyncio.Event()
+
+    async def _ticks(self) -> AsyncIterator[None]:
+        import asyncio
+
+        while not self._stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), self.interval_s)
+            if not self._stop.is_set():
+                yield None
+
+    def __aiter__(self) -> AsyncIterator[None]:
+        return self._ticks()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+class JournalHandle:
+    """One open journal at a location, reopened when that location names another journal.
+
+    The one place that follows a restored, replaced or deleted journal: the change feed, the
+    node and the dashboard's writer each hold one. ``get`` raises a StorageError while the
+    journal cannot be opened; the next call tries again.
+    """
+
+    def __init__(
+        self, location: Location, *, read_only: bool = False, busy_timeout_ms: int = 5000
+    ) -> None:
+        self.location = location
+        self.read_only = read_only
+        self.busy_timeout_ms = busy_timeout_ms
+        self.journal: Journal | None = None
+
+    def get(self) -> Journal:
+        """The open journal, (re)opened when missing or replaced; never created."""
+        if self.journal is not None and (self.journal.closed or self.journal.replaced()):
+            self.close()
+        if self.journal is None:
+            self.journal = Journal.open(
+                self.location,
+                self.read_only,
+                create=False,
+                busy_timeout_ms=self.busy_timeout_ms,
+            )
+        return self.journal
+
+    def close(self) -> None:
+        if self.journal is not None:
+            self.journal.close()
+            self.journal = None
