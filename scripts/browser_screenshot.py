@@ -2,7 +2,7 @@
 
     python scripts/browser_screenshot.py [--out screenshots/browser.png]
 
-Uses Debian's Chromium (/usr/bin/chromium) through Playwright, as tests/test_serve.py does.
+Uses Debian's Chromium (/usr/bin/chromium) through Playwright, as tests/system/test_serve.py does.
 """
 
 from __future__ import annotations

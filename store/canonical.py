@@ -13,7 +13,7 @@ def _refuse(value: Any) -> Any:
 
 
 # The C encoder that json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-# allow_nan=False) builds on every call, built once: the same bytes (tests/test_canonical.py
+# allow_nan=False) builds on every call, built once: the same bytes (tests/unit/test_canonical.py
 # proves it over a hypothesis corpus), without the per-call set-up. It refuses non-finite
 # numbers (ValueError) and anything but None, bool, int, float, str, list, tuple and dict
 # (``_refuse``); only non-str keys, which json would turn into strings, need a look of our own.

@@ -139,3 +139,14 @@ def journal_path(tmp_path: Path) -> Path:
     from refine_tui.demo import populate  # only the tests that use it import the dashboard
 
     return populate(tmp_path / "journal.db", node="n1", live=False)
+
+
+TIERS = ("unit", "integration", "system")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Each test is marked by its tier's folder, so ``-m unit`` (or the path) selects a tier."""
+    for item in items:
+        tier = next((t for t in TIERS if f"/tests/{t}/" in str(item.path)), None)
+        if tier is not None:
+            item.add_marker(tier)

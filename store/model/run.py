@@ -186,7 +186,7 @@ def run_from_stored(stored: Stored) -> Run:
 def run_text(state: Mapping[str, Any]) -> str:
     """``canonical_json(state)`` of a state that passed check_run, ≈ 3× faster: its keys are
     the known ones and its values exact str and int (the rules check exact types), so formats
-    in sorted key order give the same bytes (tests/test_canonical.py)."""
+    in sorted key order give the same bytes (tests/unit/test_canonical.py)."""
     pins, budget = state["pins"], state["budget"]
     if not _plain_records(state):  # a mappingproxy passes the rules but is no JSON: refused
         return canonical_json(state)
@@ -259,7 +259,7 @@ def check_run(
 # The text of each Run's state last seen to pass check_run, by run_id. check_run is a function of
 # the parsed value and the run_id alone, and a text parses to one value: a stored text equal to
 # one that passed needs no second look. A command's new state is remembered as it is written
-# (``run_text``; a checked Run reads back as a value that passes, tests/test_canonical.py), so the
+# (``run_text``; a checked Run reads back as a value that passes, tests/unit/test_canonical.py), so the
 # next command on that Run parses it but does not check it again. The oldest go first.
 _PASSED: dict[str, str] = {}
 _PASSED_LIMIT = 4096

@@ -13,7 +13,7 @@ from store.node.worker import EXIT_REFUSED, EXIT_SETTLED
 from tests.helpers.node_env import PY, Env
 from tests.helpers.waits import wait_until
 
-GATED = str(Path(__file__).parent / "helpers" / "gated_worker.py")
+GATED = str(Path(__file__).parents[1] / "helpers" / "gated_worker.py")
 # Appends a line to <dir>/ran each time it runs.
 COUNT_RUNS = "import os, sys\nopen(os.path.join(sys.argv[1], 'ran'), 'a').write('ran\\n')"
 

@@ -30,7 +30,7 @@ from tests.helpers.soak_recipes import ROOT, refine_json
 SECONDS = float(os.environ.get("REFINE_LOAD_SECONDS", "15"))
 WRITERS = 4
 RATE = 200 / WRITERS  # commands/s per writer
-WRITER = Path(__file__).parent / "helpers" / "load_writer.py"
+WRITER = Path(__file__).parents[1] / "helpers" / "load_writer.py"
 RSS_GROWTH_LIMIT = 150 * 2**20
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PROMPT = "$ "
 # Differ on every run: `[1] <pid>`, `process group <pid>`, a worker's random id.
 VARIABLE = re.compile(

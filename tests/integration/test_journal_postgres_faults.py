@@ -16,7 +16,7 @@ from store.journal.postgres import PostgresJournal
 from tests.helpers.postgres_server import PostgresServer
 from tests.helpers.run_support import Child as RunChild
 
-PG_CHILD = Path(__file__).with_name("helpers") / "pg_journal_child.py"
+PG_CHILD = Path(__file__).parents[1] / "helpers" / "pg_journal_child.py"
 
 
 def Child(url: str, spec: dict[str, Any]) -> RunChild:

@@ -413,7 +413,7 @@ def test_a_crashing_claim_helper_ends_only_its_own_attempt_before_any_recipe(env
 
     env.goal("g", "import os, sys; open(os.path.join(sys.argv[1], 'ran'), 'w')")
     env.goal("other", QUICK)
-    script = str(Path(__file__).parent / "helpers" / "crashing_claim_worker.py")
+    script = str(Path(__file__).parents[1] / "helpers" / "crashing_claim_worker.py")
     args = ["--journal", str(env.path), "--node", "n1", "--goal", "g", "--token", "t1"]
     crashing = subprocess.Popen([PY, script, *args], start_new_session=True)
     env.started.append(crashing)
