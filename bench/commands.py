@@ -8,7 +8,7 @@ same Runs submitted through ours before the clock starts:
   whose outbox is a view of them; the complete writes two events);
 - raw: one ``BEGIN IMMEDIATE`` transaction per command writing by hand exactly the rows ours
   writes (the events chained by ``prev``, the version-checked UPDATE of the row, the receipt),
-  their texts made before the clock starts; tests/integration/test_bench.py checks both files are the same;
+  their texts made before the clock starts; test_bench.py checks both files are the same;
 - eventsourcing: its ``SQLiteApplicationRecorder`` inserting one event per transaction.
 
 Target: ours ≥ 50 % of raw and ≥ eventsourcing. Prints medians over the repeats and the ratios.
@@ -106,7 +106,7 @@ class RawCommand:
 
 def command_writes(run_id: str) -> list[RawCommand]:
     """What ours writes for one Run's claim and complete, made outside the timed loop by the
-    same decision and encoders (raw only writes it; tests/integration/test_bench.py compares the files)."""
+    same decision and encoders (raw only writes it; test_bench.py compares the files)."""
     agg = run_aggregate_id(run_id)
     inputs = validate_run_command("submit", {"run_id": run_id, "pins": PINS, "budget": BUDGET})
     stored = Stored(agg, 1, decide_run("submit", None, inputs).state)

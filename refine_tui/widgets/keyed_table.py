@@ -227,7 +227,7 @@ class KeyedTable(DataTable[RenderableType]):
         DataTable renders every cell through Padding, Styled and ``Console.render_lines``
         (≈ 80 µs a cell, most of a new list's frame: a screen is ≈ 300 cells). A cell of a row
         one line high holding unwrapped text is its text cut to the width, the padding around
-        it and the same styles: the same segments (``tests/unit/test_keyed_table_render.py`` compares them).
+        it and the same styles: the same segments (``test_keyed_table_render.py`` compares them).
         None: not such a cell (DataTable renders it).
         """
         row_key = self._row_locations.get_key(row_index)

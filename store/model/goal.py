@@ -218,7 +218,7 @@ def check_goal_state(state: Any, checked: Mapping[str, Any] | None = None) -> No
 def goal_text(state: Mapping[str, Any]) -> str:
     """``canonical_json(state)`` of a state that passed check_goal_state, ≈ 4× faster: its keys
     are known and its values are exact str, int, None and a list of str (the rules check exact
-    types), so one format in sorted key order gives the same bytes (tests/unit/test_canonical.py)."""
+    types), so one format in sorted key order gives the same bytes (test_canonical.py)."""
     recipe, budget, reason = state["recipe"], state["budget"], state["cancel_reason"]
     cwd = recipe["cwd"]
     return (

@@ -259,7 +259,7 @@ def check_run(
 # The text of each Run's state last seen to pass check_run, by run_id. check_run is a function of
 # the parsed value and the run_id alone, and a text parses to one value: a stored text equal to
 # one that passed needs no second look. A command's new state is remembered as it is written
-# (``run_text``; a checked Run reads back as a value that passes, tests/unit/test_canonical.py), so the
+# (``run_text``; a checked Run reads back as a value that passes, test_canonical.py), so the
 # next command on that Run parses it but does not check it again. The oldest go first.
 _PASSED: dict[str, str] = {}
 _PASSED_LIMIT = 4096

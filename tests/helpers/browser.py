@@ -1,4 +1,4 @@
-"""Debian's Chromium under Playwright, for `refine serve` (tests/system/test_serve.py, the screenshot).
+"""Debian's Chromium under Playwright, for `refine serve` (test_serve.py, the screenshot).
 
 The page draws on a canvas (xterm.js), so we read the terminal's own buffer: an init script
 keeps textual-serve's terminal object when its constructor assigns ``fitAddon``.

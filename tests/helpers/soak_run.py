@@ -1,6 +1,6 @@
 """The soak: two real nodes on one journal, random recipes, random operator actions and crashes.
 
-``run_soak(root, seconds=..., seed=...)`` drives it and returns the figures; ``tests/system/test_soak.py``
+``run_soak(root, seconds=..., seed=...)`` drives it and returns the figures; ``test_soak.py``
 runs a bounded version in CI and ``scripts/soak.py`` a longer one. Everything is real: two
 ``python -m store.node.scheduler`` processes, their workers, recipes that hang, ignore SIGTERM
 or fork grandchildren, ``store.ops.operator`` Stop / Cancel / Confirm cleanup / Release,
@@ -309,7 +309,7 @@ class Soak:
         self.restart_nodes()
 
     def campaign_done(self) -> bool:
-        """The campaign the soak must have run (tests/system/test_soak.py checks it): MIN_GOALS goals,
+        """The campaign the soak must have run (test_soak.py checks it): MIN_GOALS goals,
         both kinds of crash and a node restart, a Stop, a Cancel, a Release and a `refine`
         action from another process. It is counted in steps, not seconds: on a loaded machine
         the steps are slower, so the soak runs until it is done."""
