@@ -261,6 +261,7 @@ def run_demo(directory: Path | None = None) -> int:
         for line in finish(path, DEMO_NODE, app.operator):
             _say(f"refine demo: {line}")
     _say(_goodbye(path))
+    _say("")  # flushes what Textual left buffered, or drops it where no terminal is left
     return 0
 
 
@@ -273,5 +274,9 @@ def _goodbye(path: Path) -> str:
 
 def _say(line: str) -> None:
     """A goodbye line, unless the terminal went away (its window closed): nobody reads it."""
-    with contextlib.suppress(OSError):
-        print(line, flush=True)
+    try:
+        print(line, end="\n" if line else "", flush=True)
+    except OSError:  # what stays buffered would fail the interpreter's last flush (exit 120)
+        from refine_tui.cli import discard_stdout
+
+        discard_stdout()
