@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -22,6 +23,7 @@ from store.journal_api import Journal
 from store.journal_listen import ListenWakeUps
 from store.journal_postgres import PostgresJournal, channel_for
 from tests.helpers.postgres_server import PASSWORD, PostgresServer
+from tests.helpers.waits import wait_until
 
 PY = sys.executable
 pytestmark = pytest.mark.postgres
@@ -134,6 +136,31 @@ def test_a_reserved_word_is_a_schema_name_like_any_other(
         assert journal.schema == schema and journal.last_sequence() >= 1
 
 
+def test_a_node_runs_a_goal_in_a_schema_named_by_a_reserved_word(
+    postgres_url: str, tmp_path: Path
+) -> None:
+    """The whole path: the node's LISTEN, the worker's claim and report, by ``?schema=user``."""
+    url = f"{postgres_url}?schema=user"
+    assert refine(url, "init").returncode == 0
+    added = refine(url, "goal", "add", "--id", "g1", "--title", "G", "--", "true")
+    assert added.returncode == 0, added.stderr
+    env = {**os.environ, "REFINE_JOURNAL": url}
+    env.pop("REFINE_STATE_DIR", None)
+    log = open(tmp_path / "node.out", "wb")  # noqa: SIM115
+    node = subprocess.Popen(
+        [PY, "-m", "refine_tui.cli", "--node", "n1", "--state-dir", str(tmp_path / "state"),
+         "node"],
+        env=env, stdout=log, stderr=log, start_new_session=True,
+    )  # fmt: skip
+    log.close()
+    try:
+        wait_until(lambda: goal_status(url) == "completed", 60, "the goal completed")
+    finally:
+        os.killpg(node.pid, signal.SIGTERM)
+        node.wait(timeout=30)
+    assert PASSWORD not in (tmp_path / "node.out").read_text(errors="replace")
+
+
 # --- item 8: a schema holding another application's objects ------------------------------------
 
 FOREIGN_OBJECTS = {
@@ -147,6 +174,7 @@ FOREIGN_OBJECTS = {
     "text search configuration": "CREATE TEXT SEARCH CONFIGURATION refine.plain (COPY = simple)",
     "operator family": "CREATE OPERATOR FAMILY refine.fam USING btree",
     "sequence": "CREATE SEQUENCE refine.counter",
+    "extension": "CREATE EXTENSION citext SCHEMA refine",  # contrib: Debian's postgresql has it
 }
 
 
