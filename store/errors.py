@@ -86,6 +86,12 @@ class StorageUnreachableError(StorageError):
     no permission to open the file."""
 
 
+class JournalNotPermittedError(StorageError):
+    """The role may not do this (SQLSTATE 42501, or authorization refused: class 28): waiting
+    does not help, so it is never retried; a writable open by a role that may only read is
+    refused with it."""
+
+
 class DiskFullError(StorageError):
     """The database has no room to commit: nothing was recorded."""
 

@@ -30,6 +30,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import psycopg
+from psycopg.sql import SQL, Identifier
 
 from store.journal.postgres import channel_for, connection_info
 
@@ -51,7 +52,7 @@ class ListenWakeUps:
         max_backoff_s: float = MAX_BACKOFF_S,
     ) -> None:
         self._conninfo, schema = connection_info(location, connect_timeout_s=CONNECT_TIMEOUT_S)
-        self.channel = channel_for(schema)  # a plain SQL name (checked): safe in LISTEN
+        self.channel = channel_for(schema)
         self.poll_interval_s = poll_interval_s
         self.max_backoff_s = max_backoff_s
         self.state = "connecting"  # then "live" | "reconnecting" (set by the thread)
@@ -132,7 +133,7 @@ class ListenWakeUps:
         except (psycopg.Error, OSError):
             return None
         try:
-            conn.execute(f"LISTEN {self.channel}")
+            conn.execute(SQL("LISTEN {}").format(Identifier(self.channel)))
         except (psycopg.Error, OSError):
             with contextlib.suppress(psycopg.Error, OSError):
                 conn.close()

@@ -10,13 +10,16 @@ call of the schema's ``write_command()`` and COMMIT; its statements are prepared
 connection.
 
 Tables live in their own schema (default ``refine``; ``?schema=NAME`` in the URL or the
-``schema`` argument picks another). A database without our schema is refused unless the journal
-is being created (``init``); a schema holding anything else is never touched.
+``schema`` argument picks another), always quoted in SQL (a reserved word is a name like any
+other). A database without our schema is refused unless the journal is being created (``init``);
+a schema holding anything else (a table, a function, a type: any object) is never touched. A
+writable handle is one the role may write with: a role that may only read is refused at open.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import threading
 import time
@@ -27,6 +30,7 @@ from typing import Any, Literal
 
 import psycopg
 from psycopg import errors as pgerrors
+from psycopg.sql import Identifier
 
 from store.errors import (
     DiskFullError,
@@ -34,6 +38,7 @@ from store.errors import (
     JournalClosedError,
     JournalLockedError,
     JournalMissingError,
+    JournalNotPermittedError,
     JournalReadOnlyError,
     NotAJournalError,
     StorageError,
@@ -66,6 +71,7 @@ Synchronous = Literal["FULL", "NORMAL"]
 SCHEMA_VERSION = 4
 APPLICATION = "refine-journal"
 CHANNEL = "refine_journal"
+NAME_MAX = 63  # bytes in a PostgreSQL identifier (NAMEDATALEN - 1), a NOTIFY channel's too
 _IDLE = psycopg.pq.TransactionStatus.IDLE
 _UNPREPARED = pgerrors.InvalidSqlStatementName
 _RETRIES = 8  # a lost race on a new row, a deadlock or a serialization failure: run it again
@@ -265,8 +271,21 @@ def connection_info(
 
 
 def channel_for(schema: str) -> str:
-    """The NOTIFY channel of the journal in ``schema``."""
-    return CHANNEL if schema == DEFAULT_SCHEMA else f"{CHANNEL}_{schema}"
+    """The NOTIFY channel of the journal in ``schema``, at most ``NAME_MAX`` bytes: past that,
+    the start of ``refine_journal_<schema>`` and a digest of the whole name (a shared channel
+    would only cost spurious wake-ups: a notification is a hint, never data)."""
+    if schema == DEFAULT_SCHEMA:
+        return CHANNEL
+    channel = f"{CHANNEL}_{schema}"  # a schema name is ASCII (checked): a byte per character
+    if len(channel) <= NAME_MAX:
+        return channel
+    digest = hashlib.sha256(schema.encode()).hexdigest()[:16]
+    return f"{channel[: NAME_MAX - len(digest) - 1]}_{digest}"
+
+
+def quoted(schema: str) -> str:
+    """``schema`` as a quoted SQL identifier, for the ``{s}`` of this module's SQL texts."""
+    return Identifier(schema).as_string()
 
 
 class PostgresJournal(Journal):
@@ -283,6 +302,7 @@ class PostgresJournal(Journal):
         self._snapshots = 0  # open snapshot transactions (no silent reconnection inside one)
         self.location = location  # redacted: safe to print
         self.schema = schema
+        self._s = quoted(schema)  # what the SQL texts name it by
         self.read_only = read_only
         self.journal_id = journal_id
         self.immutable = False  # a server journal is never a frozen snapshot
@@ -326,6 +346,8 @@ class PostgresJournal(Journal):
                 journal.journal_id = _migrate(
                     conn, schema, journal.location, create and not read_only
                 )
+                if not read_only:
+                    _check_writable(conn, schema, journal.location)
             return journal
         except BaseException:
             journal.close()
@@ -425,7 +447,7 @@ class PostgresJournal(Journal):
         # simple-protocol query string (parameters quoted by psycopg): far less client work per
         # statement than the extended protocol's pipeline.
         conn = self._connection()
-        tx = _PostgresCommand(self._command_cursor(conn), self.schema, self.channel, command_id)
+        tx = _PostgresCommand(self._command_cursor(conn), self._s, self.channel, command_id)
         try:
             outcome = run_command(tx, command_id, key, expected, decide)
             if not tx.committed:  # a replay: it wrote nothing
@@ -444,21 +466,19 @@ class PostgresJournal(Journal):
         once per connection."""
         if self._cursor is None or self._cursor.connection is not conn:
             cursor = psycopg.ClientCursor(conn)
-            cursor.execute(_PREPARE.format(s=self.schema))
+            cursor.execute(_PREPARE.format(s=self._s))
             self._cursor = cursor
         return self._cursor
 
     # --- reads ---------------------------------------------------------------------------------
 
-    def _rows(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+    def _rows(self, query: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         with self._lock:
             for retry in (False, True):
                 reused = self._conn is not None
                 try:
                     with self._storage_errors():
-                        return (
-                            self._connection().execute(sql.format(s=self.schema), args).fetchall()
-                        )
+                        return self._connection().execute(query.format(s=self._s), args).fetchall()
                 except StorageError:
                     # A connection the server ended since its last use (a restart): one fresh
                     # try, except inside a snapshot (a new session would not see the same state).
@@ -590,9 +610,7 @@ class PostgresJournal(Journal):
         with self._lock, self._storage_errors():
             conn = self._connection()
             with conn.cursor(name=f"refine_export_{table}") as cur:
-                cur.execute(
-                    f"SELECT {', '.join(columns)} FROM {self.schema}.{table} ORDER BY {key}"
-                )
+                cur.execute(f"SELECT {', '.join(columns)} FROM {self._s}.{table} ORDER BY {key}")
                 while batch := cur.fetchmany(COPY_BATCH):
                     yield batch
 
@@ -605,11 +623,9 @@ class PostgresJournal(Journal):
         with self._lock, self._storage_errors():
             conn = self._connection()
             with conn.transaction():
-                head = conn.execute(
-                    f"SELECT sequence FROM {self.schema}.head FOR UPDATE"
-                ).fetchone()
+                head = conn.execute(f"SELECT sequence FROM {self._s}.head FOR UPDATE").fetchone()
                 if head != (0,) or any(
-                    conn.execute(f"SELECT 1 FROM {self.schema}.{table} LIMIT 1").fetchone()
+                    conn.execute(f"SELECT 1 FROM {self._s}.{table} LIMIT 1").fetchone()
                     for table, _, _ in COPY_TABLES
                 ):
                     raise TargetNotEmptyError(f"journal {self.location} is not empty")
@@ -621,14 +637,14 @@ class PostgresJournal(Journal):
                         count += len(rows)
                         continue
                     with conn.cursor().copy(
-                        f"COPY {self.schema}.{table} ({', '.join(columns)}) FROM STDIN"
+                        f"COPY {self._s}.{table} ({', '.join(columns)}) FROM STDIN"
                     ) as copy:
                         for row in rows:
                             copy.write_row(row)
                     if table == "events" and rows:
                         last = max(last, int(rows[-1][0]))
                     count += len(rows)
-                conn.execute(f"UPDATE {self.schema}.head SET sequence = %s", (last,))
+                conn.execute(f"UPDATE {self._s}.head SET sequence = %s", (last,))
         return count
 
     def _check_outbox_rows(
@@ -639,7 +655,7 @@ class PostgresJournal(Journal):
             return
         low, high = rows[0][0], rows[-1][0]
         derived = conn.execute(
-            f"SELECT sequence, aggregate_id, topic, published FROM {self.schema}.outbox"
+            f"SELECT sequence, aggregate_id, topic, published FROM {self._s}.outbox"
             " WHERE sequence BETWEEN %s AND %s ORDER BY sequence",
             (low, high),
         ).fetchall()
@@ -782,21 +798,22 @@ def _migrate(conn: psycopg.Connection[Any], schema: str, location: str, initiali
         raise NotAJournalError(
             f"journal {location} has schema {version}: open it writable once to migrate"
         )
+    s = quoted(schema)
     with conn.transaction():
         # One migrator at a time; the others wait here, then find the work done.
         conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"refine-migrate:{schema}",))
         version = _schema_version(conn, schema, location)
         if version == 0:
-            conn.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
+            conn.execute(f"CREATE SCHEMA IF NOT EXISTS {s}")
         for step in range(version + 1, SCHEMA_VERSION + 1):
-            conn.execute(MIGRATIONS[step].format(s=schema).encode())
+            conn.execute(MIGRATIONS[step].format(s=s).encode())
             conn.execute(
-                f"INSERT INTO {schema}.schema_version (version, applied_at) VALUES (%s, %s)",
+                f"INSERT INTO {s}.schema_version (version, applied_at) VALUES (%s, %s)",
                 (step, time.time()),
             )
         if version == 0:
             conn.execute(
-                f"INSERT INTO {schema}.journal (journal_id, application, created_at)"
+                f"INSERT INTO {s}.journal (journal_id, application, created_at)"
                 " VALUES (%s, %s, %s)",
                 (str(uuid.uuid4()), APPLICATION, time.time()),
             )
@@ -804,8 +821,8 @@ def _migrate(conn: psycopg.Connection[Any], schema: str, location: str, initiali
 
 
 def _schema_version(conn: psycopg.Connection[Any], schema: str, location: str) -> int:
-    """Our schema's version; 0 when the schema is absent or empty; StorageError when it holds
-    something that is not ours."""
+    """Our schema's version; 0 when the schema is absent or empty; NotAJournalError when it
+    holds something that is not ours."""
     tables = {
         str(row[0])
         for row in conn.execute(
@@ -815,17 +832,83 @@ def _schema_version(conn: psycopg.Connection[Any], schema: str, location: str) -
         )
     }
     if not tables:
+        kinds = _objects_in(conn, schema)
+        if kinds:
+            raise NotAJournalError(
+                f"not a refine journal: {location}"
+                f" (schema {schema} holds other data: {', '.join(kinds)})"
+            )
         return 0
     if "schema_version" not in tables or "journal" not in tables:
         raise NotAJournalError(
             f"not a refine journal: {location} (schema {schema} holds other data)"
         )
-    row = conn.execute(f"SELECT max(version) FROM {schema}.schema_version").fetchone()
+    row = conn.execute(f"SELECT max(version) FROM {quoted(schema)}.schema_version").fetchone()
     return int(row[0]) if row and row[0] is not None else 0
 
 
+# Every catalog of objects that live in a schema, by kind (tables, views, sequences and
+# composite types are pg_class's, which _schema_version reads first): what a schema without
+# relations may still hold. A domain, an enum or a range is a type.
+_SCHEMA_OBJECTS = {
+    "function": ("pg_proc", "pronamespace"),
+    "type": ("pg_type", "typnamespace"),
+    "operator": ("pg_operator", "oprnamespace"),
+    "operator class": ("pg_opclass", "opcnamespace"),
+    "operator family": ("pg_opfamily", "opfnamespace"),
+    "collation": ("pg_collation", "collnamespace"),
+    "conversion": ("pg_conversion", "connamespace"),
+    "constraint": ("pg_constraint", "connamespace"),
+    "statistics object": ("pg_statistic_ext", "stxnamespace"),
+    "text search configuration": ("pg_ts_config", "cfgnamespace"),
+    "text search dictionary": ("pg_ts_dict", "dictnamespace"),
+    "text search parser": ("pg_ts_parser", "prsnamespace"),
+    "text search template": ("pg_ts_template", "tmplnamespace"),
+    "extension": ("pg_extension", "extnamespace"),
+}
+_OBJECTS_IN = " UNION ALL ".join(
+    f"(SELECT '{kind}' FROM {catalog} WHERE {column} = n.oid LIMIT 1)"
+    for kind, (catalog, column) in _SCHEMA_OBJECTS.items()
+)
+
+
+def _objects_in(conn: psycopg.Connection[Any], schema: str) -> list[str]:
+    """The kinds of object ``schema`` holds besides relations (none: empty, or absent)."""
+    rows = conn.execute(
+        f"SELECT o.kind FROM pg_namespace n, LATERAL ({_OBJECTS_IN}) AS o(kind)"
+        " WHERE n.nspname = %s",
+        (schema,),
+    ).fetchall()
+    return [str(row[0]) for row in rows]
+
+
+# What a command writes, as statements that change nothing: PostgreSQL checks the role's
+# privileges for them all the same (the row locks of a command need UPDATE too).
+_WRITE_PROBE = """
+UPDATE {s}.head SET sequence = sequence WHERE false;
+UPDATE {s}.aggregates SET version = version WHERE false;
+INSERT INTO {s}.aggregates SELECT * FROM {s}.aggregates WHERE false;
+INSERT INTO {s}.events SELECT * FROM {s}.events WHERE false;
+INSERT INTO {s}.receipts SELECT * FROM {s}.receipts WHERE false;
+"""
+
+
+def _check_writable(conn: psycopg.Connection[Any], schema: str, location: str) -> None:
+    """Refuse a writable open by a role that may not write the journal (a viewer): as a
+    read-only file is on SQLite, rather than every command failing later (and a node's workers
+    waiting for a journal that will never take their claims)."""
+    try:
+        conn.execute(_WRITE_PROBE.format(s=quoted(schema)).encode())
+    except (pgerrors.InsufficientPrivilege, pgerrors.ReadOnlySqlTransaction) as exc:
+        raise JournalNotPermittedError(
+            f"journal not permitted: {location} exists, but this role may not write it"
+            f" ({_first_line(exc)}): open it read-only (--read-only), or GRANT the role"
+            " INSERT, UPDATE on its tables"
+        ) from exc
+
+
 def _journal_id(conn: psycopg.Connection[Any], schema: str, location: str) -> str:
-    row = conn.execute(f"SELECT journal_id, application FROM {schema}.journal").fetchone()
+    row = conn.execute(f"SELECT journal_id, application FROM {quoted(schema)}.journal").fetchone()
     if row is None or row[1] != APPLICATION:
         raise NotAJournalError(f"not a refine journal: {location} (schema {schema})")
     return str(row[0])
@@ -838,11 +921,19 @@ def _storage_error(exc: psycopg.Error, location: str) -> StorageError:
         return JournalLockedError(f"journal is locked by another writer ({why})")
     if isinstance(exc, pgerrors.DiskFull):
         return DiskFullError(f"journal disk is full ({why})")
-    if isinstance(exc, pgerrors.InsufficientPrivilege):
-        return StorageUnreachableError(f"journal not permitted: {why}")
+    if _denied(exc):
+        return JournalNotPermittedError(f"journal not permitted: {why}")
     if isinstance(exc, psycopg.OperationalError):
         return StorageUnreachableError(f"journal unreachable: {why}")
     return StorageError(f"journal unavailable: {why}")
+
+
+def _denied(exc: psycopg.Error) -> bool:
+    """Refused for the role: no privilege (42501) or no authorization (class 28). Waiting does
+    not change that. (libpq's connection failures carry no SQLSTATE: a wrong password at
+    connect stays "unreachable", and is not retried by a worker's claim either.)"""
+    state = exc.sqlstate or ""
+    return state == "42501" or state.startswith("28")
 
 
 def _transient(cause: BaseException | None) -> bool:

@@ -34,7 +34,12 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import IO
 
-from store.errors import RefineError, StorageError, StorageUnreachableError
+from store.errors import (
+    JournalNotPermittedError,
+    RefineError,
+    StorageError,
+    StorageUnreachableError,
+)
 from store.host.processes import (
     ProcessRecord,
     ProcessRegistry,
@@ -230,8 +235,9 @@ def _claim(
     worker = worker_name(node_id, token)
     try:
         started = _start_patiently(goals, goal_id, node_id, worker, token, round)
-    except StorageError as exc:  # not a refusal: the node may try again
-        _say(f"{goal_id}: not started, journal unavailable: {exc}")
+    except StorageError as exc:  # not a refusal of the start: the node may try again
+        why = "" if isinstance(exc, JournalNotPermittedError) else ", journal unavailable"
+        _say(f"{goal_id}: not started{why}: {exc}")
         return EXIT_UNAVAILABLE
     except RefineError as exc:
         _say(f"{goal_id}: not started: {exc}")
@@ -289,7 +295,8 @@ def _start_patiently(
     """Start, repeating the same claim (same token, so the same command id) while the journal
     is unreachable: a connection lost at the commit leaves the outcome unknown, and only the
     repeat tells (seed: a replay means it committed). Another token would be refused by a
-    claim that did commit, and the attempt it made would wait for an operator."""
+    claim that did commit, and the attempt it made would wait for an operator. A refusal of the
+    role (JournalNotPermittedError: no privilege) is not waited for: it raises at once."""
     deadline = time.monotonic() + REPORT_PATIENCE_S
     delay = POLL_S
     while True:
@@ -432,7 +439,7 @@ def _open_patiently(location: str) -> Journal | None:
         try:
             return Journal.open(location, create=False)
         except RefineError as exc:
-            if time.monotonic() >= deadline:
+            if time.monotonic() >= deadline or isinstance(exc, JournalNotPermittedError):
                 _say(f"journal unavailable: {exc}")
                 return None
             _say(f"journal unavailable for now: {exc}")
@@ -640,7 +647,8 @@ def _settle(
                 evidence=list(evidence),
             )
         except StorageError as exc:  # maybe committed, maybe not: the same report again
-            if time.monotonic() >= deadline:
+            # A role that may not write never will: waiting does not deliver the report.
+            if time.monotonic() >= deadline or isinstance(exc, JournalNotPermittedError):
                 _say(f"{claim.run_id}/{claim.epoch}: report not delivered: {exc}")
                 return EXIT_UNAVAILABLE
             _say(f"{claim.run_id}/{claim.epoch}: report waits for the journal: {exc}")
