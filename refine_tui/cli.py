@@ -557,6 +557,18 @@ def cmd_serve(args: argparse.Namespace) -> int:
         ) from None
 
 
+def cmd_events(args: argparse.Namespace) -> int:
+    from refine_tui.cli_events import cmd_events as events
+
+    return events(args)
+
+
+def cmd_metrics(args: argparse.Namespace) -> int:
+    from refine_tui.cli_metrics import cmd_metrics as metrics
+
+    return metrics(args)
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from refine_tui.demo import run_demo
 
@@ -636,7 +648,7 @@ def non_empty(text: str) -> str:
 # Every command's name: `parse` builds only the parser of the one a command line names.
 COMMANDS = (
     "init", "goal", "goals", "runs", "show", "node", "stop", "cancel", "cleanup", "release",
-    "wait", "check", "copy", "tui", "serve", "demo",
+    "wait", "check", "copy", "tui", "serve", "demo", "events", "metrics",
 )  # fmt: skip
 
 
@@ -730,6 +742,14 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         serve.add_argument("--port", type=port_number, default=8000, help="0 picks a free port")
         serve.add_argument("--read-only", action="store_true")
         serve.add_argument("--token-file", help="a file holding the token (shared by a team)")
+    if events := command("events", cmd_events, "the journal's events in commit order"):
+        from refine_tui.cli_events import add_arguments
+
+        add_arguments(events)
+    if metrics := command("metrics", cmd_metrics, "a read-only Prometheus exporter (/metrics)"):
+        from refine_tui.cli_metrics import add_arguments as metrics_arguments
+
+        metrics_arguments(metrics)
     if demo := command("demo", cmd_demo, "a demo journal with live work and the dashboard"):
         demo.add_argument(
             "--dir",
