@@ -81,10 +81,17 @@ def cmd_events(args: argparse.Namespace) -> int:
         if args.follow:
             import asyncio
 
-            asyncio.run(stream.follow(deliver))
+            asyncio.run(stream.follow(deliver, output=output_fd()))
     finally:
         stream.close()
     return EXIT_OK
+
+
+def output_fd() -> int | None:
+    try:
+        return sys.stdout.fileno() if sys.stdout is not None else None
+    except (OSError, ValueError, AttributeError):  # not a real file (a test's capture)
+        return None
 
 
 def line(streamed: StreamedEvent, *, as_json: bool) -> str:

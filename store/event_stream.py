@@ -13,8 +13,11 @@ out; a SQLite file replaced at its path is followed there.
 from __future__ import annotations
 
 import contextlib
+import errno
+import os
+import stat
 from collections.abc import Callable, Collection, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from store.errors import StorageError
 from store.goal_model import GOAL_EVENT_STATUS, goal_id_of
@@ -30,6 +33,9 @@ from store.journal_api import (
 from store.journal_core import event_row
 from store.locations import resolve_location
 from store.records import dataclass
+
+if TYPE_CHECKING:  # asyncio is imported where the stream follows: a plain read never loads it
+    import asyncio
 
 SAFETY_CHECK_S = 2.0  # look this often even without a wake-up (one cheap change-gate read)
 
@@ -86,6 +92,29 @@ class EventFilter:
         return self.goal_id is None or goal_id_of(event.aggregate_id) == self.goal_id
 
 
+def _watch_pipe(fd: int | None, wake: asyncio.Event) -> asyncio.Event | None:
+    """An event set (and ``wake`` set) once the reader of pipe ``fd`` went away; None when
+    ``fd`` is no pipe. On Linux a pipe's write end polls as an error once its reader closed
+    it, which the event loop reports as "readable" (a write end never is otherwise). Only a
+    pipe is watched: a terminal's descriptor is readable whenever someone types."""
+    import asyncio
+
+    try:
+        if fd is None or not stat.S_ISFIFO(os.fstat(fd).st_mode):
+            return None
+    except OSError:
+        return None
+    loop, gone = asyncio.get_running_loop(), asyncio.Event()
+
+    def went_away() -> None:
+        loop.remove_reader(fd)
+        gone.set()
+        wake.set()
+
+    loop.add_reader(fd, went_away)
+    return gone
+
+
 def unknown_types(types: Collection[str]) -> list[str]:
     """The names among ``types`` that no model writes (a typo would match nothing forever)."""
     return sorted(set(types) - EVENT_TYPES)
@@ -134,19 +163,26 @@ class EventStream:
                 self._unread = False
                 return
 
-    async def follow(self, deliver: Callable[[list[StreamedEvent]], None]) -> None:
+    async def follow(
+        self, deliver: Callable[[list[StreamedEvent]], None], *, output: int | None = None
+    ) -> None:
         """Hand every new page to ``deliver``, forever (until cancelled or ``deliver`` raises).
 
-        A journal that cannot be read is waited for (noted once); the first read's failure is
-        the caller's to report, so call :meth:`pages` once before following."""
+        ``output``: the descriptor ``deliver`` writes to. When it is a pipe whose reader went
+        away (``| head -3`` has its lines), BrokenPipeError ends the wait at once, as ``tail -f``
+        does, rather than at the next event. A journal that cannot be read is waited for (noted
+        once); the first read's failure is the caller's to report: call :meth:`pages` first."""
         import asyncio  # here: a stream that does not follow never loads it
 
         wake = asyncio.Event()
         watcher = Journal.watch(self.location)
         pump = asyncio.create_task(relay(watcher, wake))
+        reader_gone = _watch_pipe(output, wake)
         try:
             while True:
                 wake.clear()
+                if reader_gone is not None and reader_gone.is_set():
+                    raise BrokenPipeError(errno.EPIPE, "the reader of the output went away")
                 try:
                     for page in self.pages():
                         deliver(page)
@@ -156,6 +192,8 @@ class EventStream:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(wake.wait(), SAFETY_CHECK_S)
         finally:
+            if output is not None and reader_gone is not None and not reader_gone.is_set():
+                asyncio.get_running_loop().remove_reader(output)
             watcher.stop()
             pump.cancel()
             with contextlib.suppress(asyncio.CancelledError):
