@@ -866,4 +866,8 @@ def tui_main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # `python -m refine_tui.cli` runs this file as __main__: run the refine_tui.cli module the
+    # command modules import instead, so their UsageError is the one main() catches.
+    from refine_tui.cli import main as module_main
+
+    sys.exit(module_main())

@@ -78,6 +78,11 @@ class JournalCollector(Collector):
         self.nodes: set[str] = set()  # nodes of attempts and of the Goals still moving
         self._version = version()
 
+    @property
+    def journal(self) -> Journal | None:
+        """The journal the last scrape read (None before the first)."""
+        return self._journal
+
     def describe(self) -> list[Metric]:
         return []  # registering must not read the journal
 
