@@ -742,6 +742,13 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         serve.add_argument("--port", type=port_number, default=8000, help="0 picks a free port")
         serve.add_argument("--read-only", action="store_true")
         serve.add_argument("--token-file", help="a file holding the token (shared by a team)")
+    if demo := command("demo", cmd_demo, "a demo journal with live work and the dashboard"):
+        demo.add_argument(
+            "--dir",
+            metavar="DIR",
+            help="where the demo journal is made (or reused, if DIR/journal.db exists);"
+            " default: a new temporary folder, kept after the demo",
+        )
     if events := command("events", cmd_events, "the journal's events in commit order"):
         from refine_tui.cli_events import add_arguments
 
@@ -750,13 +757,6 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         from refine_tui.cli_metrics import add_arguments as metrics_arguments
 
         metrics_arguments(metrics)
-    if demo := command("demo", cmd_demo, "a demo journal with live work and the dashboard"):
-        demo.add_argument(
-            "--dir",
-            metavar="DIR",
-            help="where the demo journal is made (or reused, if DIR/journal.db exists);"
-            " default: a new temporary folder, kept after the demo",
-        )
     return parser
 
 
