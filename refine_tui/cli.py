@@ -557,6 +557,18 @@ def cmd_serve(args: argparse.Namespace) -> int:
         ) from None
 
 
+def cmd_events(args: argparse.Namespace) -> int:
+    from refine_tui.cli_events import cmd_events as events
+
+    return events(args)
+
+
+def cmd_metrics(args: argparse.Namespace) -> int:
+    from refine_tui.cli_metrics import cmd_metrics as metrics
+
+    return metrics(args)
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from refine_tui.demo import run_demo
 
@@ -636,7 +648,7 @@ def non_empty(text: str) -> str:
 # Every command's name: `parse` builds only the parser of the one a command line names.
 COMMANDS = (
     "init", "goal", "goals", "runs", "show", "node", "stop", "cancel", "cleanup", "release",
-    "wait", "check", "copy", "tui", "serve", "demo",
+    "wait", "check", "copy", "tui", "serve", "demo", "events", "metrics",
 )  # fmt: skip
 
 
@@ -737,6 +749,14 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
             help="where the demo journal is made (or reused, if DIR/journal.db exists);"
             " default: a new temporary folder, kept after the demo",
         )
+    if events := command("events", cmd_events, "the journal's events in commit order"):
+        from refine_tui.cli_events import add_arguments
+
+        add_arguments(events)
+    if metrics := command("metrics", cmd_metrics, "a read-only Prometheus exporter (/metrics)"):
+        from refine_tui.cli_metrics import add_arguments as metrics_arguments
+
+        metrics_arguments(metrics)
     return parser
 
 
@@ -846,4 +866,8 @@ def tui_main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # `python -m refine_tui.cli` runs this file as __main__: run the refine_tui.cli module the
+    # command modules import instead, so their UsageError is the one main() catches.
+    from refine_tui.cli import main as module_main
+
+    sys.exit(module_main())

@@ -14,22 +14,27 @@ import ctypes
 import hmac
 import ipaddress
 import json
+import os
 import secrets
 import signal
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp_jinja2
 from aiohttp import WSMsgType, web
 from textual_serve.app_service import AppService
 from textual_serve.server import Server, to_int
 
+if TYPE_CHECKING:
+    from store.ops.metrics import JournalCollector
+
 COOKIE = "refine_token"
 MIN_TOKEN_CHARS = 16
 QUIT_GRACE_S = 5.0  # a tab's app gets this long to quit before SIGTERM, then as long to SIGKILL
 FORBIDDEN = "403: Forbidden: open the URL with the token that `refine serve` printed\n"
+FORBIDDEN_METRICS = "403: Forbidden: send the token as `Authorization: Bearer <token>`\n"
 PR_SET_PDEATHSIG = 1
 # A terminal larger than any screen's only use is to exhaust memory: 100000x100000 cells made
 # one tab's app take 1.1 GB and a whole core.
@@ -176,12 +181,37 @@ class RefineServer(Server):
             response.headers["Referrer-Policy"] = "no-referrer"
         return response
 
+    metrics: JournalCollector | None = None  # made at the first scrape
+
+    @web.middleware
+    async def serve_metrics(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        """`/metrics` for Prometheus (DESIGN §16): the same token, sent as a bearer token (a
+        scraper has no cookie; Prometheus' `authorization` setting sends it), checked here
+        before the browser's rules. The journal is read in a thread, never on this loop."""
+        if request.path != "/metrics":
+            return await handler(request)
+        scheme, _, candidate = request.headers.get("Authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not self.token_ok(candidate.strip()):
+            return web.Response(status=403, text=FORBIDDEN_METRICS)
+        if self.metrics is None:
+            from refine_tui.cli import DEFAULT_JOURNAL
+            from store.ops.metrics import JournalCollector
+
+            journal = self.tui_env.get("REFINE_JOURNAL") or os.environ.get("REFINE_JOURNAL")
+            self.metrics = JournalCollector(journal or DEFAULT_JOURNAL)
+        from store.ops.metrics import scrape
+
+        accept = request.headers.get("Accept")
+        status, body, content_type = await asyncio.to_thread(scrape, self.metrics, accept)
+        return web.Response(status=status, body=body, headers={"Content-Type": content_type})
+
     async def on_startup(self, app: web.Application) -> None:
         """Quiet: `serve` prints the one URL to open (textual-serve's banner names the bind)."""
 
     async def _make_app(self) -> web.Application:
         app = await super()._make_app()
         app.middlewares.append(self.require_token)
+        app.middlewares.insert(0, self.serve_metrics)
         return app
 
     # --- pages and sockets ---------------------------------------------------------------------

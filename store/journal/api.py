@@ -18,7 +18,7 @@ from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Literal, Protocol, Self, runtime_checkable
 
 from store.errors import BackendUnavailableError, InvalidInputError
-from store.journal.core import MAX_PAGE, Change, Decide, Event, Outcome, Stored
+from store.journal.core import MAX_PAGE, Change, Decide, Event, EventRecord, Outcome, Stored
 
 if TYPE_CHECKING:  # asyncio is imported where wake-ups run: a quick CLI never loads it
     import asyncio
@@ -30,6 +30,7 @@ __all__ = [
     "ChangeSource",
     "Decide",
     "Event",
+    "EventRecord",
     "Journal",
     "JournalHandle",
     "Location",
@@ -196,6 +197,21 @@ class Journal(Protocol):
 
     def events_after(self, sequence: int, limit: int = MAX_PAGE) -> list[Event]:
         """Every aggregate's events after ``sequence`` (an index range scan), oldest first."""
+        ...
+
+    def event_records(
+        self, after_sequence: int, limit: int = MAX_PAGE, types: Sequence[str] | None = None
+    ) -> list[EventRecord]:
+        """Events after ``after_sequence`` as stored, oldest first, their data unparsed and with
+        the id of the command that committed each (``EventRecord``); only those of ``types``
+        when given. One index range scan, as ``events_after``: a reader parses what it needs."""
+        ...
+
+    def count_by_status_and_node(
+        self, kind: str, statuses: Sequence[str] | None = None
+    ) -> dict[tuple[str | None, str | None], int]:
+        """How many aggregates of ``kind`` have each (status, node), maybe only among
+        ``statuses``: one read of an index (for Goals still moving, a small one), no state."""
         ...
 
     def outbox(self, after_sequence: int = 0, limit: int = MAX_PAGE) -> list[tuple[int, str, str]]:

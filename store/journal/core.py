@@ -38,6 +38,12 @@ class Event:
     committed_at: float
 
 
+# An event as stored, its data text unparsed: (sequence, aggregate_id, version, type, data,
+# committed_at, command_id). Readers of many events parse only what they need (``event_row``
+# makes the ``Event`` of its first six).
+EventRecord = tuple[int, str, int, str, str, float, str]
+
+
 @dataclass(frozen=True)
 class Stored:
     """An aggregate's stored state as parsed JSON (never validated here) and its version."""

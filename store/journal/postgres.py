@@ -52,6 +52,7 @@ from store.journal.core import (
     MAX_PAGE,
     Decide,
     Event,
+    EventRecord,
     Outcome,
     Stored,
     Writes,
@@ -72,6 +73,7 @@ SCHEMA_VERSION = 4
 APPLICATION = "refine-journal"
 CHANNEL = "refine_journal"
 NAME_MAX = 63  # bytes in a PostgreSQL identifier (NAMEDATALEN - 1), a NOTIFY channel's too
+_RECORD = "sequence, aggregate_id, version, type, data, committed_at, command_id"  # EventRecord
 _IDLE = psycopg.pq.TransactionStatus.IDLE
 _UNPREPARED = pgerrors.InvalidSqlStatementName
 _RETRIES = 8  # a lost race on a new row, a deadlock or a serialization failure: run it again
@@ -562,6 +564,29 @@ class PostgresJournal(Journal):
             (sequence, limit),
         )
         return [event_row(row) for row in rows]
+
+    def event_records(
+        self, after_sequence: int, limit: int = MAX_PAGE, types: Sequence[str] | None = None
+    ) -> list[EventRecord]:
+        """Events after ``after_sequence`` as stored (data unparsed), maybe only of ``types``."""
+        check_page(after_sequence, limit)
+        sql = f"SELECT {_RECORD} FROM {{s}}.events WHERE sequence > %s"
+        args = list[Any]([after_sequence])
+        if types is not None:
+            sql += " AND type = ANY(%s)"
+            args.append(list(types))
+        rows = self._rows(f"{sql} ORDER BY sequence LIMIT %s", [*args, limit])
+        return rows
+
+    def count_by_status_and_node(
+        self, kind: str, statuses: Sequence[str] | None = None
+    ) -> dict[tuple[str | None, str | None], int]:
+        """Aggregates of ``kind`` per (status, node), maybe only of ``statuses`` (the Goals still
+        moving: over their own index)."""
+        select = "SELECT status, node_id, count(*) FROM {s}.aggregates"
+        sql, args = _of_kind(select, kind, statuses)
+        rows = self._rows(f"{sql} GROUP BY status, node_id", args)
+        return {(row[0], row[1]): int(row[2]) for row in rows}
 
     def outbox(self, after_sequence: int = 0, limit: int = MAX_PAGE) -> list[tuple[int, str, str]]:
         """Outbox rows ``(sequence, aggregate_id, topic)`` after ``after_sequence``."""

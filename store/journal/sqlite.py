@@ -39,6 +39,7 @@ from store.journal.core import (
     Change,
     Decide,
     Event,
+    EventRecord,
     Outcome,
     Stored,
     Writes,
@@ -153,6 +154,7 @@ UPDATE events SET prev = chain.prev FROM (
 ) AS chain WHERE events.sequence = chain.sequence AND chain.prev IS NOT NULL;
 DROP INDEX events_by_aggregate;
 """
+_RECORD = "sequence, aggregate_id, version, type, data, committed_at, command_id"  # EventRecord
 _EVENT = "e.sequence, e.aggregate_id, e.version, e.type, e.data, e.committed_at"
 # One aggregate's events after :after, newest first from its row, by ``prev``. The chain only
 # goes back (prev < sequence), so a damaged one ends rather than loops.
@@ -475,6 +477,30 @@ class SqliteJournal(Journal):
                 (sequence, limit),
             )
             return [event_row(row) for row in rows]
+
+    def event_records(
+        self, after_sequence: int, limit: int = MAX_PAGE, types: Sequence[str] | None = None
+    ) -> list[EventRecord]:
+        """Events after ``after_sequence`` as stored (data unparsed), maybe only of ``types``."""
+        check_page(after_sequence, limit)
+        sql, args = f"SELECT {_RECORD} FROM events WHERE sequence > ?", list[Any]([after_sequence])
+        if types is not None:
+            sql += f" AND type IN ({','.join('?' * len(types))})"
+            args += types
+        with self._lock, _storage_errors():
+            rows = self._connection().execute(f"{sql} ORDER BY sequence LIMIT ?", [*args, limit])
+            return rows.fetchall()
+
+    def count_by_status_and_node(
+        self, kind: str, statuses: Sequence[str] | None = None
+    ) -> dict[tuple[str | None, str | None], int]:
+        """Aggregates of ``kind`` per (status, node), maybe only of ``statuses`` (the Goals still
+        moving: over their own index)."""
+        select = "SELECT status, node_id, count(*) FROM aggregates"
+        sql, args = _of_kind(select, kind, statuses)
+        with self._lock, _storage_errors():
+            rows = self._connection().execute(f"{sql} GROUP BY status, node_id", args)
+            return {(row[0], row[1]): int(row[2]) for row in rows}
 
     def outbox(self, after_sequence: int = 0, limit: int = MAX_PAGE) -> list[tuple[int, str, str]]:
         """Outbox rows ``(sequence, aggregate_id, topic)`` after ``after_sequence``."""

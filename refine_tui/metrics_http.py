@@ -1,0 +1,64 @@
+"""The HTTP side of `refine metrics`: ``GET /metrics`` on a small threaded server.
+
+Each scrape runs the collector in the request's thread (the collector serializes them); a
+journal that is unusable answers 503 (``store.ops.metrics.scrape``). Requests are not logged: a
+line per scrape every few seconds would bury anything worth reading.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import socket
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import urlsplit
+
+from store.ops.metrics import TEXT, JournalCollector, scrape
+
+
+class MetricsServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, host: str, port: int, collector: JournalCollector) -> None:
+        self.address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self.collector = collector
+        super().__init__((host, port), MetricsHandler)
+
+    def serve_until_stopped(self) -> None:
+        """Until SIGINT or SIGTERM (either ends it quietly)."""
+
+        def stop(signum: int, frame: object) -> None:
+            raise _Stopped
+
+        signal.signal(signal.SIGTERM, stop)
+        with contextlib.suppress(KeyboardInterrupt, _Stopped):
+            self.serve_forever()
+
+
+class _Stopped(Exception):
+    """SIGTERM: leave serve_forever as Ctrl+C does."""
+
+
+class MetricsHandler(BaseHTTPRequestHandler):
+    server: MetricsServer
+
+    def do_GET(self) -> None:
+        path = urlsplit(self.path).path
+        if path == "/metrics":
+            status, body, content_type = scrape(self.server.collector, self.headers.get("Accept"))
+            self._send(status, content_type, body)
+        elif path == "/":
+            self._send(200, TEXT, b"refine metrics: scrape /metrics\n")
+        else:
+            self._send(404, TEXT, b"not found: scrape /metrics\n")
+
+    def _send(self, status: int, content_type: str, body: bytes) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Quiet (see the module's note)."""

@@ -1,0 +1,498 @@
+"""Prometheus metrics (DESIGN §16): `refine metrics` and serve's `/metrics`, scraped for real.
+
+Every figure agrees with `refine goals --json` / `refine runs --json` at the same sequence (both
+backends); a scrape reads only what changed, through indexes; the exporter answers in the text
+format and in OpenMetrics by ``Accept``, passes ``promtool check metrics``, answers 503 while a
+server journal is down and recovers; serve's `/metrics` takes the token as a bearer token only.
+A real Prometheus (Debian's package) scrapes both every second and answers a PromQL query with
+the journal's number.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from refine_tui.cli import main
+from store.goals import Goals
+from store.journal.api import Journal
+from store.ops.metrics import JournalCollector, exposition
+from tests.helpers.postgres_server import PostgresServer
+from tests.helpers.waits import wait_until
+
+REFINE = [sys.executable, "-m", "refine_tui.cli"]
+WAIT_S = 90.0
+README_PROMQL = (
+    'sum(rate(refine_attempts_finished_total{outcome="failed"}[5m]))'
+    " / sum(rate(refine_attempts_finished_total[5m]))",
+    "histogram_quantile(0.95, sum by (le) (rate(refine_attempt_duration_seconds_bucket[5m])))",
+)
+OPENMETRICS = "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5"
+
+
+def prometheus_required() -> bool:
+    return os.environ.get("REFINE_REQUIRE_POSTGRES") == "1" or os.environ.get("CI") == "1"
+
+
+def prometheus_tool(name: str) -> str:
+    """Debian's prometheus package's binary; FAILS where the tests run for real (CI)."""
+    found = shutil.which(name)
+    if found is None:
+        message = f"{name} is not installed (Debian: apt-get install prometheus)"
+        if prometheus_required():
+            pytest.fail(message, pytrace=False)
+        pytest.skip(message)
+    return found
+
+
+# --- what the figures must agree with -------------------------------------------------------
+
+
+def scenario(journal: Journal) -> None:
+    """Goals on two nodes in every state: completed, failed and retried, exhausted, held by a
+    Stop and released, running, cancelled while running (its cleanup pending) and queued."""
+    goals = Goals(journal)
+
+    def add(gid: str, node: str = "n1", **kw: Any) -> None:
+        goals.create(goal_id=gid, title=gid, node_id=node, argv=["true"], **kw)
+
+    def start(gid: str, token: str, node: str = "n1") -> Any:
+        return goals.start(goal_id=gid, node_id=node, worker=f"{node}/{token}", token=token)
+
+    add("done")
+    start("done", "t1")
+    goals.settle(goal_id="done", run_id="done.r1", epoch=1, outcome="completed")
+    add("retried", max_attempts=3)
+    start("retried", "t2")
+    goals.settle(goal_id="retried", run_id="retried.r1", epoch=1, outcome="failed", reason="x")
+    add("spent", node="n2", max_attempts=1)
+    start("spent", "t3", node="n2")
+    goals.settle(goal_id="spent", run_id="spent.r1", epoch=1, outcome="failed", reason="x")
+    add("stopped", redelivery="operator")
+    started = start("stopped", "t4")
+    goals.interrupt(
+        goal_id="stopped", run_id="stopped.r1", epoch=1, goal_version=started.goal.version,
+        run_version=started.run.version, confirmed_by="dana@n1", method="sigterm",
+        command_id="op:stop:1",
+    )  # fmt: skip
+    goals.release(goal_id="stopped", command_id="op:release:1")
+    add("busy", node="n2")
+    start("busy", "t5", node="n2")
+    add("busy2")
+    start("busy2", "t6")
+    add("cancelling")
+    start("cancelling", "t7")
+    goals.cancel(goal_id="cancelling", reason="r", command_id="op:cancel:1")
+    add("dropped")
+    goals.cancel(goal_id="dropped", reason="r", command_id="op:cancel:2")
+    add("waiting", node="n3")
+
+
+def more(journal: Journal) -> None:
+    """A second batch: what a later scrape must fold on top of the first."""
+    goals = Goals(journal)
+    goals.settle(goal_id="busy", run_id="busy.r1", epoch=1, outcome="completed")
+    goals.start(goal_id="retried", node_id="n1", worker="n1/t8", token="t8")
+    goals.settle(goal_id="retried", run_id="retried.r1", epoch=2, outcome="completed")
+    goals.settle(goal_id="cancelling", run_id="cancelling.r1", epoch=1, outcome="cancelled")
+    goals.start(goal_id="waiting", node_id="n3", worker="n3/t9", token="t9")
+
+
+def cli_json(capsys: pytest.CaptureFixture[str], location: str, *args: str) -> Any:
+    capsys.readouterr()
+    assert main(["--journal", location, *args, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Every sample of an exposition: (name, sorted labels) → value."""
+    found = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            found[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return found
+
+
+def expected(capsys: pytest.CaptureFixture[str], location: str) -> dict[str, Any]:
+    """What `refine goals --json` and `refine runs --json` say, in the metrics' terms."""
+    goals = cli_json(capsys, location, "goals")
+    runs = cli_json(capsys, location, "runs")
+    attempts = [a for run in runs for a in run["attempts"]]
+    node = lambda a: a["worker"].split("/")[0]  # noqa: E731
+    return {
+        "goals": Counter(g["status"] for g in goals),
+        "running": Counter(node(a) for a in attempts if a["state"] == "running"),
+        "finished": Counter((node(a), a["state"]) for a in attempts if a["state"] != "running"),
+        "attempts": len(attempts),
+        "pending": sum(
+            1
+            for run in runs
+            if run["cancel_requested"] and run["attempts"][-1]["state"] == "running"
+        ),
+        "nodes": {g["node_id"] for g in goals if g["status"] in ("queued", "held", "running")}
+        | {node(a) for a in attempts},
+    }
+
+
+def assert_agrees(figures: dict[Any, float], want: dict[str, Any], last: int) -> None:
+    for status in ("queued", "held", "running", "completed", "exhausted", "cancelled"):
+        assert figures[("refine_goals", (("status", status),))] == want["goals"][status], status
+    for node in want["nodes"]:
+        labels = (("node", node),)
+        assert figures[("refine_attempts_running", labels)] == want["running"][node], node
+        for outcome in ("completed", "failed", "interrupted"):
+            key = ("refine_attempts_finished_total", (("node", node), ("outcome", outcome)))
+            assert figures[key] == want["finished"][(node, outcome)], (node, outcome)
+        assert ("refine_node_up", labels) in figures
+    finished = sum(want["finished"].values())
+    assert figures[("refine_attempt_duration_seconds_count", ())] == finished
+    inf = ("le", "+Inf")
+    assert figures[("refine_attempt_duration_seconds_bucket", (inf,))] == finished
+    assert figures[("refine_queue_wait_seconds_count", ())] == want["attempts"]  # one per claim
+    assert figures[("refine_cleanup_pending", ())] == want["pending"]
+    assert figures[("refine_journal_last_sequence", ())] == last
+    assert any(name == "refine_build_info" for name, _ in figures)
+
+
+def test_every_figure_agrees_with_goals_and_runs_json(
+    journal: Journal, journal_location: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    scenario(journal)
+    collector = JournalCollector(journal_location)
+    try:
+        first = samples(exposition(collector, None)[0].decode())
+        want = expected(capsys, journal_location)
+        assert want["pending"] == 1 and want["goals"]["held"] == 0  # the scenario's shape
+        assert_agrees(first, want, journal.last_sequence())
+        more(journal)  # the next scrape folds only these, on top
+        second = samples(exposition(collector, OPENMETRICS)[0].decode())
+        assert_agrees(second, expected(capsys, journal_location), journal.last_sequence())
+        again = JournalCollector(journal_location)  # all at once says the same as in two steps
+        assert samples(exposition(again, OPENMETRICS)[0].decode()) == second
+        again.close()
+    finally:
+        collector.close()
+
+
+def test_a_scrape_reads_what_changed_through_indexes(tmp_path: Path) -> None:
+    """SQLite's own trace: an idle scrape asks only "anything new?"; a scrape after a commit
+    reads the events after its last sequence and the moving Goals, each by an index, never a
+    scan of a table (what makes 100,000 goals cost what 10 do)."""
+    path = tmp_path / "journal.db"
+    with Journal.open(path) as journal:
+        scenario(journal)
+        collector = JournalCollector(path)
+        exposition(collector, None)
+        statements: list[str] = []
+        collector.journal._connection().set_trace_callback(statements.append)  # type: ignore[union-attr,attr-defined]
+        exposition(collector, None)
+        assert statements == ["PRAGMA data_version"]
+        more(journal)
+        statements.clear()
+        exposition(collector, None)
+        reads = [s for s in statements if s.lstrip().upper().startswith("SELECT")]
+        assert len(reads) >= 2
+        conn = collector.journal._connection()  # type: ignore[union-attr,attr-defined]
+        conn.set_trace_callback(None)
+        for sql in reads:
+            plan = [row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {sql}")]
+            assert plan and not any(re.match(r"SCAN (events|aggregates)\b", p) for p in plan), (
+                sql,
+                plan,
+            )
+        collector.close()
+
+
+# --- the exporter process -------------------------------------------------------------------
+
+
+def get(url: str, headers: dict[str, str] | None = None) -> tuple[int, str, str]:
+    request = urllib.request.Request(url, headers=headers or {})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, response.headers["Content-Type"], response.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.headers["Content-Type"], exc.read().decode()
+
+
+class Exporter:
+    """`refine metrics --port 0` on a journal; ``url`` is where it serves /metrics."""
+
+    def __init__(self, location: str, *args: str) -> None:
+        env = {**os.environ, "REFINE_JOURNAL": location}
+        self.proc = subprocess.Popen(
+            [*REFINE, "metrics", "--port", "0", *args],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        found = re.search(r"(http://\S+/metrics)", line)
+        assert found, (line, self.proc.stderr.read() if self.proc.stderr else "")
+        self.url = found.group(1)
+        self.port = int(urllib.parse.urlsplit(self.url).port or 0)
+
+    def stop(self, signum: int = signal.SIGTERM) -> tuple[int, str]:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signum)
+        _, err = self.proc.communicate(timeout=WAIT_S)
+        return self.proc.returncode, err
+
+
+@pytest.fixture
+def exporters() -> Iterator[list[Exporter]]:
+    started: list[Exporter] = []
+    yield started
+    for exporter in started:
+        if exporter.proc.poll() is None:
+            exporter.proc.kill()
+            exporter.proc.wait()
+
+
+def sqlite_journal(tmp_path: Path) -> str:
+    path = tmp_path / "journal.db"
+    with Journal.open(path) as journal:
+        scenario(journal)
+    return str(path)
+
+
+def test_the_exporter_speaks_both_formats_and_passes_promtool(
+    tmp_path: Path, exporters: list[Exporter]
+) -> None:
+    promtool = prometheus_tool("promtool")
+    exporter = Exporter(sqlite_journal(tmp_path))
+    exporters.append(exporter)
+    status, content_type, text = get(exporter.url)
+    assert (status, content_type) == (200, "text/plain; version=0.0.4; charset=utf-8")
+    assert 'refine_goals{status="running"} 2.0' in text
+    check = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True,
+                           text=True, timeout=WAIT_S)  # fmt: skip
+    assert check.returncode == 0, check.stdout + check.stderr
+    status, content_type, text = get(exporter.url, {"Accept": OPENMETRICS})
+    assert status == 200 and content_type.startswith("application/openmetrics-text; version=1.0.0")
+    assert text.endswith("# EOF\n") and "# TYPE refine_attempts_finished counter" in text
+    assert get(exporter.url.replace("/metrics", "/nope"))[0] == 404
+    assert exporter.stop(signal.SIGTERM) == (0, "")
+
+
+def test_the_exporter_refuses_a_missing_journal_and_a_taken_port(tmp_path: Path) -> None:
+    env = {**os.environ, "REFINE_JOURNAL": str(tmp_path / "missing.db")}
+    done = subprocess.run([*REFINE, "metrics"], env=env, capture_output=True, text=True)
+    assert done.returncode == 3 and done.stderr.startswith("refine: STORAGE:")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        env["REFINE_JOURNAL"] = sqlite_journal(tmp_path)
+        argv = [*REFINE, "metrics", "--port", str(taken.getsockname()[1])]
+        done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=WAIT_S)
+    assert done.returncode == 2 and done.stderr.startswith("refine: USAGE: cannot serve on")
+
+
+def test_the_exporter_answers_503_while_the_server_is_down(
+    postgres_server: PostgresServer,
+    postgres_url: str,
+    exporters: list[Exporter],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    if not postgres_server.owned:
+        pytest.skip("an external server ($REFINE_TEST_POSTGRES_URL) is not restarted by tests")
+    with Journal.open(postgres_url) as journal:
+        scenario(journal)
+    exporter = Exporter(postgres_url)
+    exporters.append(exporter)
+    assert 'refine_goals{status="running"} 2.0' in get(exporter.url)[2]
+    postgres_server.stop("fast")
+    try:
+        status, content_type, text = get(exporter.url)
+        assert (status, content_type) == (503, "text/plain; charset=utf-8")
+        assert text.startswith("STORAGE: ") and text.count("\n") == 1
+        assert "pw-" not in text  # the password never shows
+    finally:
+        postgres_server.start_on_same_port()
+    with Journal.open(postgres_url) as journal:
+        Goals(journal).start(goal_id="waiting", node_id="n3", worker="n3/t", token="t")
+    wait_until(
+        lambda: 'refine_goals{status="running"} 3.0' in get(exporter.url)[2],
+        WAIT_S,
+        "the exporter to read the journal again after the restart",
+    )
+    code, err = exporter.stop(signal.SIGINT)
+    assert (code, err) == (0, "")
+
+
+# --- serve's /metrics -----------------------------------------------------------------------
+
+
+class Served:
+    """`refine serve --port 0`: its base URL and token."""
+
+    def __init__(self, location: str) -> None:
+        env = {**os.environ, "REFINE_JOURNAL": location}
+        self.proc = subprocess.Popen(
+            [*REFINE, "--node", "n1", "serve", "--port", "0"],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert self.proc.stdout is not None
+        self.lines: list[str] = []
+        stdout = self.proc.stdout
+        threading.Thread(target=lambda: self.lines.extend(stdout), daemon=True).start()
+        url = wait_until(
+            lambda: next((ln.strip() for ln in self.lines if "?token=" in ln), None),
+            WAIT_S,
+            "refine serve to print its URL",
+        )
+        self.base, self.token = url.split("?token=")
+        self.port = int(urllib.parse.urlsplit(self.base).port or 0)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        self.proc.wait(timeout=WAIT_S)
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[Served]:
+    server = Served(sqlite_journal(tmp_path))
+    yield server
+    server.stop()
+
+
+def test_serve_metrics_take_the_token_as_a_bearer_only(served: Served) -> None:
+    url = served.base + "metrics"
+    assert get(url)[0] == 403
+    assert get(url, {"Authorization": "Bearer wrong-token-of-some-length"})[0] == 403
+    assert get(url, {"Authorization": f"Basic {served.token}"})[0] == 403
+    assert get(f"{url}?token={served.token}")[0] == 403  # the browser's ways are not a scraper's
+    assert get(url, {"Cookie": f"refine_token={served.token}"})[0] == 403
+    status, content_type, text = get(url, {"Authorization": f"Bearer {served.token}"})
+    assert (status, content_type) == (200, "text/plain; version=0.0.4; charset=utf-8")
+    assert 'refine_goals{status="running"} 2.0' in text
+    headers = {"Authorization": f"Bearer {served.token}", "Accept": OPENMETRICS}
+    status, content_type, text = get(url, headers)
+    assert status == 200 and content_type.startswith("application/openmetrics-text")
+    assert text.endswith("# EOF\n")
+    assert get(served.base)[0] == 403  # the dashboard itself is unchanged: no bearer there
+
+
+# --- a real Prometheus -------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture
+def prometheus(tmp_path: Path) -> Iterator[Any]:
+    """A Prometheus server of our own: ``start(config_text)`` → its base URL."""
+    binary = prometheus_tool("prometheus")
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def start(config: str) -> str:
+        (tmp_path / "prometheus.yml").write_text(config)
+        port = free_port()
+        log = open(tmp_path / "prometheus.log", "wb")  # noqa: SIM115 (closed with the process)
+        proc = subprocess.Popen(
+            [
+                binary,
+                f"--config.file={tmp_path / 'prometheus.yml'}",
+                f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                f"--web.listen-address=127.0.0.1:{port}",
+            ],
+            stdout=log,
+            stderr=log,
+        )
+        procs.append(proc)
+        base = f"http://127.0.0.1:{port}"
+
+        def ready() -> bool:
+            if proc.poll() is not None:
+                raise AssertionError((tmp_path / "prometheus.log").read_text()[-2000:])
+            try:
+                return get(base + "/-/ready")[0] == 200
+            except OSError:
+                return False
+
+        wait_until(ready, WAIT_S, "Prometheus to be ready")
+        return base
+
+    yield start
+    for proc in procs:
+        proc.terminate()
+        proc.wait(timeout=WAIT_S)
+
+
+def query(base: str, promql: str) -> list[dict[str, Any]]:
+    url = f"{base}/api/v1/query?" + urllib.parse.urlencode({"query": promql})
+    status, _, text = get(url)
+    answer = json.loads(text)
+    assert status == 200 and answer["status"] == "success", text
+    return list(answer["data"]["result"])
+
+
+def by_job(result: list[dict[str, Any]]) -> dict[str, float]:
+    return {r["metric"]["job"]: float(r["value"][1]) for r in result}
+
+
+def test_prometheus_scrapes_the_exporter_and_serve(
+    tmp_path: Path, prometheus: Any, exporters: list[Exporter]
+) -> None:
+    location = sqlite_journal(tmp_path)
+    exporter = Exporter(location)
+    exporters.append(exporter)
+    served = Served(location)
+    try:
+        base = prometheus(
+            f"""
+global:
+  scrape_interval: 1s
+  scrape_timeout: 1s
+scrape_configs:
+  - job_name: refine-metrics
+    static_configs:
+      - targets: ["127.0.0.1:{exporter.port}"]
+  - job_name: refine-serve
+    authorization:
+      credentials: "{served.token}"
+    static_configs:
+      - targets: ["127.0.0.1:{served.port}"]
+"""
+        )
+        running = 'refine_goals{status="running"}'
+        want = {"refine-metrics": 2.0, "refine-serve": 2.0}
+        wait_until(lambda: by_job(query(base, running)) == want, WAIT_S, "both scraped")
+        assert by_job(query(base, "up")) == {"refine-metrics": 1.0, "refine-serve": 1.0}
+        with Journal.open(location) as journal:
+            Goals(journal).start(goal_id="waiting", node_id="n3", worker="n3/t", token="t")
+            last = journal.last_sequence()
+        want = {"refine-metrics": 3.0, "refine-serve": 3.0}
+        wait_until(lambda: by_job(query(base, running)) == want, WAIT_S, "the change scraped")
+        sequences = by_job(query(base, "refine_journal_last_sequence"))
+        assert set(sequences.values()) <= {float(last)}
+        for promql in README_PROMQL:  # the README's examples parse and run
+            query(base, promql)
+    finally:
+        served.stop()
