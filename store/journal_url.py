@@ -24,7 +24,7 @@ import os
 import re
 import string
 import urllib.parse
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from store.errors import InvalidInputError
 
@@ -49,8 +49,7 @@ _HEX = frozenset(string.hexdigits)
 _OPTION_NAME = re.compile(r"[a-z0-9_]+\Z")
 
 
-@dataclass(frozen=True)
-class JournalURL:
+class JournalURL(NamedTuple):  # not a dataclass: the CLI starts without dataclasses
     """A ``postgresql://`` URL as libpq reads it: its values percent-decoded, None where the URL
     sets none (libpq then takes ``$PGHOST``, ``$PGUSER``, ...)."""
 
