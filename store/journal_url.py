@@ -8,11 +8,12 @@ first ``:`` in them; ``#`` and ``?`` there are plain characters; the query split
 parse (``libpq_options``) and the printable form is drawn from it (``redact``), so what is shown
 and what is connected to never disagree.
 
-Two things libpq accepts are refused here, because with them the password would show: a second
-``@`` (a password's unencoded ``@`` or ``/`` makes libpq read its tail as the host, the database
-or an option, which errors and headers then print), and a port that is not a number from 1 to
-65535 (libpq refuses it only when connecting, as a connection failure). A refusal never repeats
-any of the URL's text.
+A few URLs libpq takes are refused here: one with an ``@`` anywhere but before the host (a
+password's unencoded ``@`` or ``/`` makes libpq read its tail as the host, the database or an
+option, which errors and headers would then print), a port that is not a number from 1 to 65535
+(libpq refuses it only when connecting, as if the server were down), a part that is only spaces
+(libpq would set it to ""), and percent-encoded bytes that are not UTF-8. A refusal never
+repeats any of the URL's text: libpq's own messages may.
 
 No database driver is imported here, so the CLI can tell the backends apart and print a
 location without loading psycopg.
