@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import os
 import threading
 import time
 import uuid
@@ -66,7 +67,7 @@ from store.journal.core import (
 )
 from store.journal.locations import server_journal_dir
 from store.journal.sqlite import ACTIVE_STATUSES, ACTIVE_TERM, GOAL_TERM
-from store.journal.url import DEFAULT_SCHEMA, redact, split_schema, valid_schema
+from store.journal.url import DEFAULT_SCHEMA, check_ports, parse_url, redact, valid_schema
 
 Synchronous = Literal["FULL", "NORMAL"]
 SCHEMA_VERSION = 4
@@ -248,28 +249,33 @@ def connection_info(
 ) -> tuple[str, str]:
     """libpq's conninfo for ``location`` (session ``settings`` applied) and the journal's schema.
 
-    A peer lost without a word (a network cut, a machine switched off) is an error on both ends
-    within about half a minute (``LOST_PEER``), rather than a read that hangs forever."""
-    try:
-        conninfo, from_url = split_schema(location)
-    except ValueError:  # e.g. an unclosed [IPv6] host: refused as input, the password unshown
-        raise InvalidInputError(f"not a usable journal URL: {redact(location)}") from None
+    The conninfo is built from ``parse_url``'s reading of the URL, the one the printable form
+    (``redact``) is drawn from. A peer lost without a word (a network cut, a machine switched
+    off) is an error on both ends within about half a minute (``LOST_PEER``), rather than a read
+    that hangs forever."""
+    url = parse_url(location)  # InvalidInputError, never quoting the URL
     if schema is None:  # an empty ``?schema=`` is refused below, never the default in disguise
-        schema = DEFAULT_SCHEMA if from_url is None else from_url
+        schema = DEFAULT_SCHEMA if url.schema is None else url.schema
     if not valid_schema(schema):
         raise InvalidInputError(f"schema must be a lower-case SQL name, not {schema!r}")
-    options: dict[str, str | int] = {
-        "connect_timeout": connect_timeout_s,
-        "application_name": "refine",
-        "keepalives": 1,
-        **LOST_PEER,
-    }
+    options = url.libpq_options()
+    if "port" not in options:  # libpq's $PGPORT: refused as input too, not as unreachable
+        check_ports(os.environ.get("PGPORT", ""))
     server = [f"tcp_{name.removeprefix('tcp_')}={value}" for name, value in LOST_PEER.items()]
-    options["options"] = " ".join("-c " + setting for setting in [*server, *settings])
+    options.update(
+        connect_timeout=str(connect_timeout_s),
+        application_name="refine",
+        keepalives="1",
+        options=" ".join("-c " + setting for setting in [*server, *settings]),
+        **{name: str(value) for name, value in LOST_PEER.items()},
+    )
     try:
-        return psycopg.conninfo.make_conninfo(conninfo, **options), schema
-    except psycopg.ProgrammingError as exc:
-        raise InvalidInputError(f"not a usable journal URL: {redact(location)}") from exc
+        return psycopg.conninfo.make_conninfo("", **options), schema
+    except psycopg.ProgrammingError:  # libpq's message may quote a password's tail
+        raise InvalidInputError(
+            f"not a usable journal URL: {url.shown()} has a query option libpq does not take"
+            " (write an '&' in a value as %26)"
+        ) from None
 
 
 def channel_for(schema: str) -> str:

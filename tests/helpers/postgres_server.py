@@ -22,6 +22,7 @@ import urllib.parse
 from pathlib import Path
 
 import psycopg
+import psycopg.sql
 
 PASSWORD = "pw-Xq7-never-printed"  # tests assert this text never appears in any output
 TEMPLATE = "refine_test_template"
@@ -81,6 +82,28 @@ class PostgresServer:
                 auth += ":" + urllib.parse.quote(password, safe="")
             netloc = f"{auth}@{host}"
         return urllib.parse.urlunsplit((parts.scheme, netloc, "/" + dbname, parts.query, ""))
+
+    def url_with_userinfo(self, dbname: str, userinfo: str, query: str = "") -> str:
+        """A URL to this server whose user info and query are ``userinfo`` and ``query`` verbatim
+        (not percent-encoded): how an operator may write them."""
+        host = urllib.parse.urlsplit(self.base_url).netloc.rsplit("@", 1)[-1]
+        auth = f"{userinfo}@" if userinfo else ""
+        return f"postgresql://{auth}{host}/{dbname}{'?' + query if query else ''}"
+
+    def create_login(self, name: str, password: str) -> None:
+        """A superuser role that logs in with ``password`` (any text: quoted as SQL)."""
+        with self.admin() as conn:
+            conn.execute(
+                psycopg.sql.SQL("CREATE ROLE {} SUPERUSER LOGIN PASSWORD {}").format(
+                    psycopg.sql.Identifier(name), psycopg.sql.Literal(password)
+                )
+            )
+
+    def drop_login(self, name: str) -> None:
+        with self.admin() as conn:
+            conn.execute(
+                psycopg.sql.SQL("DROP ROLE IF EXISTS {}").format(psycopg.sql.Identifier(name))
+            )
 
     def admin(self, dbname: str = "postgres") -> psycopg.Connection:
         return psycopg.connect(self.url(dbname), autocommit=True, connect_timeout=10)

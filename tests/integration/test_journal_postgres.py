@@ -3,7 +3,11 @@ goes away) and the ordering guarantee a reader of "events after N" relies on. A 
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
+import urllib.parse
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -339,6 +343,56 @@ def test_unreachable_servers_are_typed_and_the_password_never_shows(
         assert PASSWORD not in str(refused.value) and "wrong-" not in str(refused.value)
     assert redact(wrong) == postgres_server.url(dbname, user="postgres")
     assert PASSWORD not in redact(postgres_url + "?password=" + PASSWORD)
+
+
+def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "refine_tui.cli", "--node", "n1", *args],
+        capture_output=True, text=True, timeout=60, env={**os.environ, **(env or {})},
+    )  # fmt: skip
+
+
+def test_a_port_that_is_not_a_port_is_bad_input_not_an_unreachable_server(
+    postgres_server: PostgresServer, postgres_url: str
+) -> None:
+    """Regression (issue 21.6): ``:notaport`` and ``:99999`` ended ``STORAGE`` (exit 3), libpq
+    refusing them only when connecting, as if the server were down."""
+    parts = urllib.parse.urlsplit(postgres_url)
+    for port in ("notaport", "99999", "0", "-5432", "5432x"):
+        url = postgres_url.replace(f":{parts.port}/", f":{port}/")
+        for args in (("init",), ("goals",)):
+            done = cli("--journal", url, *args)
+            assert done.returncode == 2, (url, done.stderr)
+            assert done.stderr.startswith("refine: INVALID_INPUT: not a usable journal URL: a port")
+            assert PASSWORD not in done.stderr + done.stdout
+    host_only = f"postgresql://{parts.hostname}/{parts.path.lstrip('/')}"
+    done = cli("--journal", host_only, "init", env={"PGPORT": "notaport"})  # libpq's $PGPORT
+    assert done.returncode == 2 and "a port must be a number" in done.stderr, done.stderr
+
+
+def test_a_url_without_a_host_takes_the_server_from_libpqs_environment(
+    postgres_url: str,
+) -> None:
+    """Regression (issue 21.7): ``postgresql:///DB`` with ``$PGHOST``, ``$PGPORT`` and ``$PGUSER``
+    set works in psql; here it was ``INVALID_INPUT: … postgresql:/DB`` (the URL rebuilt without
+    its empty host)."""
+    parts = urllib.parse.urlsplit(postgres_url)
+    dbname = parts.path.lstrip("/")
+    env = {
+        "PGHOST": parts.hostname or "", "PGPORT": str(parts.port),
+        "PGUSER": urllib.parse.unquote(parts.username or ""),
+        "PGPASSWORD": urllib.parse.unquote(parts.password or ""),
+    }  # fmt: skip
+    for url, schema in (
+        (f"postgresql:///{dbname}", "refine"),
+        (f"postgres:///{dbname}?schema=w1", "w1"),
+    ):
+        done = cli("--journal", url, "init", env=env)
+        assert (done.returncode, done.stdout) == (0, f"journal ready: {url}\n"), done.stderr
+        added = cli("--journal", url, "goal", "add", "--title", "t", "--", "true", env=env)
+        assert added.returncode == 0, added.stderr
+        with PostgresJournal.connect(postgres_url, schema=schema, create=False) as j:
+            assert Goals(j).read("t") is not None  # in the database the environment names
 
 
 async def test_wakeups_wake_the_consumer_when_the_first_connection_cannot_be_made() -> None:
