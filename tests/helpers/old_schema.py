@@ -58,8 +58,8 @@ DELETE FROM refine.schema_version WHERE version > 3;
 
 
 def as_pg_schema(url: str, version: int) -> None:
-    """Rewrite the PostgreSQL journal at ``url`` (current schema, in ``refine``) as schema ``version``
-    (1–3) stored the same rows."""
+    """Rewrite the PostgreSQL journal at ``url`` (current schema, in ``refine``) as schema
+    ``version`` (1–3) stored the same rows."""
     import psycopg
 
     from store.journal_postgres import _WRITE_COMMAND_3
