@@ -29,7 +29,7 @@ from store.presence import (
     iso_utc,
 )
 from tests.conftest import JournalFactory
-from tests.helpers.old_schema import as_schema_3
+from tests.helpers.old_schema import as_pg_schema, as_schema_3
 from tests.helpers.postgres_server import PostgresServer
 from tests.helpers.waits import wait_until
 
@@ -199,6 +199,39 @@ def test_a_viewer_role_with_only_select_reads_presence(
             assert [n.state for n in list_nodes(ro)] == ["live"]
         with PostgresJournal.connect(viewer) as rw, pytest.raises(StorageError):
             rw.write_presence(beat())  # the role may not write
+    finally:
+        with psycopg.connect(postgres_url, autocommit=True) as conn:
+            conn.execute(f"DROP OWNED BY {role}")
+            conn.execute(f"DROP ROLE {role}")
+
+
+@pytest.mark.postgres
+def test_a_viewer_granted_before_an_upgrade_reads_presence_by_the_default_privileges(
+    postgres_server: PostgresServer, postgres_url: str
+) -> None:
+    """The README's viewer set-up, default privileges included, made on an older journal: the
+    upgrade that adds node_presence leaves it readable to the viewer."""
+    with PostgresJournal.connect(postgres_url) as j:
+        Goals(j).create(goal_id="g", title="G", node_id="n1", argv=["true"])
+    as_pg_schema(postgres_url, 3)  # before presence
+    dbname = postgres_url.rsplit("/", 1)[1]
+    role = "refine_presence_viewer"
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        conn.execute(f"DROP ROLE IF EXISTS {role}")
+        conn.execute(f"CREATE ROLE {role} LOGIN PASSWORD 'view-pw'")
+        conn.execute(f'GRANT CONNECT ON DATABASE "{dbname}" TO {role}')
+        conn.execute(f"GRANT USAGE ON SCHEMA refine TO {role}")
+        conn.execute(f"GRANT SELECT ON ALL TABLES IN SCHEMA refine TO {role}")
+        conn.execute(
+            "ALTER DEFAULT PRIVILEGES FOR ROLE current_user IN SCHEMA refine"
+            f" GRANT SELECT ON TABLES TO {role}"
+        )
+    viewer = postgres_server.url(dbname, user=role, password="view-pw")
+    try:
+        with PostgresJournal.connect(postgres_url) as j:  # the upgrade (schema 5)
+            j.write_presence(beat(kind="start"))
+        with PostgresJournal.connect(viewer, read_only=True) as ro:
+            assert [(n.node_id, n.state) for n in list_nodes(ro)] == [("n1", "live")]
     finally:
         with psycopg.connect(postgres_url, autocommit=True) as conn:
             conn.execute(f"DROP OWNED BY {role}")
