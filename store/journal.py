@@ -602,10 +602,11 @@ class SqliteJournal(Journal):
     def write_presence(self, beat: Beat) -> None:
         """Overwrite node ``beat.node_id``'s presence row, stamped with SQLite's clock: one
         small transaction of its own, with no event, receipt or sequence."""
+        row = beat_row(beat)
         if self.read_only:
             raise JournalReadOnlyError("journal is open read-only")
         with self._lock, _storage_errors():
-            self._connection().execute(_WRITE_PRESENCE, beat_row(beat))
+            self._connection().execute(_WRITE_PRESENCE, row)
 
     def presence(self) -> tuple[float, list[Presence]]:
         """Every node's presence row (by node id) and SQLite's clock now; none before

@@ -616,11 +616,11 @@ class PostgresJournal(Journal):
         """Overwrite node ``beat.node_id``'s presence row, stamped with the server's clock: one
         statement of its own on this connection (none is opened for it), with no event, no
         sequence and no NOTIFY, so nobody following the journal wakes for a beat."""
+        row = beat_row(beat)
         if self._closed:
             raise JournalClosedError("journal is closed")
         if self.read_only:
             raise JournalReadOnlyError("journal is open read-only")
-        row = beat_row(beat)
         self._rows(_WRITE_PRESENCE, [row[name] for name in _PRESENCE_ARGS])
 
     def presence(self) -> tuple[float, list[Presence]]:

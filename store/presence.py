@@ -108,7 +108,21 @@ PRESENCE_COLUMNS = "node_id, host, capacity, version, interval_s, last_seen, sta
 
 
 def beat_row(beat: Beat) -> dict[str, object]:
-    """A beat as the named parameters of the backends' presence upserts."""
+    """A beat, checked, as the named parameters of the backends' presence upserts.
+
+    InvalidInputError for a beat no node would write: presence rows are shown to operators
+    and name the node ``refine cleanup --node`` acts on."""
+    from store.goal_model import check_name  # here: a read of presence never needs it
+
+    check_name(beat.node_id, "node_id")
+    if beat.kind not in ("start", "beat", "stop"):
+        raise InvalidInputError("a beat's kind is start, beat or stop")
+    if type(beat.capacity) is not int or beat.capacity < 1:
+        raise InvalidInputError("capacity must be a positive integer")
+    heartbeat_interval(beat.interval_s)
+    for name, text in (("host", beat.host), ("version", beat.version)):
+        if type(text) is not str or not 0 < len(text) <= 255:
+            raise InvalidInputError(f"a beat's {name} is 1–255 characters of text")
     return {
         "node_id": beat.node_id,
         "kind": beat.kind,

@@ -8,6 +8,7 @@ presence; an older SQLite journal read as it is has none; the listing of nodes a
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from pathlib import Path
 
@@ -29,6 +30,7 @@ from store.presence import (
     iso_utc,
 )
 from tests.conftest import JournalFactory
+from tests.helpers.cli import refine
 from tests.helpers.old_schema import as_pg_schema, as_schema_3
 from tests.helpers.postgres_server import PostgresServer
 from tests.helpers.waits import wait_until
@@ -145,6 +147,35 @@ def test_nodes_are_those_with_goals_or_beats_with_the_attempts_running_there(
     assert [x.goal.goal_id for x in active_attempts(journal, "a")] == ["a1", "a2"]
     assert node_view(journal, "zz") is None
     assert node_view(journal, "c") == nodes["c"]
+
+
+def test_a_beat_no_node_would_write_is_refused(journal: Journal) -> None:
+    good = beat()
+    for bad in (
+        Beat("bad id!", "beat", "h", 4, "v", 5.0),
+        Beat("n1", "sleep", "h", 4, "v", 5.0),  # type: ignore[arg-type]
+        Beat("n1", "beat", "h", 0, "v", 5.0),
+        Beat("n1", "beat", "h", 4, "v", 0.0),
+        Beat("n1", "beat", "", 4, "v", 5.0),
+        Beat("n1", "beat", "h", 4, "v" * 256, 5.0),
+    ):
+        with pytest.raises(InvalidInputError):
+            journal.write_presence(bad)
+    assert journal.presence()[1] == []
+    journal.write_presence(good)
+
+
+def test_refine_nodes_shows_a_hosts_control_characters_as_escapes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "journal.db"
+    with Journal.open(path) as j:
+        j.write_presence(Beat("n1", "start", "evil\x1b[31mhost\u202e", 4, "0.1.0\x07", 5.0))
+    code, out, _ = refine(capsys, path, "nodes")
+    assert code == 0 and "\x1b" not in out and "\x07" not in out and "\u202e" not in out
+    assert "evil\\x1b[31mhost" in out and "0.1.0\\x07" in out
+    code, out, _ = refine(capsys, path, "nodes", "--json")
+    assert json.loads(out)[0]["host"] == "evil\x1b[31mhost\u202e"  # --json is exact
 
 
 def test_the_heartbeat_interval_comes_from_the_flag_else_the_environment_else_5_s(
