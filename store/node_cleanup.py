@@ -33,7 +33,7 @@ from store.nodes import ActiveAttempt, NodeView, active_attempts, node_view
 from store.operator import ActionReport, confirm_cleanup
 from store.operator_evidence import check_writable, default_operator
 from store.presence import State, iso_utc
-from store.records import dataclass
+from store.records import dataclass, replace
 
 if TYPE_CHECKING:
     from store.journal_api import Journal
@@ -76,7 +76,7 @@ def cleanup_node(
     check_name(here, "node")
     check_reason(method, "method")
     check_writable(journal)
-    node = node_view(journal, node_id)
+    node = node_view(journal, node_id, count=False)  # its attempts are read just below
     if node is None:
         raise NodeNotFoundError(
             f"no node {node_id} in this journal: no goal names it and it never beat"
@@ -91,6 +91,7 @@ def cleanup_node(
         )
     done = [_confirm(journal, node_id, a, here, operator, method) for a in attempts]
     errors = tuple(error for _, error in done if error is not None)
+    node = replace(node, running=len(attempts))
     return NodeCleanup(node, tuple(report for report, _ in done), errors)
 
 
