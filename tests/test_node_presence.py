@@ -246,3 +246,61 @@ def test_a_machine_killed_whole_turns_silent_its_goals_wait_for_cleanup_by_node(
 
     done = fleet.refine("cleanup", "--node", "dead")  # again: harmless
     assert done.returncode == 0 and "nothing left to confirm" in one_line(done.stdout)
+
+
+def test_a_stopped_nodes_live_worker_refuses_its_attempt_until_it_is_gone(fleet: Nodes) -> None:
+    """A node that exits cleanly leaves its workers running: on their machine, cleanup --node
+    refuses each attempt whose worker is alive (exit 1, one line, nothing written); once the
+    work has ended, the same command confirms it."""
+    fleet.add("g1", "n1")
+    node = fleet.start_node("n1", 0.5)
+    wait_until(lambda: fleet.goals()["g1"] == "running", 60, "g1 running")
+    node.send_signal(signal.SIGTERM)
+    assert node.wait(timeout=60) == 0
+    assert fleet.state("n1") == "stopped" and fleet.nodes()["n1"]["running"] == 1
+
+    before = fleet.sequence()
+    done = fleet.refine("cleanup", "--node", "n1", "--json")
+    assert done.returncode == 1
+    (report,) = json.loads(done.stdout)
+    assert (report["goal_id"], report["outcome"]) == ("g1", "refused")
+    assert one_line(done.stderr).startswith(
+        "refine: PROCESS_ALIVE: 1 of 1 attempts of node n1 not confirmed; first: the worker"
+    )
+    assert fleet.sequence() == before
+
+    workers = [p for p in ours(fleet.location) if "store.worker" in p.cmdline()]
+    assert workers
+    for worker in workers:  # the work ends (its group: the worker and its recipe)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(os.getpgid(worker.pid), signal.SIGKILL)
+    wait_until(
+        lambda: not [p for p in ours(fleet.location) if "store.worker" in p.cmdline()],
+        30,
+        "the worker gone",
+    )
+    done = fleet.refine("cleanup", "--node", "n1")
+    assert done.returncode == 0, done.stderr
+    assert "the goal is requeued" in done.stdout
+    assert fleet.goals()["g1"] == "queued"
+
+
+def test_after_run_the_node_option_is_still_this_nodes_name(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`refine cleanup RUN --epoch E --node X`: X is the operator's node, as it always was."""
+    from refine_tui.cli import main
+    from store.goals import Goals
+
+    monkeypatch.setenv("REFINE_OPERATOR", "dana")
+    path = tmp_path / "journal.db"
+    with Journal.open(path) as journal:
+        goals = Goals(journal)
+        goals.create(goal_id="g", title="G", node_id="n1", argv=["true"])
+        goals.start(goal_id="g", node_id="n1", worker="n1/t1", token="t1")
+    code = main(["--journal", str(path), "cleanup", "g.r1", "--epoch", "1", "--node", "n1"])
+    assert code == 0, capsys.readouterr().err
+    with Journal.open(path, read_only=True) as journal:
+        goals = Goals(journal)
+        run = goals.current_run(goals.read("g"))  # type: ignore[arg-type]
+        assert run is not None and run.attempts[0].cleanup["confirmed_by"] == "dana@n1"
