@@ -601,12 +601,22 @@ class SqliteJournal(Journal):
 
     def write_presence(self, beat: Beat) -> None:
         """Overwrite node ``beat.node_id``'s presence row, stamped with SQLite's clock: one
-        small transaction of its own, with no event, receipt or sequence."""
+        small transaction of its own, with no event, receipt or sequence.
+
+        It waits for another writer's lock at most one interval, and never more than a second
+        (then JournalLockedError): a beat must not hold up its node's loop for the whole
+        busy timeout while a long writer holds the journal; the next beat tries again."""
         row = beat_row(beat)
         if self.read_only:
             raise JournalReadOnlyError("journal is open read-only")
         with self._lock, _storage_errors():
-            self._connection().execute(_WRITE_PRESENCE, row)
+            conn = self._connection()
+            busy_ms = conn.execute("PRAGMA busy_timeout").fetchone()[0]
+            conn.execute(f"PRAGMA busy_timeout = {int(min(1.0, beat.interval_s) * 1000)}")
+            try:
+                conn.execute(_WRITE_PRESENCE, row)
+            finally:
+                conn.execute(f"PRAGMA busy_timeout = {int(busy_ms)}")
 
     def presence(self) -> tuple[float, list[Presence]]:
         """Every node's presence row (by node id) and SQLite's clock now; none before

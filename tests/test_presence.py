@@ -15,7 +15,12 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from store.errors import InvalidInputError, JournalReadOnlyError, StorageError
+from store.errors import (
+    InvalidInputError,
+    JournalLockedError,
+    JournalReadOnlyError,
+    StorageError,
+)
 from store.goals import Goals
 from store.journal_api import Journal
 from store.journal_postgres import PostgresJournal, channel_for
@@ -288,3 +293,22 @@ def test_an_older_sqlite_journal_read_as_it_is_has_no_presence_and_migrates_to_i
         assert row(j).state(j.presence()[0]) == "live"
     tables = sqlite3.connect(path).execute("SELECT name FROM sqlite_master WHERE type='table'")
     assert "node_presence" in {name for (name,) in tables}
+
+
+def test_a_beat_waits_for_a_long_writer_at_most_its_interval_then_says_locked(
+    tmp_path: Path,
+) -> None:
+    """A node's loop must not stall for the whole busy timeout behind another writer: the beat
+    gives up (typed, the next one tries again), and commands still wait as long as before."""
+    path = tmp_path / "j.db"
+    with Journal.open(path, busy_timeout_ms=600_000) as node:  # commands wait 10 minutes
+        holder = sqlite3.connect(path, isolation_level=None)
+        holder.execute("BEGIN IMMEDIATE")  # a long writer holds the journal
+        try:
+            with pytest.raises(JournalLockedError):
+                node.write_presence(beat(kind="start", interval_s=0.2))
+        finally:
+            holder.execute("ROLLBACK")
+            holder.close()
+        node.write_presence(beat(kind="start", interval_s=0.2))
+        assert row(node).interval_s == 0.2
