@@ -408,13 +408,74 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 def cmd_cleanup(args: argparse.Namespace) -> int:
     from store.ops.operator import confirm_cleanup, default_operator
 
-    node, operator = node_name(args), default_operator()
+    if args.run is None:
+        return cmd_cleanup_node(args)
+    if args.epoch is None:
+        raise UsageError("cleanup RUN needs --epoch E: the epoch of the attempt that ended")
+    # After RUN, --node is this node's name, as before (here parsed as ``target_node``).
+    node, operator = args.target_node or node_name(args), default_operator()
     return act(
         args,
         lambda j: confirm_cleanup(
             j, args.run, epoch=args.epoch, node=node, operator=operator, method=args.method
         ),
     )
+
+
+def cmd_cleanup_node(args: argparse.Namespace) -> int:
+    """`refine cleanup --node N`: every running attempt of node N, while N is silent or stopped."""
+    from store.operator import default_node, default_operator
+    from store.ops.node_cleanup import cleanup_node
+
+    if args.target_node is None:
+        raise UsageError("cleanup needs RUN --epoch E (one attempt), or --node N (a whole node)")
+    if args.epoch is not None:
+        raise UsageError("--epoch names an attempt of RUN: give RUN, or --node N without --epoch")
+    here, operator = args.node or default_node(), default_operator()
+    with open_journal(args, write=True) as journal:
+        done = cleanup_node(
+            journal, args.target_node, here=here, operator=operator, method=args.method
+        )
+    emit(args, [report.to_json() for report in done.reports], done.text())
+    if not done.errors:
+        return EXIT_OK
+    first = done.errors[0]
+    print(
+        f"refine: {first.code}: {len(done.errors)} of {len(done.reports)} attempts of node"
+        f" {args.target_node} not confirmed; first: {printable(first.message)}",
+        file=sys.stderr,
+    )
+    return EXIT_REFUSED
+
+
+def cmd_nodes(args: argparse.Namespace) -> int:
+    from store.ops.nodes import list_nodes
+
+    with open_journal(args, write=False) as journal:
+        nodes = list_nodes(journal)
+    rows = []
+    for view in nodes:
+        data = view.to_json()
+        seen = data["last_seen"]
+        if seen is not None and view.age_s is not None:
+            seen = f"{seen} ({age_words(view.age_s)} ago)"
+        capacity = data["capacity"]
+        running = view.running if capacity is None else f"{view.running}/{capacity}"
+        rows.append((view.node_id, view.state, seen, running, data["host"], data["version"]))
+    emit(
+        args,
+        [view.to_json() for view in nodes],
+        table(["node", "state", "last seen", "running", "host", "version"], rows),
+    )
+    return EXIT_OK
+
+
+def age_words(seconds: float) -> str:
+    """``4 s``, ``12 min``, ``3 h``, ``2 d``: how long ago, for people."""
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= 2 * size:
+            return f"{int(seconds // size)} {unit}"
+    return f"{int(seconds)} s"
 
 
 def cmd_release(args: argparse.Namespace) -> int:
@@ -520,7 +581,7 @@ def cmd_node(args: argparse.Namespace) -> int:
     open_journal(args, write=True).close()
     # A refusal (a bad node name, a state dir that cannot be made) ends as every command's
     # does: one line, control characters made visible, the exit code of its kind.
-    with Node(path, node_name(args), args.capacity) as node:
+    with Node(path, node_name(args), args.capacity, heartbeat_s=args.heartbeat) as node:
         return asyncio.run(node.serve())
 
 
@@ -628,6 +689,15 @@ def seconds(text: str) -> float:
     return value
 
 
+def heartbeat_seconds(text: str) -> float:
+    from store.journal.presence import heartbeat_interval
+
+    try:
+        return heartbeat_interval(float(text))
+    except (ValueError, InvalidInputError):
+        raise argparse.ArgumentTypeError(f"must be 0.05 to 3600 seconds: {text!r}") from None
+
+
 def goal_statuses(text: str) -> frozenset[str]:
     from store.model.goals import GOAL_STATUSES
 
@@ -647,26 +717,14 @@ def non_empty(text: str) -> str:
 
 # Every command's name: `parse` builds only the parser of the one a command line names.
 COMMANDS = (
-    "init", "goal", "goals", "runs", "show", "node", "stop", "cancel", "cleanup", "release",
-    "wait", "check", "copy", "tui", "serve", "demo", "events", "metrics",
+    "init", "goal", "goals", "runs", "show", "node", "nodes", "stop", "cancel", "cleanup",
+    "release", "wait", "check", "copy", "tui", "serve", "demo", "events", "metrics",
 )  # fmt: skip
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The whole command line; with ``only``, the same grammar with just that command in it."""
-    common = _Parser(add_help=False)
-    # An empty value (an unset shell variable) is refused, never read as "the default".
-    common.add_argument("--journal", type=non_empty, default=argparse.SUPPRESS, help="journal file")
-    common.add_argument(
-        "--node", type=non_empty, default=argparse.SUPPRESS, help="this node's name"
-    )
-    common.add_argument(
-        "--state-dir",
-        type=non_empty,
-        default=argparse.SUPPRESS,
-        help=f"this node's local files (process records, logs); else ${STATE_DIR_ENV}",
-    )
-    common.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print JSON")
+    common = common_options(node=True)
     parser = _Parser(
         prog="refine",
         parents=[common],
@@ -674,10 +732,12 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
-    def command(name: str, func: Callable[[argparse.Namespace], int], text: str) -> Any:
+    def command(
+        name: str, func: Callable[[argparse.Namespace], int], text: str, parent: Any = common
+    ) -> Any:
         if only is not None and name != only:
             return None
-        p = sub.add_parser(name, parents=[common], help=text, description=text)
+        p = sub.add_parser(name, parents=[parent], help=text, description=text)
         p.set_defaults(func=func)
         return p
 
@@ -704,6 +764,13 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         show.add_argument("target")
     if node := command("node", cmd_node, "run this node's scheduler until SIGINT/SIGTERM"):
         node.add_argument("--capacity", type=capacity, default=4)
+        node.add_argument(
+            "--heartbeat",
+            type=heartbeat_seconds,
+            metavar="SECONDS",
+            help="seconds between presence beats (else $REFINE_HEARTBEAT_S, else 5)",
+        )
+    command("nodes", cmd_nodes, "the nodes: presence (live, silent, stopped) and attempts running")
     if stop := command("stop", cmd_stop, "stop a goal's local process and requeue it"):
         stop.add_argument("goal")
         stop.add_argument("--grace", type=non_negative_float, default=5.0)
@@ -711,9 +778,23 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         cancel.add_argument("goal")
         cancel.add_argument("--reason", required=True)
         cancel.add_argument("--grace", type=non_negative_float, default=5.0)
-    if cleanup := command("cleanup", cmd_cleanup, "confirm that a silent attempt's work ended"):
-        cleanup.add_argument("run")
-        cleanup.add_argument("--epoch", type=positive_int, required=True)
+    # Its own --node (``target_node``): without RUN it names the node whose attempts ended;
+    # after RUN it is this node's name, as for every command.
+    if cleanup := command(
+        "cleanup",
+        cmd_cleanup,
+        "confirm that a silent attempt's work ended (RUN --epoch E), or a whole node's (--node N)",
+        parent=common_options(node=False),
+    ):
+        cleanup.add_argument("run", nargs="?")
+        cleanup.add_argument("--epoch", type=positive_int)
+        cleanup.add_argument(
+            "--node",
+            dest="target_node",
+            type=non_empty,
+            metavar="N",
+            help="without RUN: every running attempt of node N, while N is silent or stopped",
+        )
         cleanup.add_argument(
             "--method",
             default="operator-confirmed",
@@ -758,6 +839,25 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
         metrics_arguments(metrics)
     return parser
+
+
+def common_options(*, node: bool) -> _Parser:
+    """The options every command takes (``node``: with ``--node``, this node's name)."""
+    common = _Parser(add_help=False)
+    # An empty value (an unset shell variable) is refused, never read as "the default".
+    common.add_argument("--journal", type=non_empty, default=argparse.SUPPRESS, help="journal file")
+    if node:
+        common.add_argument(
+            "--node", type=non_empty, default=argparse.SUPPRESS, help="this node's name"
+        )
+    common.add_argument(
+        "--state-dir",
+        type=non_empty,
+        default=argparse.SUPPRESS,
+        help=f"this node's local files (process records, logs); else ${STATE_DIR_ENV}",
+    )
+    common.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print JSON")
+    return common
 
 
 def parse(argv: Sequence[str]) -> argparse.Namespace:

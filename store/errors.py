@@ -171,3 +171,25 @@ class WaitTimeoutError(RefineError):
     """`refine wait`: the goal did not reach a wanted status within the timeout."""
 
     code = "WAIT_TIMEOUT"
+
+
+# --- Nodes: presence and the cleanup of a whole node (DESIGN §14) ----------------------------
+
+
+class NodeNotFoundError(InvalidInputError):
+    """No Goal names the node and it never beat: the journal does not know it (a typo?)."""
+
+    code = "NODE_NOT_FOUND"
+
+
+class NodeLiveError(RefineError):
+    """`refine cleanup --node`: the node beats (``live``): its attempts are its own to end."""
+
+    code = "NODE_LIVE"
+
+
+class NodeUnseenError(RefineError):
+    """`refine cleanup --node`: the node has running attempts but never beat (it ran a version
+    without presence), so nothing says it is gone: confirm each attempt instead."""
+
+    code = "NODE_UNSEEN"

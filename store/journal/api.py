@@ -23,6 +23,8 @@ from store.journal.core import MAX_PAGE, Change, Decide, Event, EventRecord, Out
 if TYPE_CHECKING:  # asyncio is imported where wake-ups run: a quick CLI never loads it
     import asyncio
 
+    from store.journal.presence import Beat, Presence
+
 __all__ = [
     "MAX_PAGE",
     "Backend",
@@ -236,6 +238,23 @@ class Journal(Protocol):
     def replaced(self) -> bool:
         """True when the location now names another journal than the one this handle reads
         (e.g. a SQLite file restored or deleted): reopen to follow it."""
+        ...
+
+    # --- node presence (store.journal.presence): beside the command journal, never in it ---
+
+    def write_presence(self, beat: Beat) -> None:
+        """Overwrite node ``beat.node_id``'s presence row, stamped with the database's clock,
+        outside any command: no event, receipt or sequence, so no change source reports it
+        and nobody following the journal wakes for it. JournalReadOnlyError when read-only."""
+        ...
+
+    def presence(self) -> tuple[float, list[Presence]]:
+        """Every node's presence row, by node id, and the database's clock now (the clock the
+        rows were stamped with: a node's state never depends on the reader's clock)."""
+        ...
+
+    def goal_nodes(self) -> list[str]:
+        """Every node id a Goal names, sorted."""
         ...
 
 

@@ -66,11 +66,12 @@ from store.journal.core import (
     stored_row,
 )
 from store.journal.locations import server_journal_dir
+from store.journal.presence import PRESENCE_COLUMNS, Beat, Presence, beat_row, presence_row
 from store.journal.sqlite import ACTIVE_STATUSES, ACTIVE_TERM, GOAL_TERM
 from store.journal.url import DEFAULT_SCHEMA, check_ports, parse_url, redact, valid_schema
 
 Synchronous = Literal["FULL", "NORMAL"]
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 APPLICATION = "refine-journal"
 CHANNEL = "refine_journal"
 NAME_MAX = 63  # bytes in a PostgreSQL identifier (NAMEDATALEN - 1), a NOTIFY channel's too
@@ -228,7 +229,39 @@ CREATE VIEW {{s}}.outbox (sequence, aggregate_id, topic, published) AS
     SELECT sequence, aggregate_id, type, 0 FROM {{s}}.events;
 """
     + _WRITE_COMMAND,
+    # 5: node presence (store.journal.presence): each node's latest heartbeat, overwritten
+    # in place outside any command (no event, no sequence, no NOTIFY), stamped by the server.
+    5: """
+CREATE TABLE {s}.node_presence (
+    node_id       text COLLATE "C" PRIMARY KEY,
+    host          text NOT NULL,
+    capacity      integer NOT NULL,
+    version       text NOT NULL,
+    interval_s    double precision NOT NULL,
+    last_seen     double precision NOT NULL,
+    started_at    double precision NOT NULL,
+    stopped_at    double precision
+);
+""",
 }
+
+# The server's clock, for every machine alike: ``now()`` is the time its transaction began.
+_SERVER_NOW = "extract(epoch FROM now())::double precision"
+# A beat (``_PRESENCE_ARGS`` of ``beat_row``): a ``start`` also resets ``started_at``; only
+# ``stop`` marks the clean exit. RETURNING: one row back, as every statement ``_rows`` runs.
+_WRITE_PRESENCE = f"""
+INSERT INTO {{s}}.node_presence AS p
+    (node_id, host, capacity, version, interval_s, last_seen, started_at, stopped_at)
+VALUES (%s, %s, %s, %s, %s, {_SERVER_NOW}, {_SERVER_NOW},
+        CASE WHEN %s = 'stop' THEN {_SERVER_NOW} END)
+ON CONFLICT (node_id) DO UPDATE SET
+    host = excluded.host, capacity = excluded.capacity, version = excluded.version,
+    interval_s = excluded.interval_s, last_seen = excluded.last_seen,
+    started_at = CASE WHEN %s = 'start' THEN excluded.started_at ELSE p.started_at END,
+    stopped_at = excluded.stopped_at
+RETURNING node_id
+"""
+_PRESENCE_ARGS = ("node_id", "host", "capacity", "version", "interval_s", "kind", "kind")
 
 
 # Keepalives end an idle connection to a lost peer; TCP_USER_TIMEOUT (ms) one with data in
@@ -627,6 +660,35 @@ class PostgresJournal(Journal):
         return False
 
     file_replaced = replaced
+
+    # --- node presence (DESIGN §14): observations beside the command journal, never in it ---
+
+    def write_presence(self, beat: Beat) -> None:
+        """Overwrite node ``beat.node_id``'s presence row, stamped with the server's clock: one
+        statement of its own on this connection (none is opened for it), with no event, no
+        sequence and no NOTIFY, so nobody following the journal wakes for a beat."""
+        row = beat_row(beat)
+        if self._closed:
+            raise JournalClosedError("journal is closed")
+        if self.read_only:
+            raise JournalReadOnlyError("journal is open read-only")
+        self._rows(_WRITE_PRESENCE, [row[name] for name in _PRESENCE_ARGS])
+
+    def presence(self) -> tuple[float, list[Presence]]:
+        """Every node's presence row (by node id) and the server's clock now."""
+        rows = self._rows(
+            f"SELECT {PRESENCE_COLUMNS}, {_SERVER_NOW} FROM {{s}}.node_presence"
+            f" RIGHT JOIN (SELECT) AS one ON true ORDER BY node_id"
+        )
+        now = float(rows[0][-1])
+        return now, [presence_row(row[:-1]) for row in rows if row[0] is not None]
+
+    def goal_nodes(self) -> list[str]:
+        """Every node id a Goal names, sorted."""
+        rows = self._rows(
+            f"SELECT DISTINCT node_id FROM {{s}}.aggregates WHERE {GOAL_TERM} ORDER BY node_id"
+        )
+        return [str(row[0]) for row in rows if row[0] is not None]
 
     @property
     def local_dir(self) -> Path:

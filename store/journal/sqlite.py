@@ -55,6 +55,7 @@ from store.journal.core import (
     write_steps,
 )
 from store.journal.locations import journal_file_exists, resolve_journal_path
+from store.journal.presence import PRESENCE_COLUMNS, Beat, Presence, beat_row, presence_row
 
 __all__ = [
     "MAX_PAGE",
@@ -71,8 +72,10 @@ __all__ = [
 
 # 2: the meta table with the journal id; 3: receipts hold a payload digest; 4: the outbox is a
 # view of the events, the aggregate indexes hold only the Goals the dashboard and nodes look up;
-# 5: an aggregate's events are chained (``prev``) instead of indexed by aggregate.
-SCHEMA_VERSION = 5
+# 5: an aggregate's events are chained (``prev``) instead of indexed by aggregate;
+# 6: node presence (``node_presence``, store.journal.presence), a table outside the command journal.
+SCHEMA_VERSION = 6
+PRESENCE = 6  # the first schema with the node_presence table
 CHAINED = 5  # the first schema whose events carry ``prev``
 APPLICATION_ID = 0x52464E31  # "RFN1": tells our journals from any other SQLite file
 
@@ -155,6 +158,20 @@ UPDATE events SET prev = chain.prev FROM (
 DROP INDEX events_by_aggregate;
 """
 _RECORD = "sequence, aggregate_id, version, type, data, committed_at, command_id"  # EventRecord
+# Schema 6: each node's latest heartbeat (DESIGN §14), overwritten in place by the node outside
+# any command: no event, no receipt, no sequence (``write_presence``).
+_SCHEMA_6 = """
+CREATE TABLE node_presence (
+    node_id       TEXT PRIMARY KEY,
+    host          TEXT NOT NULL,
+    capacity      INTEGER NOT NULL,
+    version       TEXT NOT NULL,
+    interval_s    REAL NOT NULL,
+    last_seen     REAL NOT NULL,
+    started_at    REAL NOT NULL,
+    stopped_at    REAL
+) WITHOUT ROWID;
+"""
 _EVENT = "e.sequence, e.aggregate_id, e.version, e.type, e.data, e.committed_at"
 # One aggregate's events after :after, newest first from its row, by ``prev``. The chain only
 # goes back (prev < sequence), so a damaged one ends rather than loops.
@@ -608,6 +625,46 @@ class SqliteJournal(Journal):
         except FileNotFoundError:
             return True
 
+    # --- node presence (DESIGN §14): observations beside the command journal, never in it ---
+
+    def write_presence(self, beat: Beat) -> None:
+        """Overwrite node ``beat.node_id``'s presence row, stamped with SQLite's clock: one
+        small transaction of its own, with no event, receipt or sequence.
+
+        It waits for another writer's lock at most one interval, and never more than a second
+        (then JournalLockedError): a beat must not hold up its node's loop for the whole
+        busy timeout while a long writer holds the journal; the next beat tries again."""
+        row = beat_row(beat)
+        if self.read_only:
+            raise JournalReadOnlyError("journal is open read-only")
+        with self._lock, _storage_errors():
+            conn = self._connection()
+            busy_ms = conn.execute("PRAGMA busy_timeout").fetchone()[0]
+            conn.execute(f"PRAGMA busy_timeout = {int(min(1.0, beat.interval_s) * 1000)}")
+            try:
+                conn.execute(_WRITE_PRESENCE, row)
+            finally:
+                conn.execute(f"PRAGMA busy_timeout = {int(busy_ms)}")
+
+    def presence(self) -> tuple[float, list[Presence]]:
+        """Every node's presence row (by node id) and SQLite's clock now; none before
+        schema 6 (a journal opened read-only as it was)."""
+        with self._lock, _storage_errors():
+            conn = self._connection()
+            now = float(conn.execute(f"SELECT {_SQLITE_NOW}").fetchone()[0])
+            if conn.execute("PRAGMA user_version").fetchone()[0] < PRESENCE:
+                return now, []
+            rows = conn.execute(f"SELECT {PRESENCE_COLUMNS} FROM node_presence ORDER BY node_id")
+            return now, [presence_row(row) for row in rows]
+
+    def goal_nodes(self) -> list[str]:
+        """Every node id a Goal names, sorted."""
+        with self._lock, _storage_errors():
+            rows = self._connection().execute(
+                f"SELECT DISTINCT node_id FROM aggregates WHERE {GOAL_TERM} ORDER BY node_id"
+            )
+            return [str(row[0]) for row in rows if row[0] is not None]
+
     @staticmethod
     def _load(conn: sqlite3.Connection, aggregate_id: str) -> Stored | None:
         row = conn.execute(
@@ -683,16 +740,24 @@ def _frozen_snapshot(file: Path, exc: sqlite3.OperationalError) -> bool:
 
 
 class _DataVersionGate:
-    """``PRAGMA data_version`` changes exactly when another connection commits (≈ 5 µs)."""
+    """``PRAGMA data_version`` changes exactly when another connection commits (≈ 5 µs); then
+    the last sequence says whether that was a command. A node's heartbeat (store.journal.presence)
+    commits too, but adds no event: it must not wake a worker, a node or a dashboard into a
+    reread (PostgreSQL's gate reads the sequence alone)."""
 
     def __init__(self, journal: SqliteJournal) -> None:
         self._journal = journal
         self._seen: int | None = None
+        self._sequence: int | None = None
 
     def changed(self) -> bool:
         version = self._journal.data_version()
-        changed, self._seen = version != self._seen, version
-        return changed
+        if version == self._seen:
+            return False
+        self._seen = version
+        sequence = self._journal.last_sequence()
+        moved, self._sequence = sequence != self._sequence, sequence
+        return moved
 
 
 def _identify(conn: sqlite3.Connection, file: Path, *, initialize: bool) -> int:
@@ -736,12 +801,30 @@ def _migrate(conn: sqlite3.Connection) -> None:
             _run_script(conn, _SCHEMA_4)
         if version < 5:
             _run_script(conn, _SCHEMA_5)
+        if version < PRESENCE:
+            _run_script(conn, _SCHEMA_6)
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         conn.execute("COMMIT")
     except BaseException:
         if conn.in_transaction:
             conn.execute("ROLLBACK")
         raise
+
+
+# SQLite's clock in seconds since the epoch (ms resolution); one value within a statement.
+_SQLITE_NOW = "(julianday('now') - 2440587.5) * 86400.0"
+# A beat (``beat_row``'s names): a ``start`` also resets ``started_at``; only ``stop`` marks.
+_WRITE_PRESENCE = f"""
+INSERT INTO node_presence
+    (node_id, host, capacity, version, interval_s, last_seen, started_at, stopped_at)
+VALUES (:node_id, :host, :capacity, :version, :interval_s, {_SQLITE_NOW}, {_SQLITE_NOW},
+        CASE WHEN :kind = 'stop' THEN {_SQLITE_NOW} END)
+ON CONFLICT (node_id) DO UPDATE SET
+    host = excluded.host, capacity = excluded.capacity, version = excluded.version,
+    interval_s = excluded.interval_s, last_seen = excluded.last_seen,
+    started_at = CASE WHEN :kind = 'start' THEN excluded.started_at ELSE started_at END,
+    stopped_at = excluded.stopped_at
+"""
 
 
 def _run_script(conn: sqlite3.Connection, script: str) -> None:

@@ -19,6 +19,8 @@ from store.journal.api import Event, Stored
 from store.journal.core import register_fold
 from store.model import run_rules
 from store.model.run_rules import EXECUTION_LIMITS
+from store.names import MAX_NAME as MAX_NAME  # re-exported: the model names its ids
+from store.names import check_name as check_name
 from store.records import dataclass
 
 GOAL_STATUSES = ("queued", "held", "running", "completed", "exhausted", "cancelled")
@@ -29,7 +31,6 @@ MAX_TITLE = 200
 MAX_ROUND = 9999
 # Goal and node ids also name files (nodes/<node>/...) and appear inside command ids, so they
 # use the identifier alphabet without ':' and '/'. 64 + len(".r9999") keeps run ids short.
-MAX_NAME = 64
 MAX_ARGV_ITEMS = 1000
 MAX_RECIPE_CHARS = 65536
 WORKER_CLEANUP_METHOD = "worker-stopped"
@@ -38,7 +39,6 @@ OPERATOR_CONFIRMED = "operator-confirmed"  # Confirm cleanup's default method
 # dead, the node's reconciliation): one method, so both read the same in every report.
 PROCESS_GONE_METHOD = "process-exited"
 
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _IDENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]*")
 _ACTOR = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/@-]*")  # "<operator>@<node>"
 # Unicode categories Cc (C0, DEL, C1) and Cs (surrogates), as unicodedata.category names them;
@@ -253,16 +253,6 @@ def goal_view(state: Mapping[str, Any], version: int) -> Goal:
 
 
 # --- input rules (InvalidInputError, raised before anything is touched) ----------------------
-
-
-def check_name(value: Any, name: str) -> str:
-    """A goal or node id: 1–64 of A-Z a-z 0-9 . _ -, starting with a letter or digit."""
-    if type(value) is not str or len(value) > MAX_NAME or not _NAME.fullmatch(value):
-        raise InvalidInputError(
-            f"{name} must be 1–{MAX_NAME} characters of A-Z a-z 0-9 . _ -,"
-            " starting with a letter or digit"
-        )
-    return value
 
 
 def check_identifier(value: Any, name: str) -> str:

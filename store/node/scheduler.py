@@ -44,6 +44,7 @@ from store.host.processes import (
 )
 from store.journal.api import ChangeSource, Journal, JournalHandle, relay
 from store.journal.locations import resolve_location
+from store.journal.presence import Heartbeat, heartbeat_interval
 from store.journal.watch import JournalWatcher
 from store.model.execution import Execution
 from store.model.goal import MAX_NAME, PROCESS_GONE_METHOD
@@ -102,11 +103,13 @@ class Node:
         capacity: int = 4,
         *,
         grace_s: float = STOP_GRACE_S,
+        heartbeat_s: float | None = None,
     ) -> None:
         self.node_id = check_name(node_id, "node_id")
         if type(capacity) is not int or capacity < 1:
             raise InvalidInputError("capacity must be a positive integer")
         self.capacity = capacity
+        self.heartbeat_s = heartbeat_interval(heartbeat_s)  # node presence (store.journal.presence)
         self.grace_s = grace_s
         self.journal_path = resolve_location(journal_path)  # once: folders derive from it
         self._handle = JournalHandle(self.journal_path)
@@ -423,6 +426,10 @@ class Node:
         if isinstance(watcher, JournalWatcher):
             files, watcher.step_ms = True, WAKE_STEP_MS
         pump = asyncio.create_task(relay(watcher, wake))
+        heartbeat = Heartbeat(
+            lambda: self.journal, self.node_id, capacity=self.capacity, interval_s=self.heartbeat_s
+        )
+        beating = asyncio.create_task(heartbeat.run(stop))
         try:
             self._guarded(self.reconcile)
             # Housekeeping (its rounds over every record) takes at most about half the loop's
@@ -453,6 +460,7 @@ class Node:
                 settling = files and wake.is_set()
                 force = not settling
         finally:
+            await heartbeat.end(beating, clean=stop.is_set())  # the clean-exit mark, if clean
             watcher.stop()
             pump.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -520,10 +528,12 @@ def _pidfd(pid: int) -> int | None:
         return None
 
 
-def run_node(journal_path: str | Path, node_id: str, *, capacity: int = 4) -> int:
+def run_node(
+    journal_path: str | Path, node_id: str, *, capacity: int = 4, heartbeat_s: float | None = None
+) -> int:
     """Run this node's scheduler in the foreground until SIGINT/SIGTERM; the exit code."""
     try:
-        node = Node(journal_path, node_id, capacity)
+        node = Node(journal_path, node_id, capacity, heartbeat_s=heartbeat_s)
     except RefineError as exc:
         print(f"refine node: {exc}", file=sys.stderr)
         return 2 if isinstance(exc, InvalidInputError) else 3
@@ -536,8 +546,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--journal", required=True)
     parser.add_argument("--node", required=True)
     parser.add_argument("--capacity", type=int, default=4)
+    parser.add_argument("--heartbeat", type=float, default=None)  # seconds (store.journal.presence)
     args = parser.parse_args(argv)
-    return run_node(args.journal, args.node, capacity=args.capacity)
+    return run_node(args.journal, args.node, capacity=args.capacity, heartbeat_s=args.heartbeat)
 
 
 if __name__ == "__main__":

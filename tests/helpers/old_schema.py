@@ -6,8 +6,9 @@ import sqlite3
 from pathlib import Path
 
 # Schema 3 as it stood: a table of outbox rows beside the events, indexes over every kind, the
-# events indexed by aggregate rather than chained.
+# events indexed by aggregate rather than chained, no node presence (schema 6).
 _SCHEMA_3_SHAPE = """
+DROP TABLE node_presence;
 ALTER TABLE events DROP COLUMN prev;
 CREATE INDEX events_by_aggregate ON events(aggregate_id, sequence);
 DROP INDEX goals_active;
@@ -36,8 +37,9 @@ def as_schema_3(path: Path) -> None:
 
 
 # PostgreSQL's schema 3 as it stood (in the schema ``refine``): the same outbox table and indexes,
-# and write_command() writing the outbox rows too.
+# and write_command() writing the outbox rows too; no node presence (schema 5).
 _PG_SCHEMA_3_SHAPE = """
+DROP TABLE refine.node_presence;
 DROP INDEX refine.goals_active;
 DROP INDEX refine.goals_by_recency;
 DROP VIEW refine.outbox;
@@ -56,8 +58,8 @@ DELETE FROM refine.schema_version WHERE version > 3;
 
 
 def as_pg_schema(url: str, version: int) -> None:
-    """Rewrite the PostgreSQL journal at ``url`` (schema 4, in ``refine``) as schema ``version``
-    (1–3) stored the same rows."""
+    """Rewrite the PostgreSQL journal at ``url`` (current schema, in ``refine``) as schema
+    ``version`` (1–3) stored the same rows."""
     import psycopg
 
     from store.journal.postgres import _WRITE_COMMAND_3

@@ -338,7 +338,7 @@ def test_a_schema_3_journal_reads_as_it_is_and_migrates_to_the_outbox_view_and_c
         assert check_journal(j).clean
     conn = sqlite3.connect(path)
     kinds = dict(conn.execute("SELECT name, type FROM sqlite_master WHERE name LIKE '%o%'"))
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 6
     assert kinds.get("outbox") == "view" and "aggregates_by_status" not in kinds
     assert "events_by_aggregate" not in kinds
     conn.close()

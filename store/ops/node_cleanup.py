@@ -1,0 +1,157 @@
+"""Confirm cleanup of a whole node (DESIGN §14): `refine cleanup --node N`.
+
+The operator states that node N's machine is gone (or its node stopped and its work ended):
+every attempt the journal says runs on N is confirmed ended, each by the one-attempt Confirm
+cleanup (``store.operator.confirm_cleanup``: its own command and command id per attempt, its
+own checks, the Goal's redelivery rule), so a run that was interrupted can be run again and
+does only what is left.
+
+Presence (``presence``) is the precondition, never the trigger: refused while N is ``live``
+(NodeLiveError, nothing written) and for a node that never beat (NodeUnseenError: nothing says
+it is gone); an unknown node is bad input (NodeNotFoundError). Presence is read again before
+each attempt: a node that comes back meanwhile keeps the attempts not yet confirmed. The method
+recorded with each confirmation names the node's state and last beat.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from store.errors import (
+    GoalStateError,
+    GoalTerminalError,
+    NoActiveAttemptError,
+    NodeLiveError,
+    NodeNotFoundError,
+    NodeUnseenError,
+    RefineError,
+    StaleAttemptError,
+    StorageError,
+)
+from store.journal.presence import State, iso_utc
+from store.model.goal import OPERATOR_CONFIRMED, check_name, check_reason
+from store.operator import ActionReport, confirm_cleanup
+from store.ops.evidence import check_writable, default_operator
+from store.ops.nodes import ActiveAttempt, NodeView, active_attempts, node_view
+from store.records import dataclass, replace
+
+if TYPE_CHECKING:
+    from store.journal.api import Journal
+
+# The attempt ended otherwise between the listing and its confirmation: nothing left to do.
+_ENDED_MEANWHILE = (NoActiveAttemptError, StaleAttemptError, GoalStateError, GoalTerminalError)
+
+
+@dataclass(frozen=True)
+class NodeCleanup:
+    """What `refine cleanup --node` did: the node as found, and one report per attempt."""
+
+    node: NodeView
+    reports: tuple[ActionReport, ...]
+    errors: tuple[RefineError, ...]  # why each attempt reported ``refused`` was, in order
+
+    def text(self) -> str:
+        head = f"node {self.node.node_id} {_seen_words(self.node)}"
+        if not self.reports:
+            return f"{head}: nothing left to confirm (no attempt runs there)"
+        lines = [f"{head}: {len(self.reports)} running attempt(s)"]
+        return "\n".join(lines + [f"  {r.text()}" for r in self.reports])
+
+
+def cleanup_node(
+    journal: Journal,
+    node_id: str,
+    *,
+    here: str,
+    operator: str | None = None,
+    method: str = OPERATOR_CONFIRMED,
+) -> NodeCleanup:
+    """Confirm the end of every running attempt of ``node_id`` while it is silent or stopped.
+
+    ``here`` is the operator's own node: where its process records can be checked (a worker
+    still alive on this machine refuses its attempt, as one-attempt cleanup does).
+    """
+    operator = check_name(operator or default_operator(), "operator")
+    check_name(node_id, "node")
+    check_name(here, "node")
+    check_reason(method, "method")
+    check_writable(journal)
+    node = node_view(journal, node_id, count=False)  # its attempts are read just below
+    if node is None:
+        raise NodeNotFoundError(
+            f"no node {node_id} in this journal: no goal names it and it never beat"
+        )
+    _refuse_live(node)
+    attempts = active_attempts(journal, node_id)
+    if attempts and node.state == "unknown":
+        raise NodeUnseenError(
+            f"node {node_id} never sent a heartbeat (a node without presence, or never started):"
+            f" nothing says it is gone; confirm each of its {len(attempts)} attempt(s) with"
+            " refine cleanup RUN --epoch E"
+        )
+    done = [_confirm(journal, node_id, a, here, operator, method) for a in attempts]
+    errors = tuple(error for _, error in done if error is not None)
+    node = replace(node, running=len(attempts))
+    return NodeCleanup(node, tuple(report for report, _ in done), errors)
+
+
+def _refuse_live(node: NodeView) -> None:
+    if node.state == "live":
+        raise NodeLiveError(
+            f"node {node.node_id} is live ({_seen_words(node)}): its attempts are its own to end;"
+            " stop the node, or wait until it is silent"
+        )
+
+
+def _confirm(
+    journal: Journal, node_id: str, attempt: ActiveAttempt, here: str, operator: str, method: str
+) -> tuple[ActionReport, RefineError | None]:
+    """Confirm one attempt as its own command; a refusal is this attempt's report (and why)."""
+    try:
+        node = node_view(journal, node_id, count=False)  # again: it may have come back
+        assert node is not None
+        _refuse_live(node)
+        report = confirm_cleanup(
+            journal,
+            attempt.run.run_id,
+            epoch=attempt.epoch,
+            node=here,
+            operator=operator,
+            method=_method(method, node)[:500],
+        )
+        return report, None
+    except StorageError:
+        raise  # the journal is gone for now: run it again later, it does what is left
+    except _ENDED_MEANWHILE as exc:
+        why = f"it ended meanwhile, nothing to confirm ({exc.message})"
+        return _report(attempt, "skipped", why), None
+    except RefineError as exc:
+        return _report(attempt, "refused", f"{exc.code}: {exc.message}"), exc
+
+
+def _method(method: str, node: NodeView) -> str:
+    """The recorded method: the operator's words and the evidence, the node's last beat."""
+    return f"{method}: node {node.node_id} {_seen_words(node)}"
+
+
+def _seen_words(node: NodeView) -> str:
+    state: State = node.state
+    if node.presence is None:
+        return f"{state}, never seen"
+    return f"{state}, last beat {iso_utc(node.presence.last_seen)}"
+
+
+def _report(attempt: ActiveAttempt, outcome: str, why: str) -> ActionReport:
+    return ActionReport(
+        action="cleanup",
+        goal_id=attempt.goal.goal_id,
+        run_id=attempt.run.run_id,
+        epoch=attempt.epoch,
+        node_id=attempt.goal.node_id,
+        signals=(),
+        process="none",
+        requeued=False,
+        held=False,
+        outcome=outcome,
+        why=why,
+    )
