@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import bisect
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from store.journal.api import EventRecord
 from store.journal.core import loads
+from store.journal.presence import Presence
 
 OUTCOMES = ("completed", "failed", "interrupted")
 ENDINGS = {f"attempt.{outcome}": outcome for outcome in OUTCOMES}
@@ -38,8 +39,6 @@ FOLDED = frozenset(
 # node and hours behind a backlog.
 DURATION_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 14400, 43200, 86400)
 QUEUE_WAIT_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600, 14400, 86400)
-# Until node presence (§14) beats, a node counts as up while the journal saw it act this recently.
-NODE_QUIET_S = 300.0
 
 
 class Histogram:
@@ -167,13 +166,18 @@ def _epoch(data: Mapping[str, Any]) -> int:
 
 
 def node_presence(
-    nodes: Iterable[str], stats: JournalStats, now: float
+    nodes: Iterable[str], stats: JournalStats, beats: Sequence[Presence], now: float
 ) -> dict[str, tuple[bool, float | None]]:
-    """Each node's (up, last seen). The one place presence comes from: until nodes beat
-    (§14), a node is up while its last act in the journal (a claim, a report, its own cleanup)
-    is under ``NODE_QUIET_S`` old; an idle node looks down here."""
-    presence: dict[str, tuple[bool, float | None]] = {}
-    for node in nodes:
-        seen = stats.last_seen.get(node)
-        presence[node] = (seen is not None and now - seen < NODE_QUIET_S, seen)
-    return presence
+    """Each node's (up, last seen), from its heartbeats (``store.journal.presence``): up while
+    ``live`` by the database's clock ``now``. A node that never beat (it has goals, or acted in
+    the journal, but was not started since presence exists) is down, last seen at its last act
+    in the journal (a claim, a report), if any. Presence is evidence, never authority."""
+    beaten = {row.node_id: row for row in beats}
+    found: dict[str, tuple[bool, float | None]] = {}
+    for node in {*nodes, *beaten}:
+        row = beaten.get(node)
+        if row is None:
+            found[node] = (False, stats.last_seen.get(node))
+        else:
+            found[node] = (row.state(now) == "live", row.last_seen)
+    return found

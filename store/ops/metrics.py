@@ -37,7 +37,6 @@ from store.journal.locations import resolve_location
 from store.model.goal import GOAL_STATUSES, TERMINAL_STATUSES
 from store.ops.journal_stats import (
     FOLDED,
-    NODE_QUIET_S,
     OUTCOMES,
     Histogram,
     JournalStats,
@@ -196,15 +195,17 @@ class JournalCollector(Collector):
     def _node_families(self) -> list[Metric]:
         up = GaugeMetricFamily(
             f"{PREFIX}_node_up",
-            f"1 when the node was seen acting in the journal in the last {NODE_QUIET_S:g} s.",
+            "1 while the node's heartbeat is live (refine nodes), else 0.",
             labels=["node"],
         )
         seen = GaugeMetricFamily(
             f"{PREFIX}_node_last_seen_timestamp_seconds",
-            "When the node last acted in the journal (Unix time).",
+            "The node's last heartbeat (else its last act in the journal), Unix time.",
             labels=["node"],
         )
-        presence = node_presence(self.nodes, self.stats, self._clock())
+        journal = self._handle.get()
+        now, beats = journal.presence()  # a small table, read on every scrape: beats commit nothing
+        presence = node_presence(self.nodes, self.stats, beats, now)
         for node, (is_up, last) in sorted(presence.items()):
             up.add_metric([node], 1 if is_up else 0)
             if last is not None:

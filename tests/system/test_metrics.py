@@ -33,6 +33,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from refine_tui.cli import main
 from store.goals import Goals
 from store.journal.api import Journal
+from store.journal.presence import Beat
 from store.ops.metrics import JournalCollector, exposition
 from tests.helpers.postgres_server import PostgresServer
 from tests.helpers.waits import wait_until
@@ -191,6 +192,33 @@ def test_every_figure_agrees_with_goals_and_runs_json(
         collector.close()
 
 
+def test_node_up_and_last_seen_follow_the_nodes_heartbeats(
+    journal: Journal, journal_location: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`refine nodes` and the metrics say the same: a live beat is up, a clean exit is down;
+    the last beat is the last seen; a node that never beat is down."""
+    scenario(journal)
+    journal.write_presence(Beat("n1", "start", "host-1", 4, "0.1.0", 5.0))
+    journal.write_presence(Beat("beaten", "start", "host-2", 2, "0.1.0", 5.0))
+    journal.write_presence(Beat("beaten", "stop", "host-2", 2, "0.1.0", 5.0))
+    collector = JournalCollector(journal_location)
+    try:
+        figures = samples(exposition(collector, None)[0].decode())
+        _, beats = journal.presence()
+        seen = {row.node_id: row.last_seen for row in beats}
+        assert main(["--journal", journal_location, "nodes", "--json"]) == 0
+        states = {n["node_id"]: n["state"] for n in json.loads(capsys.readouterr().out)}
+        assert states["n1"] == "live" and states["beaten"] == "stopped"
+        for node, state in states.items():
+            up = figures[("refine_node_up", (("node", node),))]
+            assert up == (1 if state == "live" else 0), node
+            if node in seen:
+                last = figures[("refine_node_last_seen_timestamp_seconds", (("node", node),))]
+                assert last == pytest.approx(seen[node]), node
+    finally:
+        collector.close()
+
+
 def test_a_scrape_reads_what_changed_through_indexes(tmp_path: Path) -> None:
     """SQLite's own trace: an idle scrape asks only "anything new?"; a scrape after a commit
     reads the events after its last sequence and the moving Goals, each by an index, never a
@@ -203,7 +231,11 @@ def test_a_scrape_reads_what_changed_through_indexes(tmp_path: Path) -> None:
         statements: list[str] = []
         collector.journal._connection().set_trace_callback(statements.append)  # type: ignore[union-attr,attr-defined]
         exposition(collector, None)
-        assert statements == ["PRAGMA data_version"]
+        # Nothing of the journal's history is read; the nodes' presence is (heartbeats commit
+        # nothing, so no change gate tells of them): the clock, the schema, the small table.
+        assert statements[0] == "PRAGMA data_version"
+        assert statements[2] == "PRAGMA user_version" and len(statements) == 4
+        assert "'now'" in statements[1] and "FROM node_presence" in statements[3]
         more(journal)
         statements.clear()
         exposition(collector, None)
