@@ -8,7 +8,7 @@
   killed even by SIGKILL leaves only that hidden file (no command opens it unless named), never
   a journal at the target; the next copy to the same target removes it.
 - **A new PostgreSQL journal**: its schema is created in the copy's own transaction
-  (``PostgresJournal.creating``), which the server rolls back when the copy dies.
+  (``PostgresJournal.atomic``), which the server rolls back when the copy dies.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from pathlib import Path
 
-from store.errors import JournalMissingError, StorageError, TargetNotEmptyError
+from store.errors import StorageError, TargetNotEmptyError
 from store.journal_api import Journal
 from store.journal_url import is_postgres_url
 from store.locations import journal_file_exists, resolve_journal_path
@@ -47,10 +47,7 @@ def copy_target(location: str) -> AbstractContextManager[Journal]:
 def _postgres_target(location: str) -> AbstractContextManager[Journal]:
     from store.journal_postgres import PostgresJournal  # psycopg, only for a URL
 
-    try:
-        return PostgresJournal.connect(location, create=False)
-    except JournalMissingError:
-        return PostgresJournal.creating(location)
+    return PostgresJournal.atomic(location)
 
 
 @contextlib.contextmanager

@@ -333,11 +333,12 @@ class PostgresJournal(Journal):
 
     @classmethod
     @contextlib.contextmanager
-    def creating(cls, location: str, busy_timeout_ms: int = 5000) -> Iterator[PostgresJournal]:
-        """A new journal at ``location`` whose schema commits together with what the block
-        writes, when the block ends (``refine copy``). A block that fails, or a process that
-        dies, even by SIGKILL, leaves no schema: the server rolls it all back. A journal made
-        there meanwhile is found under the migration's lock (an import then refuses it)."""
+    def atomic(cls, location: str, busy_timeout_ms: int = 5000) -> Iterator[PostgresJournal]:
+        """The journal at ``location``, created (or migrated) when needed in one transaction
+        with all the block writes, committed when the block ends (``refine copy``). A block
+        that fails, or a process that dies, even by SIGKILL, leaves no new schema: the server
+        rolls it all back. A journal made there meanwhile is found under the migration's
+        lock (an import then refuses it)."""
         conninfo, schema = connection_info(location, [f"lock_timeout={int(busy_timeout_ms)}"])
         journal = cls(conninfo, redact(location), schema, False, "")
         try:
