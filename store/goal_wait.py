@@ -119,8 +119,8 @@ class _Origin:
         self.journal_id = journal.journal_id
 
     def trouble(self) -> str:
-        """ "" while the location holds this journal; why not while it holds none (or cannot
-        be reached); JournalMissingError when it holds another one."""
+        """Why the location does not hold this journal now ("" when it does): it holds none,
+        or cannot be reached. JournalMissingError when it holds another journal."""
         try:
             with Journal.open(self.location, read_only=True, create=False) as now:
                 found = now.journal_id

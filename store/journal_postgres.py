@@ -335,7 +335,7 @@ class PostgresJournal(Journal):
     @contextlib.contextmanager
     def atomic(cls, location: str, busy_timeout_ms: int = 5000) -> Iterator[PostgresJournal]:
         """The journal at ``location``, created (or migrated) when needed in one transaction
-        with all the block writes, committed when the block ends (``refine copy``). A block
+        with all that the block writes, committed when the block ends (``refine copy``). A block
         that fails, or a process that dies, even by SIGKILL, leaves no new schema: the server
         rolls it all back. A journal made there meanwhile is found under the migration's
         lock (an import then refuses it)."""
