@@ -1,7 +1,8 @@
 """Where `refine copy` writes: a journal that appears whole, or not at all.
 
-- **An existing journal** (or an empty file) at the target: filled in place, in the copy's one
-  transaction; a copy that fails or is killed leaves it as it was.
+- **An existing journal** at the target: filled in place, in the copy's one transaction; a
+  copy that fails or is killed leaves it as it was (an empty file, e.g. from mktemp, is made
+  an empty journal first, as `refine init` does, and stays one).
 - **A new SQLite file**: built as ``.<name>.copying-<8 hex>`` in the target's folder, then given
   its name with ``os.link``, which never replaces a file. Of several copies to one new path, one
   wins; the others refuse (TARGET_NOT_EMPTY) and remove only their own temporary file. A copy
