@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 EXIT_OK, EXIT_REFUSED, EXIT_USAGE, EXIT_UNAVAILABLE = 0, 1, 2, 3
 MAX_CAPACITY = 1024  # attempts a node runs at once
 EXIT_PIPE = 128 + 13  # as a tool ended by SIGPIPE: the shell's `| head` convention
+EXIT_INTERRUPTED, EXIT_TERMINATED = 128 + 2, 128 + 15  # SIGINT, SIGTERM
 DEFAULT_JOURNAL = Path(".refine") / "journal.db"
 
 
@@ -515,20 +516,13 @@ def open_location(location: str, *, read_only: bool, create: bool) -> Any:
 
 
 def cmd_copy(args: argparse.Namespace) -> int:
-    from store.ops.journal_copy import copy_journal
+    from store.ops.journal_copy import copy_to
 
-    made = new_sqlite_files(args.target)
-    try:
-        with (
-            open_location(args.source, read_only=True, create=False) as source,
-            open_location(args.target, read_only=False, create=True) as target,
-        ):
-            report = copy_journal(source, target, None if args.json else ProgressLine())
-    except BaseException:
-        # A failed copy creates nothing: an empty journal left behind looks like a copy.
-        for path in made:
-            path.unlink(missing_ok=True)
-        raise
+    with (
+        terminated_as_interrupted(),
+        open_location(args.source, read_only=True, create=False) as source,
+    ):
+        report = copy_to(source, args.target, None if args.json else ProgressLine())
     data = {
         "source": redact(args.source),
         "target": redact(args.target),
@@ -544,16 +538,33 @@ def cmd_copy(args: argparse.Namespace) -> int:
     return EXIT_OK if report.check.clean else EXIT_REFUSED
 
 
-def new_sqlite_files(location: str) -> list[Path]:
-    """The files a copy into SQLite ``location`` would create (none for a URL or a file there)."""
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the command is, as Ctrl+C raises KeyboardInterrupt: the same
+    clean-up runs (a copy removes what it made; psycopg cancels the query in the server)."""
+
+
+@contextlib.contextmanager
+def terminated_as_interrupted() -> Iterator[None]:
+    """While the block runs, SIGTERM raises Terminated (only the main thread gets signals)."""
+    import logging
+    import signal
+    import threading
+
+    # Raised in the middle of a COPY, it leaves psycopg a rollback it cannot send and logs; the
+    # connection is closed next and the server rolls back. One line is the command's own.
+    logging.getLogger("psycopg").addHandler(logging.NullHandler())
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def terminated(signum: int, frame: object) -> None:
+        raise Terminated
+
+    before = signal.signal(signal.SIGTERM, terminated)
     try:
-        path = Path(os.path.realpath(location))
-        if is_postgres_url(location) or journal_file_exists(path):
-            return []
-        files = [path.with_name(path.name + end) for end in ("", "-wal", "-shm", "-journal")]
-        return [file for file in files if not journal_file_exists(file)]
-    except (ValueError, RefineError):
-        return []  # a location that is no path: the open refuses it, in its order
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, before)
 
 
 class ProgressLine:
@@ -915,8 +926,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except RefineError as exc:
         print(f"refine: {exc.code}: {printable(exc.message)}", file=sys.stderr)
         return exit_code(exc)
-    except KeyboardInterrupt:
-        return 130
+    except KeyboardInterrupt as exc:  # the shell's 128 + the signal's number
+        return EXIT_TERMINATED if isinstance(exc, Terminated) else EXIT_INTERRUPTED
     except Exception as exc:  # a bug: one line for the operator, the traceback on request
         if os.environ.get("REFINE_DEBUG"):
             raise

@@ -4,6 +4,10 @@ Each websocket (one per browser tab) runs its own `refine tui` process. Every re
 the access token, as `?token=` (the index then sets it as an HttpOnly cookie and redirects to a
 URL without it) or as that cookie; anything else gets 403 before any process starts. The token
 is compared in constant time and never logged (aiohttp's access log is off: it prints queries).
+
+Browsers send a host's cookies to every port of it, so each server has a random id: its pages
+live under ``/refine-<id>/`` and its cookie, ``refine_token_<id>``, is sent only there. Two
+servers on one host keep their own cookies, and no other service on the host receives one.
 """
 
 from __future__ import annotations
@@ -30,8 +34,8 @@ from textual_serve.server import Server, to_int
 if TYPE_CHECKING:
     from store.ops.metrics import JournalCollector
 
-COOKIE = "refine_token"
 MIN_TOKEN_CHARS = 16
+MAX_TOKEN_FILE_BYTES = 4096  # a token is a line: more is not a token file (/dev/zero never ends)
 QUIT_GRACE_S = 5.0  # a tab's app gets this long to quit before SIGTERM, then as long to SIGKILL
 FORBIDDEN = "403: Forbidden: open the URL with the token that `refine serve` printed\n"
 FORBIDDEN_METRICS = "403: Forbidden: send the token as `Authorization: Bearer <token>`\n"
@@ -42,14 +46,21 @@ MAX_COLUMNS, MAX_ROWS = 1000, 500
 
 
 class TokenFileError(Exception):
-    """The --token-file is missing, unreadable or too short to be a secret."""
+    """The --token-file is missing, unreadable, too large or too short to be a secret."""
 
 
 def read_token_file(path: Path) -> str:
     try:
-        token = path.read_text(encoding="utf-8").strip()
+        with path.open("rb") as file:  # at most one byte past the limit: a device never ends
+            data = file.read(MAX_TOKEN_FILE_BYTES + 1)
     except OSError as exc:
         raise TokenFileError(f"cannot read token file {path}: {exc.strerror or exc}") from None
+    if len(data) > MAX_TOKEN_FILE_BYTES:
+        raise TokenFileError(
+            f"token file {path} holds more than {MAX_TOKEN_FILE_BYTES} bytes: not a token file"
+        )
+    try:
+        token = data.decode("utf-8").strip()
     except UnicodeError:
         raise TokenFileError(f"token file {path} is not UTF-8 text") from None
     if len(token) < MIN_TOKEN_CHARS or not token.isprintable() or " " in token:
@@ -151,30 +162,40 @@ class RefineServer(Server):
         super().__init__(" ".join(tui_argv), host=host, port=port, title="refine")
         self.tui_argv, self.tui_env = list(tui_argv), tui_env
         self._token = token.encode()
+        server_id = secrets.token_hex(4)
+        self.prefix = f"/refine-{server_id}/"  # every page, socket and file of this server
+        self.cookie = f"refine_token_{server_id}"
         self.services: set[TuiService] = set()
         self.sockets: set[web.WebSocketResponse] = set()
 
     # --- access ------------------------------------------------------------------------------
 
     def token_ok(self, candidate: str | None) -> bool:
-        return candidate is not None and hmac.compare_digest(candidate.encode(), self._token)
+        try:  # a header's undecodable bytes arrive as surrogates: no token, never a 500
+            given = candidate.encode() if candidate is not None else None
+        except UnicodeEncodeError:
+            return False
+        return given is not None and hmac.compare_digest(given, self._token)
 
     @web.middleware
     async def require_token(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         from_query = request.query.get("token")
-        if not (self.token_ok(from_query) or self.token_ok(request.cookies.get(COOKIE))):
+        if not (self.token_ok(from_query) or self.token_ok(request.cookies.get(self.cookie))):
             return web.Response(status=403, text=FORBIDDEN)
         origin = request.headers.get("Origin")
         if origin and origin.split("://", 1)[-1] != request.host:  # cross-site page or socket
             return web.Response(status=403, text=FORBIDDEN)
-        if from_query is not None and request.path == "/" and request.method == "GET":
+        index = request.path in ("/", self.prefix)  # "/": a URL printed before the prefix
+        if from_query is not None and index and request.method == "GET":
             # Keep the token out of the address bar, history and Referer: cookie, then redirect.
             query = request.rel_url.query.copy()
             query.popall("token")
-            location = str(request.rel_url.with_query(query))
+            location = str(request.rel_url.with_path(self.prefix).with_query(query))
             redirect = web.Response(status=302, headers={"Location": location})
             if self.token_ok(from_query):  # a wrong one beside the right cookie must not replace it
-                redirect.set_cookie(COOKIE, from_query, httponly=True, samesite="Strict", path="/")
+                redirect.set_cookie(
+                    self.cookie, from_query, httponly=True, samesite="Strict", path=self.prefix
+                )
             return redirect
         response = await handler(request)
         if not response.prepared:
@@ -209,9 +230,9 @@ class RefineServer(Server):
         """Quiet: `serve` prints the one URL to open (textual-serve's banner names the bind)."""
 
     async def _make_app(self) -> web.Application:
-        app = await super()._make_app()
-        app.middlewares.append(self.require_token)
-        app.middlewares.insert(0, self.serve_metrics)
+        """textual-serve's routes under this server's prefix, behind the token."""
+        app = web.Application(middlewares=[self.serve_metrics, self.require_token])
+        app.add_subapp(self.prefix, await super()._make_app())
         return app
 
     # --- pages and sockets ---------------------------------------------------------------------
@@ -220,11 +241,11 @@ class RefineServer(Server):
         """textual-serve's page, with URLs of the host the browser asked for (not the bind)."""
         forwarded_https = request.headers.get("X-Forwarded-Proto") == "https"
         secure = request.secure or forwarded_https
-        base = f"{'https' if secure else 'http'}://{request.host}"
+        base = f"{'https' if secure else 'http'}://{request.host}{self.prefix}"
         context = {
             "font_size": to_int(request.query.get("fontsize", "16"), 16),
-            "app_websocket_url": f"{'wss' if secure else 'ws'}://{request.host}/ws",
-            "config": {"static": {"url": f"{base}/static/"}},
+            "app_websocket_url": f"{'wss' if secure else 'ws'}://{request.host}{self.prefix}ws",
+            "config": {"static": {"url": f"{base}static/"}},
             "application": {"name": self.title},
         }
         return aiohttp_jinja2.render_template("app_index.html", request, context)
@@ -336,7 +357,7 @@ def serve(
     server = RefineServer(argv, env, host=host, port=port, token=token)
 
     def announce(bound_port: int) -> None:
-        base = f"http://{url_host(host)}:{bound_port}/"
+        base = f"http://{url_host(host)}:{bound_port}{server.prefix}"
         shown = f"<the token in {token_file}>" if token_file else token
         mode = " (read-only)" if read_only else ""
         print(f"refine serve: the dashboard{mode} for node {node} at", flush=True)

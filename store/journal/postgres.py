@@ -395,6 +395,25 @@ class PostgresJournal(Journal):
             raise
 
     @classmethod
+    @contextlib.contextmanager
+    def atomic(cls, location: str, busy_timeout_ms: int = 5000) -> Iterator[PostgresJournal]:
+        """The journal at ``location``, created (or migrated) when needed in one transaction
+        with all that the block writes, committed when the block ends (``refine copy``). A block
+        that fails, or a process that dies, even by SIGKILL, leaves no new schema: the server
+        rolls it all back. A journal made there meanwhile is found under the migration's
+        lock (an import then refuses it)."""
+        conninfo, schema = connection_info(location, [f"lock_timeout={int(busy_timeout_ms)}"])
+        journal = cls(conninfo, redact(location), schema, False, "")
+        try:
+            with journal._lock, journal._storage_errors():
+                conn = journal._connection()
+                with conn.transaction():  # the migration's and the import's are savepoints
+                    journal.journal_id = _migrate(conn, schema, journal.location, True)
+                    yield journal
+        finally:
+            journal.close()
+
+    @classmethod
     def wakeups(cls, location: str) -> WakeUps:
         """``LISTEN`` on a dedicated connection, with a slow safety poll and reconnection."""
         from store.journal.listen import ListenWakeUps

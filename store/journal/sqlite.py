@@ -68,6 +68,7 @@ __all__ = [
     "SqliteJournal",
     "Stored",
     "aggregate_kind",
+    "make_folder",
 ]
 
 # 2: the meta table with the journal id; 3: receipts hold a payload digest; 4: the outbox is a
@@ -245,7 +246,7 @@ def _check_utf8(file: Path) -> None:
         raise StorageError(f"journal path is not UTF-8, SQLite cannot open it: {shown}") from None
 
 
-def _make_folder(folder: Path) -> None:
+def make_folder(folder: Path) -> None:
     """Create the journal's folder, or refuse in one line (a file in the way, no permission)."""
     existing = folder
     while not os.path.lexists(existing) and existing != existing.parent:
@@ -308,7 +309,7 @@ class SqliteJournal(Journal):
         if exists and not file.is_file():
             raise NotAJournalError(f"not a journal file: {file}")
         if not read_only:
-            _make_folder(file.parent)
+            make_folder(file.parent)
         try:  # SQLite's messages do not name the file: say which one
             uri = "file:" + urllib.parse.quote(str(file)) + ("?mode=ro" if read_only else "")
             conn = _connect(uri, busy_timeout_ms)

@@ -3,6 +3,13 @@
 The wait sleeps on the backend's wake-ups (inotify on SQLite, LISTEN on PostgreSQL) and reads
 the goal only when the journal's change gate says another connection committed; a slow safety
 check covers a commit that lands before the watcher is listening. No busy polling.
+
+The goal belongs to one journal, known by its id. Once the goal was read, the journal gone from
+its location (a deleted file, a dropped schema) is waited for, since a restore may bring it
+back (same id: followed); another journal there (a new id: `refine init` again) ends the wait
+with JournalMissingError: its goal of the same name is not the one waited for. The id at the
+location is checked before any answer and at each safety check (a fresh open: a PostgreSQL
+schema dropped and made again has no file whose change a handle could notice).
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ from collections.abc import Collection
 from store.errors import (
     GoalNotFoundError,
     GoalTerminalError,
+    JournalMissingError,
     StorageError,
     StorageUnreachableError,
     WaitTimeoutError,
@@ -35,8 +43,9 @@ async def wait_for_status(
 
     Raises GoalNotFoundError, GoalTerminalError (it ended in a status not wanted: it can never
     get there) or WaitTimeoutError after ``timeout_s`` seconds (None: no limit). Once the goal
-    was read, a journal that becomes unreachable (a server restart) is waited for; before
-    that, unreachable (a wrong password, say) is the answer.
+    was read, a journal that becomes unreachable (a server restart) or missing (a restore under
+    way) is waited for; before that, unreachable (a wrong password, say) is the answer; another
+    journal at the location raises JournalMissingError.
     """
     loop = asyncio.get_running_loop()
     deadline = None if timeout_s is None else loop.time() + timeout_s
@@ -44,6 +53,8 @@ async def wait_for_status(
     watcher = Journal.watch(location)
     pump = asyncio.create_task(_pump(watcher, wake))
     known, handle = "unknown", JournalHandle(location, read_only=True)
+    origin = _Origin(location, journal, goal_id)
+    next_check = loop.time() + SAFETY_CHECK_S
     try:
         while True:
             wake.clear()
@@ -62,6 +73,15 @@ async def wait_for_status(
                 if known == "unknown":
                     raise  # never read: the location or its credentials may be wrong
                 looked, trouble = False, "journal unreachable"
+            except StorageError:
+                # A dropped schema fails every read: gone (waited for) or another journal there.
+                if known == "unknown" or not (trouble := origin.trouble()):
+                    raise
+                looked = False
+            answers = looked and (goal is None or goal.status in {*wanted, *TERMINAL_STATUSES})
+            if known != "unknown" and not trouble and (answers or loop.time() >= next_check):
+                trouble, next_check = origin.trouble(), loop.time() + SAFETY_CHECK_S
+                looked = looked and not trouble
             if looked:
                 if goal is None:
                     raise GoalNotFoundError(f"no goal {goal_id}", goal_id=goal_id)
@@ -89,6 +109,32 @@ async def wait_for_status(
         pump.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await pump
+
+
+class _Origin:
+    """The journal the wait first read, told apart by its id from whatever is there now."""
+
+    def __init__(self, location: Location, journal: Journal, goal_id: str) -> None:
+        self.location, self.shown, self.goal_id = location, journal.location, goal_id
+        self.journal_id = journal.journal_id
+
+    def trouble(self) -> str:
+        """Why the location does not hold this journal now ("" when it does): it holds none,
+        or cannot be reached. JournalMissingError when it holds another journal."""
+        try:
+            with Journal.open(self.location, read_only=True, create=False) as now:
+                found = now.journal_id
+        except StorageUnreachableError:
+            return "journal unreachable"
+        except StorageError:  # missing, or not a journal yet (a restore under way)
+            return "journal missing"
+        if None not in (found, self.journal_id) and found != self.journal_id:
+            raise JournalMissingError(
+                f"journal replaced: {self.shown} now holds another journal (id {found}, not"
+                f" {self.journal_id}); goal {self.goal_id} was in the one this wait read",
+                goal_id=self.goal_id,
+            )
+        return ""
 
 
 def _reopen(handle: JournalHandle) -> Journal | None:

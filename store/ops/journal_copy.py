@@ -3,6 +3,8 @@
 Rows are copied as stored (sequences, versions, receipts, committed times), never re-decided, so
 the copy replays the same command ids to the same results. The source is read in one snapshot
 and the target written in one transaction: a failed copy leaves the target as empty as before.
+``copy_to`` copies to a location, where a new journal appears whole or not at all
+(``store.ops.copy_target``).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import Any, Protocol
 
 from store.journal.core import COPY_TABLES
 from store.ops.check import CheckReport, check_journal
+from store.ops.copy_target import copy_target
 
 
 class Copyable(Protocol):
@@ -43,6 +46,12 @@ def copy_journal(source: Any, target: Any, progress: Progress | None = None) -> 
         total = source.last_sequence()
         rows = target.import_rows(_batches(source, total, progress))
     return CopyReport(rows=rows, events=total, check=check_journal(target))
+
+
+def copy_to(source: Any, location: str, progress: Progress | None = None) -> CopyReport:
+    """Copy ``source`` to the empty or new journal at ``location`` and check the copy there."""
+    with copy_target(location) as target:
+        return copy_journal(source, target, progress)
 
 
 def _batches(

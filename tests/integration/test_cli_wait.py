@@ -9,15 +9,17 @@ import subprocess
 import sys
 from pathlib import Path
 
+import psycopg
 import pytest
 
-from store.errors import GoalTerminalError, WaitTimeoutError
+from store.errors import GoalTerminalError, JournalMissingError, WaitTimeoutError
 from store.journal.sqlite import Journal
 from store.model.goals import Goal, Goals
 from store.ops import goal_wait
 from store.ops.goal_wait import wait_for_status
 from tests.helpers.cli import dump, refine
-from tests.helpers.postgres_server import PostgresServer
+from tests.helpers.postgres_server import PASSWORD, PostgresServer
+from tests.helpers.waits import wait_until
 
 
 @pytest.fixture
@@ -148,3 +150,92 @@ async def test_a_server_restart_while_waiting_is_waited_out(
         with Journal.open(postgres_url) as writer:
             Goals(writer).cancel(command_id="op:cancel:test", goal_id="g", reason="r")
         assert (await asyncio.wait_for(long, 60)).status == "cancelled"
+
+
+# --- a journal dropped, re-created or restored under a wait ---------------------------------------
+
+
+def listening(url: str) -> bool:
+    """A `refine wait` listens: it has read the goal (the watcher starts after the first read)."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+            " AND query LIKE 'LISTEN%'"
+        ).fetchone()
+    return bool(row and row[0])
+
+
+def run_sql(url: str, sql: str) -> None:
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(sql)
+
+
+def test_a_postgres_journal_dropped_and_recreated_while_waiting_ends_storage(
+    postgres_url: str,
+) -> None:
+    """Dropped and made again by `refine init` (the goal added again, at the same sequence):
+    the wait read the new journal's head as unchanged and waited forever on a goal of the old
+    one. Now it sees the journal id change: STORAGE, exit 3, in one line, no password."""
+    with Journal.open(postgres_url) as writer:
+        Goals(writer).create(goal_id="g", title="G", node_id="n1", argv=["true"])
+    waiting = subprocess.Popen(
+        [sys.executable, "-m", "refine_tui.cli", "--journal", postgres_url,
+         "wait", "g", "--status", "cancelled", "--timeout", "300"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        wait_until(lambda: listening(postgres_url), 60, "the wait to listen")
+        run_sql(postgres_url, "DROP SCHEMA refine CASCADE")
+        with Journal.open(postgres_url) as again:
+            Goals(again).create(goal_id="g", title="G", node_id="n1", argv=["true"])
+        out, err = waiting.communicate(timeout=60)
+    finally:
+        waiting.kill()
+    assert (waiting.returncode, out) == (3, "")
+    assert err.startswith("refine: STORAGE: journal replaced: ") and err.count("\n") == 1, err
+    assert "another journal" in err and PASSWORD not in err
+
+
+async def test_a_postgres_journal_moved_away_is_waited_for_and_followed_back(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Gone (renamed away, as a restore starts) is waited for, like a deleted SQLite file; back
+    with the same journal id (restored), it is followed."""
+    monkeypatch.setattr(goal_wait, "SAFETY_CHECK_S", 0.2)
+    with Journal.open(postgres_url) as writer:
+        Goals(writer).create(goal_id="g", title="G", node_id="n1", argv=["true"])
+    with Journal.open(postgres_url, read_only=True) as reader:
+
+        def waiting(timeout_s: float) -> asyncio.Task[Goal]:
+            waited = wait_for_status(reader, postgres_url, "g", {"cancelled"}, timeout_s)
+            return asyncio.create_task(waited)
+
+        long, short = waiting(120), waiting(5.0)
+        await asyncio.sleep(0.5)  # both have read "queued"
+        run_sql(postgres_url, "ALTER SCHEMA refine RENAME TO refine_saved")
+        with pytest.raises(WaitTimeoutError, match=r"still unknown \(journal missing\)"):
+            await short
+        assert not long.done()
+        run_sql(postgres_url, "ALTER SCHEMA refine_saved RENAME TO refine")
+        with Journal.open(postgres_url) as writer:
+            Goals(writer).cancel(command_id="op:cancel:test", goal_id="g", reason="r")
+        assert (await asyncio.wait_for(long, 60)).status == "cancelled"
+
+
+async def test_a_sqlite_journal_made_again_while_waiting_ends_storage(
+    journal: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same rule on SQLite: a restored file is followed (above), a new journal in its
+    place (another id) ends the wait instead of answering with its goal of the same name."""
+    monkeypatch.setattr(goal_wait, "SAFETY_CHECK_S", 0.2)
+    with Journal.open(journal, read_only=True) as reader:
+        waiting = asyncio.create_task(
+            wait_for_status(reader, journal, "g", {"cancelled"}, timeout_s=120)
+        )
+        await asyncio.sleep(0.5)
+        _remove(journal)
+        with Journal.open(journal) as again:
+            Goals(again).create(goal_id="g", title="G", node_id="n1", argv=["true"])
+            Goals(again).cancel(command_id="op:cancel:test", goal_id="g", reason="r")
+        with pytest.raises(JournalMissingError, match=r"journal replaced: .* another journal"):
+            await asyncio.wait_for(waiting, 60)

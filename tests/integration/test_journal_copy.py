@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
+import re
 import resource
 import signal
 import subprocess
@@ -18,10 +20,12 @@ from store.journal.postgres import PostgresJournal
 from store.journal.sqlite import Change, Journal
 from store.journal.url import redact
 from store.model.goals import Goals
+from store.ops.copy_target import remove_stale_copies
 from store.ops.journal_copy import copy_journal
 from tests.helpers.old_schema import as_pg_schema
 from tests.helpers.postgres_server import PASSWORD
 from tests.helpers.soak_recipes import ROOT
+from tests.helpers.waits import wait_until
 
 
 def rows_of(journal: Any) -> dict[str, list[tuple[Any, ...]]]:
@@ -170,3 +174,118 @@ def test_a_copy_that_fails_leaves_no_new_journal_behind(tmp_path: Path) -> None:
     assert not [p.name for p in tmp_path.iterdir() if p.name.startswith("new.db")]
     done = refine("copy", str(source), str(target))
     assert done.returncode == 0, done.stderr
+
+
+# --- a copy ended by a signal, and copies racing for one new file ---------------------------------
+
+
+def big_journal(folder: Path, goals: int = 3000) -> Path:
+    """A real journal (bench's cached builder) whose copy takes long enough to be signalled."""
+    from bench.common import journal_with
+
+    folder.mkdir()
+    return journal_with(goals, folder)
+
+
+def start_copy(source: Path, target: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "refine_tui.cli", "copy", str(source), target, "--json"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+
+def temp_files(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir() if ".copying-" in p.name)
+
+
+def sqlite_copy_under_way(folder: Path) -> bool:
+    """Rows are going into the copy: a write-ahead log in ``folder`` has passed 1 MiB."""
+    return any(p.name.endswith("-wal") and p.stat().st_size > 1 << 20 for p in folder.iterdir())
+
+
+def postgres_copy_under_way(url: str) -> bool:
+    """Rows are going into the new schema: a COPY of a batch is running (PostgreSQL's view)."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute("SELECT count(*) FROM pg_stat_progress_copy").fetchone()
+    return bool(row and row[0])
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
+def test_a_copy_to_postgres_ended_by_a_signal_leaves_no_journal(
+    tmp_path: Path, postgres_url: str, signum: int
+) -> None:
+    """It left an empty journal (the schema committed before the rows) that `goals` accepted;
+    now the schema is created in the copy's transaction: nothing survives the copy."""
+    source = big_journal(tmp_path / "source")
+    copying = start_copy(source, postgres_url)
+    wait_until(lambda: postgres_copy_under_way(postgres_url), 120, "the COPY", step=0.005)
+    copying.send_signal(signum)
+    _, err = copying.communicate(timeout=120)
+    assert copying.returncode == (128 + signum if signum == signal.SIGTERM else -signum)
+    assert err == "" and PASSWORD not in err
+    goals = refine("--journal", postgres_url, "goals")
+    assert goals.returncode == 3 and "journal missing" in goals.stderr
+    again = refine("copy", str(source), postgres_url, "--json")
+    assert again.returncode == 0 and json.loads(again.stdout)["check"]["clean"], again.stderr
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
+def test_a_copy_to_a_new_file_ended_by_a_signal_leaves_no_journal(
+    tmp_path: Path, signum: int
+) -> None:
+    """SIGTERM left an empty journal at the target (SIGINT was handled). Now the copy is built
+    under a hidden temporary name: SIGTERM removes it; SIGKILL leaves only that file, which
+    no command takes for the journal and the next copy to the target removes."""
+    source, target = big_journal(tmp_path / "source"), tmp_path / "new.db"
+    copying = start_copy(source, str(target))
+    wait_until(lambda: sqlite_copy_under_way(tmp_path), 120, "rows going into the copy")
+    copying.send_signal(signum)
+    _, err = copying.communicate(timeout=120)
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith("new.db")]
+    goals = refine("--journal", str(target), "goals")
+    assert goals.returncode == 3 and "journal missing" in goals.stderr
+    left = temp_files(tmp_path)
+    if signum == signal.SIGTERM:
+        assert (copying.returncode, err, left) == (128 + signum, "", [])
+    else:
+        assert copying.returncode == -signum
+        assert re.fullmatch(r"\.new\.db\.copying-[0-9a-f]{8}", left[0]), left
+    again = refine("copy", str(source), str(target), "--json")
+    assert again.returncode == 0 and json.loads(again.stdout)["check"]["clean"], again.stderr
+    assert temp_files(tmp_path) == []  # the killed copy's file is gone with this one's
+
+
+def test_four_copies_into_one_new_file_one_wins_and_the_others_refuse(tmp_path: Path) -> None:
+    """A losing copy deleted the winner's file after it reported success; others ended
+    `INTERNAL: FileNotFoundError`. Now the file is created by a link that never replaces."""
+    source, target = big_journal(tmp_path / "source", 1000), tmp_path / "new.db"
+    copies = [start_copy(source, str(target)) for _ in range(4)]
+    ended = [(c.wait(timeout=300), *c.communicate()) for c in copies]
+    assert sorted(code for code, _, _ in ended) == [0, 1, 1, 1], ended
+    for code, out, err in ended:
+        if code == 0:
+            assert json.loads(out)["check"]["clean"] and err == ""
+        else:
+            assert out == "" and err.count("\n") == 1
+            assert err.startswith("refine: TARGET_NOT_EMPTY: ") and str(target) in err
+    assert [p.name for p in tmp_path.iterdir() if p.is_file()] == ["new.db"]  # no temp left
+    listed = [refine("--journal", str(j), "goals", "--json").stdout for j in (source, target)]
+    assert listed[0] == listed[1] and len(json.loads(listed[0])) == 1000
+
+
+def test_a_live_copys_file_is_never_taken_for_a_dead_ones(tmp_path: Path) -> None:
+    """`remove_stale_copies` removes a temporary file no process holds locked, and only it."""
+    target = tmp_path / "new.db"
+    dead, live, newborn = (tmp_path / f".new.db.copying-{n * 8}" for n in "abc")
+    for temp in (dead, live):
+        temp.write_bytes(b"SQLite format 3\0")
+    Path(f"{dead}-wal").write_bytes(b"x")
+    newborn.touch()  # its copy has just made it (empty) and locks it next
+    other = tmp_path / ".other.db.copying-dddddddd"  # a copy to another target
+    other.write_bytes(b"x")
+    with live.open("rb") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        assert remove_stale_copies(target) == [dead]
+    assert temp_files(tmp_path) == sorted(p.name for p in (live, newborn, other))

@@ -412,12 +412,13 @@ def served(tmp_path: Path) -> Iterator[Served]:
 
 
 def test_serve_metrics_take_the_token_as_a_bearer_only(served: Served) -> None:
-    url = served.base + "metrics"
+    url = f"http://127.0.0.1:{served.port}/metrics"  # at the root, where Prometheus looks
+    cookie = "refine_token_" + served.base.rstrip("/").rsplit("/refine-", 1)[1]  # this server's
     assert get(url)[0] == 403
     assert get(url, {"Authorization": "Bearer wrong-token-of-some-length"})[0] == 403
     assert get(url, {"Authorization": f"Basic {served.token}"})[0] == 403
     assert get(f"{url}?token={served.token}")[0] == 403  # the browser's ways are not a scraper's
-    assert get(url, {"Cookie": f"refine_token={served.token}"})[0] == 403
+    assert get(url, {"Cookie": f"{cookie}={served.token}"})[0] == 403
     status, content_type, text = get(url, {"Authorization": f"Bearer {served.token}"})
     assert (status, content_type) == (200, "text/plain; version=0.0.4; charset=utf-8")
     assert 'refine_goals{status="running"} 2.0' in text

@@ -7,16 +7,21 @@ textual-serve's terminal object when its constructor assigns ``fitAddon``.
 
 from __future__ import annotations
 
+import http.cookiejar
+import http.server
 import os
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import aiohttp
 import psutil  # type: ignore[import-untyped]
@@ -81,6 +86,12 @@ class Served:
     @property
     def token(self) -> str:
         return self.url.split("token=", 1)[1]
+
+    @property
+    def cookie(self) -> str:
+        """This server's cookie name: ``refine_token_<id>`` for its path ``/refine-<id>/``."""
+        server_id = urllib.parse.urlsplit(self.base).path.strip("/").removeprefix("refine-")
+        return f"refine_token_{server_id}"
 
     def children(self) -> list[psutil.Process]:
         return psutil.Process(self.proc.pid).children(recursive=True)
@@ -258,25 +269,25 @@ async def test_requests_without_the_right_token_get_403_and_start_nothing(serve)
     for path in ("", "static/js/textual.js", "download/x", "nope"):
         assert http_status(base + path) == 403
         assert http_status(f"{base}{path}?token={wrong}") == 403
-        assert http_status(base + path, {"Cookie": f"refine_token={wrong}"}) == 403
+        assert http_status(base + path, {"Cookie": f"{served.cookie}={wrong}"}) == 403
     ws = base.replace("http://", "ws://") + "ws"
     assert await ws_status(ws) == 403
     assert await ws_status(f"{ws}?token={wrong}") == 403
-    assert await ws_status(ws, {"Cookie": f"refine_token={wrong}"}) == 403
+    assert await ws_status(ws, {"Cookie": f"{served.cookie}={wrong}"}) == 403
     # The right token from a foreign page (cross-site websocket hijacking): refused too.
-    foreign = {"Cookie": f"refine_token={token}", "Origin": "http://evil.example"}
+    foreign = {"Cookie": f"{served.cookie}={token}", "Origin": "http://evil.example"}
     assert await ws_status(ws, foreign) == 403
     assert served.children() == []
     # The right token: the index sets the cookie and drops the token from the URL.
     assert http_status(served.url) == 302
     # A wrong token in the URL beside the right cookie: no cookie of the wrong token is set.
     request = urllib.request.Request(
-        f"{base}?token={wrong}", headers={"Cookie": f"refine_token={token}"}
+        f"{base}?token={wrong}", headers={"Cookie": f"{served.cookie}={token}"}
     )
     with pytest.raises(urllib.error.HTTPError) as redirected:
         urllib.request.build_opener(NoRedirect).open(request, timeout=30)
     assert redirected.value.code == 302 and "Set-Cookie" not in redirected.value.headers
-    assert http_status(base + "static/js/textual.js", {"Cookie": f"refine_token={token}"}) == 200
+    assert http_status(base + "static/js/textual.js", {"Cookie": f"{served.cookie}={token}"}) == 200
     stop_served(served)
     assert "".join(served.lines).count(token) == 1  # printed once in the URL, never logged
     assert token not in served.proc.stderr.read()  # type: ignore[union-attr]
@@ -287,7 +298,7 @@ async def test_the_right_token_starts_one_app_per_websocket(serve) -> None:
     ws = served.base.replace("http://", "ws://") + "ws"
     async with (
         aiohttp.ClientSession() as session,
-        session.ws_connect(ws, headers={"Cookie": f"refine_token={served.token}"}) as socket,
+        session.ws_connect(ws, headers={"Cookie": f"{served.cookie}={served.token}"}) as socket,
     ):
         assert (await socket.receive(timeout=WAIT_S)).type == aiohttp.WSMsgType.BINARY
         assert len(served.children()) == 1
@@ -307,8 +318,12 @@ def test_token_file_is_not_printed_and_is_required(tmp_path: Path, serve) -> Non
 def test_serve_refusals_are_one_line(tmp_path: Path, journal: Path) -> None:
     short = tmp_path / "short"
     short.write_text("abc")
+    binary = tmp_path / "binary"
+    binary.write_bytes(b"\xff\xfe" * 20)
     for extra, code, words in (
         (["--token-file", str(short)], 2, "at least 16"),
+        (["--token-file", "/dev/zero"], 2, "not a token file"),  # it read forever
+        (["--token-file", str(binary)], 2, "not UTF-8 text"),
         (["--token-file", str(tmp_path / "missing")], 2, "cannot read token file"),
         (["--port", "70000"], 2, "not a port number"),
         (["--host", ""], 2, "0.0.0.0 for every interface"),  # not every interface silently
@@ -334,7 +349,7 @@ async def test_a_killed_serve_takes_its_apps_with_it(serve) -> None:
     ws = served.base.replace("http://", "ws://") + "ws"
     async with (
         aiohttp.ClientSession() as session,
-        session.ws_connect(ws, headers={"Cookie": f"refine_token={served.token}"}) as socket,
+        session.ws_connect(ws, headers={"Cookie": f"{served.cookie}={served.token}"}) as socket,
     ):
         assert (await socket.receive(timeout=WAIT_S)).type == aiohttp.WSMsgType.BINARY
         assert len(tui_processes(served.journal)) == 1
@@ -349,7 +364,7 @@ async def test_malformed_messages_and_huge_sizes_are_refused_quietly(serve) -> N
     ws = served.base.replace("http://", "ws://") + "ws?width=100000&height=100000"
     async with (
         aiohttp.ClientSession() as session,
-        session.ws_connect(ws, headers={"Cookie": f"refine_token={served.token}"}) as socket,
+        session.ws_connect(ws, headers={"Cookie": f"{served.cookie}={served.token}"}) as socket,
     ):
         assert (await socket.receive(timeout=WAIT_S)).type == aiohttp.WSMsgType.BINARY
         env = served.children()[0].environ()
@@ -364,3 +379,74 @@ async def test_malformed_messages_and_huge_sizes_are_refused_quietly(serve) -> N
         assert len(served.children()) == 1
     stop_served(served)
     assert "Traceback" not in served.proc.stderr.read()  # type: ignore[union-attr]
+
+
+# --- cookies: undecodable bytes, and two servers on one host --------------------------------------
+
+
+def raw_status(base: str, path: str, cookie: bytes) -> int:
+    """One request with the Cookie header's bytes as given (no client would encode them)."""
+    parts = urllib.parse.urlsplit(base)
+    host, port = parts.hostname or "", parts.port or 80
+    with socket.create_connection((host, port), timeout=30) as conn:
+        conn.sendall(
+            b"GET " + path.encode() + b" HTTP/1.1\r\nHost: " + parts.netloc.encode()
+            + b"\r\nCookie: " + cookie + b"\r\nConnection: close\r\n\r\n"
+        )  # fmt: skip
+        reply = b""
+        while chunk := conn.recv(4096):
+            reply += chunk
+    return int(reply.split(b" ", 2)[1])
+
+
+def test_an_undecodable_cookie_or_token_gets_403_quietly(serve) -> None:
+    """Raw bytes in the Cookie header were a 500 with a traceback (UnicodeEncodeError)."""
+    served = serve()
+    path = urllib.parse.urlsplit(served.base).path
+    for name in (served.cookie, "refine_token"):
+        for where in (path, path + "static/js/textual.js", path + "ws", "/"):
+            assert raw_status(served.base, where, name.encode() + b"=\xff\xfe\xfd") == 403
+    assert http_status(f"{served.base}?token=%ff%fe%fd") == 403
+    assert served.children() == []
+    stop_served(served)
+    err = served.proc.stderr.read()  # type: ignore[union-attr]
+    assert "Traceback" not in err and "Error" not in err
+
+
+class CookieEcho(http.server.BaseHTTPRequestHandler):
+    """Another web service on this host: it records the cookies browsers send it."""
+
+    seen: ClassVar[list[str]] = []
+
+    def do_GET(self) -> None:
+        self.seen.append(self.headers.get("Cookie") or "")
+        self.send_response(200)
+        self.end_headers()
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_two_servers_on_one_host_keep_their_cookies_and_send_them_nowhere_else(serve) -> None:
+    """Cookies ignore the port: with one cookie name at path /, the second server's token
+    replaced the first's in the browser (a 403 there) and went to every service on the host."""
+    first, second = serve(), serve()
+    jar = http.cookiejar.CookieJar()  # a browser's rules: one jar per host, whatever the port
+    browser = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
+    for served in (first, second):
+        with browser.open(served.url, timeout=30) as page:  # sets the cookie, then the page
+            assert page.status == 200 and page.url == served.base
+    for served in (first, second):  # each still opens with its own cookie
+        with browser.open(served.base + "static/js/textual.js", timeout=30) as page:
+            assert page.status == 200
+    names = {(c.name, c.path) for c in jar}
+    assert names == {(s.cookie, urllib.parse.urlsplit(s.base).path) for s in (first, second)}
+    other = http.server.ThreadingHTTPServer(("127.0.0.1", 0), CookieEcho)
+    threading.Thread(target=other.serve_forever, daemon=True).start()
+    try:
+        for path in ("/", "/static/js/textual.js", "/ws"):
+            with browser.open(f"http://127.0.0.1:{other.server_address[1]}{path}", timeout=30):
+                pass
+    finally:
+        other.shutdown()
+    assert CookieEcho.seen == ["", "", ""]  # no token of either server
