@@ -59,10 +59,9 @@ def batch(location: str) -> Timing:
             "cancel",
             node=NODE,
             selection=Selection(NODE, ("queued",)),
-            reason="bench: retire n1",
         )
         planned = time.perf_counter()
-        report = run_bulk(journal, plan, operator="bench")
+        report = run_bulk(journal, plan, reason="bench: retire n1", operator="bench")
         done = time.perf_counter()
     if not report.ok or not report.goals:
         raise RuntimeError(f"the batch did not cancel every goal: {report.summary()}")
@@ -100,7 +99,7 @@ def sqlite_journals(goals: int) -> Iterator[Callable[[], Iterator[str]]]:
             shutil.copyfile(template, path)
             yield str(path)
 
-        yield fresh  # type: ignore[misc]
+        yield fresh
 
 
 @contextlib.contextmanager
@@ -118,7 +117,7 @@ def postgres_journals(goals: int, fsync: bool) -> Iterator[Callable[[], Iterator
             finally:
                 server.drop_database(url)
 
-        yield fresh  # type: ignore[misc]
+        yield fresh
     finally:
         server.destroy()
 
@@ -134,25 +133,28 @@ def measure(
         for r in range(rounds):
             for backend, fresh in backends.items():
                 for name in names[r % 2 :] + names[: r % 2]:
-                    with fresh() as location:  # type: ignore[operator]
+                    with fresh() as location:
                         out.setdefault((backend, name), []).append(CONTENDERS[name](location))
             log(f"bulk: round {r + 1}/{rounds}")
     return out
 
 
-def rows(m: dict[tuple[str, str], list[Timing]], goals: int, fsync: bool) -> list[str]:
-    lines = []
+def rows(
+    m: dict[tuple[str, str], list[Timing]], goals: int, fsync: bool
+) -> list[tuple[str, str, str]]:
+    out = []
     for backend in ("SQLite", "PostgreSQL"):
         setting = "synchronous=FULL" if backend == "SQLite" else f"fsync {'on' if fsync else 'off'}"
         plan = statistics.median(t[0] for t in m[(backend, "batch")])
         batch = statistics.median(t[1] for t in m[(backend, "batch")])
         single = statistics.median(t[1] for t in m[(backend, "one by one")])
-        lines.append(
-            f"cancel {goals:,} goals by selection, {backend} ({setting}): plan {plan:.2f} s,"
-            f" intents {batch:.2f} s ({goals / batch:,.0f}/s) · one by one {single:.2f} s"
-            f"  [target: intents ≤ 2 s]"
-        )
-    return lines
+        out.append((
+            f"cancel {goals:,} goals by selection, {backend} ({setting})",
+            f"plan {plan:.2f} s, intents {batch:.2f} s ({goals / batch:,.0f}/s)"
+            f" · one by one {single:.2f} s",
+            "intents ≤ 2 s",
+        ))  # fmt: skip
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -162,7 +164,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fsync", action="store_true", help="PostgreSQL with fsync on")
     args = parser.parse_args(argv)
     m = measure(args.goals, args.rounds, args.fsync, log=lambda s: print(f"  · {s}", flush=True))
-    print("\n".join(rows(m, args.goals, args.fsync)))
+    for figure, value, target in rows(m, args.goals, args.fsync):
+        print(f"{figure}: {value}  [target {target}]")
     return 0
 
 

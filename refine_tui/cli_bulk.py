@@ -63,10 +63,14 @@ def is_batch(args: argparse.Namespace) -> bool:
 
 
 def run_batch(args: argparse.Namespace, action: str) -> int:
+    from store.model.goal import check_reason
     from store.ops.bulk import Selection, dry_run, plan_bulk, run_bulk
     from store.ops.operator import default_operator
 
     node, operator = node_name(args), default_operator()
+    reason = getattr(args, "reason", None)
+    if reason is not None:  # refused before the journal is opened, as a single cancel's is
+        check_reason(reason)
     selection = Selection(node, tuple(sorted(args.status))) if args.status else None
     grace = getattr(args, "grace", 5.0)
     with open_journal(args, write=not args.dry_run) as journal:
@@ -77,7 +81,6 @@ def run_batch(args: argparse.Namespace, action: str) -> int:
                 node=node,
                 goal_ids=args.goals or None,
                 selection=selection,
-                reason=getattr(args, "reason", None),
                 grace_s=grace,
             )
         except GoalNotFoundError as exc:  # a mistyped id: bad input, refused before any write
@@ -94,7 +97,9 @@ def run_batch(args: argparse.Namespace, action: str) -> int:
             if not args.json:  # as each goal is done: a long batch shows its progress
                 emit(args, None, report.text())
 
-        done = run_bulk(journal, plan, operator=operator, grace_s=grace, on_report=say)
+        done = run_bulk(
+            journal, plan, reason=reason, operator=operator, grace_s=grace, on_report=say
+        )
     emit(args, [r.to_json() for r in done.goals], done.summary())
     for report in done.failed:
         code = report.code or report.outcome.upper().replace("-", "_").replace(" ", "_")

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from store.errors import (
+    InvalidInputError,
     JournalClosedError,
     JournalReadOnlyError,
     RefineError,
@@ -30,6 +31,7 @@ from store.errors import (
 )
 from store.host.processes import ProcessRegistry
 from store.journal.api import Journal
+from store.model.goal import check_reason
 from store.model.goals import Goals, check_name
 from store.ops.bulk_plan import (
     BULK_ACTIONS,
@@ -152,6 +154,7 @@ def run_bulk(
     journal: Journal,
     plan: BulkPlan,
     *,
+    reason: str | None = None,
     operator: str | None = None,
     grace_s: float = 5.0,
     before_turn: Turn | None = None,
@@ -159,14 +162,19 @@ def run_bulk(
 ) -> BulkReport:
     """Carry out ``plan``: each Goal's own command, at the version the plan read.
 
+    ``reason``: cancel's, one for all (required for cancel, refused for the others).
     ``before_turn(planned)`` is called right before a Goal's turn (tests change a Goal there;
     a caller can show progress); ``on_report(report)`` once a Goal's report is final. A
     StorageError (the journal went away) ends the batch: what was done stays done.
     """
     operator = check_name(operator or default_operator(), "operator")
+    if plan.action == "cancel":
+        check_reason(reason)
+    elif reason is not None:
+        raise InvalidInputError(f"{plan.action} takes no reason")
     check_grace(grace_s)
     check_writable(journal)
-    batch = _Batch(journal, plan, operator, grace_s, on_report)
+    batch = _Batch(journal, plan, reason or "", operator, grace_s, on_report)
     try:
         with journal.durable_at_end():  # each command commits alone; all durable before signals
             for planned in plan.goals:
@@ -186,11 +194,13 @@ class _Batch:
         self,
         journal: Journal,
         plan: BulkPlan,
+        reason: str,
         operator: str,
         grace_s: float,
         on_report: Reported | None,
     ) -> None:
-        self.journal, self.plan, self.operator, self.grace_s = journal, plan, operator, grace_s
+        self.journal, self.plan, self.reason = journal, plan, reason
+        self.operator, self.grace_s = operator, grace_s
         self.on_report = on_report
         self.goals = Goals(journal)  # one for the batch: every command through the same handle
         self.reports: dict[str, GoalReport] = {}
@@ -231,11 +241,10 @@ class _Batch:
             self.report(p, REFUSED, exc.message, code=exc.code)
 
     def cancel_intent(self, p: PlannedGoal) -> CancelIntent:
-        assert self.plan.reason is not None
         return commit_cancel(
             self.goals,
             p.goal_id,
-            reason=self.plan.reason,
+            reason=self.reason,
             operator=self.operator,
             node=self.plan.node,
             grace_s=self.grace_s,
@@ -291,15 +300,10 @@ class _Batch:
         """Cancel's second half, Goal by Goal: stop this node's processes and record the ends."""
         while self.later:
             p, intent = self.later.pop(0)
-            try:
-                if intent is None:
-                    self.finish_left_over(p)
-                else:
-                    self.finish(p, intent)
-            except FATAL:
-                if intent is not None:
-                    self.later.insert(0, (p, intent))  # let_go clears its marker
-                raise
+            if intent is None:
+                self.finish_left_over(p)
+            else:
+                self.finish(p, intent)  # clears its marker, come what may
 
     def finish(self, p: PlannedGoal, intent: CancelIntent) -> None:
         try:

@@ -23,7 +23,7 @@ from store.errors import (
 from store.host.processes import ProcessRecord
 from store.journal.api import Journal
 from store.model.execution import Run, run_from_stored
-from store.model.goal import GOAL_STATUSES, check_reason, goal_aggregate_id, goal_from_stored
+from store.model.goal import GOAL_STATUSES, goal_aggregate_id, goal_from_stored
 from store.model.goals import CorruptGoal, Goal, Goals, check_name
 from store.model.run import run_aggregate_id
 from store.ops.evidence import ending_words, registry_of
@@ -90,7 +90,6 @@ class BulkPlan:
 
     action: str  # cancel | stop | release
     node: str  # this node: where processes can be stopped
-    reason: str | None  # cancel's reason, one for all
     goals: tuple[PlannedGoal, ...]
     selection: Selection | None = None  # None: the Goals were named
 
@@ -157,22 +156,18 @@ def plan_bulk(
     node: str,
     goal_ids: Sequence[str] | None = None,
     selection: Selection | None = None,
-    reason: str | None = None,
     grace_s: float = 5.0,
 ) -> BulkPlan:
     """Read the batch's Goals once (named ones, or a selection) and say what ``action`` does.
 
     Refused before anything is read when the input is wrong (InvalidInputError: an unknown
-    action or status, names and a selection together, neither, a missing reason); a named Goal
-    that does not exist is refused with all such ids named (GoalNotFoundError).
+    action or status, names and a selection together, or neither); a named Goal that does not
+    exist is refused with all such ids named (GoalNotFoundError). Cancel's reason is given to
+    ``run_bulk``: the plan is what a confirmation shows before the reason is asked for.
     """
     if action not in BULK_ACTIONS:
         raise InvalidInputError(f"action must be one of {', '.join(BULK_ACTIONS)}")
     check_name(node, "node")
-    if action == "cancel":
-        check_reason(reason)
-    elif reason is not None:
-        raise InvalidInputError(f"{action} takes no reason")
     if (goal_ids is None) == (selection is None):
         raise InvalidInputError("name the goals, or select them by node and status: not both")
     with journal.snapshot():  # goals and their runs as of one moment
@@ -191,7 +186,7 @@ def plan_bulk(
         _plan_one(action, entry, runs.get(entry.goal_id), records, node, grace_s)
         for entry in entries
     )
-    return BulkPlan(action, node, reason, planned, selection)
+    return BulkPlan(action, node, planned, selection)
 
 
 def _check_selection(selection: Selection) -> None:

@@ -41,6 +41,7 @@ from store.ops.evidence import (
     check_cleanup_inputs,
     check_expected_version,
     check_grace,
+    check_version,
     check_writable,
     claimed_at,
     cleanup_evidence,
@@ -56,7 +57,6 @@ from store.ops.evidence import (
     require_goal,
     stop_target,
 )
-from store.ops.evidence import check_version as check_goal_version
 from store.records import dataclass
 
 # Shown before a command (the modals, the CLI) and imported from here by callers since it began.
@@ -82,6 +82,9 @@ __all__ = [
 # How long after its grace a stopper may still take to SIGKILL, wait and record: the node
 # leaves a stopping attempt alone until then (and reconciles it after, should the stopper die).
 STOP_MARGIN_S = 15.0
+# A cancel's marker older than this when its process is stopped (a batch committed other intents
+# meanwhile) is renewed, so its deadline still covers the whole grace.
+MARKER_RENEW_AFTER_S = 1.0
 
 
 def _command_id(action: str) -> str:
@@ -370,7 +373,7 @@ def cancel_goal(
     goals = Goals(journal)
     goal = goals.read(goal_id)
     if goal is not None:
-        check_goal_version(goal, expected_version)
+        check_version(goal, expected_version)
         refuse_cancel(goals, goal)  # the transaction decides; this only words the refusal
     local = _local_record(journal, goals, goal, node) if goal is not None else None
     intent = commit_cancel(
@@ -456,7 +459,7 @@ def finish_cancel(
 
 
 def _stale(intent: CancelIntent) -> bool:
-    return time.monotonic() - intent.marked_at > 1.0
+    return time.monotonic() - intent.marked_at > MARKER_RENEW_AFTER_S
 
 
 def _local_record(journal: Journal, goals: Goals, goal: Goal, node: str) -> ProcessRecord | None:

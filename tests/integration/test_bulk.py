@@ -16,11 +16,13 @@ from pathlib import Path
 
 import pytest
 
+from store.errors import InvalidInputError, VersionConflictError
 from store.host.processes import ProcessRecord, same_process
 from store.journal.api import Journal
 from store.model.goals import Goals
 from store.ops.bulk import GoalReport, PlannedGoal, Selection, plan_bulk, run_bulk
 from store.ops.check import check_journal
+from store.ops.operator import cancel_goal, release_goal, stop_goal
 from tests.helpers.cli import dump, refine
 from tests.helpers.node_env import HANG, Env
 from tests.helpers.registry import record_worker
@@ -140,15 +142,18 @@ def test_cancel_by_ids_is_one_command_per_goal(journal: Journal) -> None:
     add(goals, "done")
     start(goals, "done")
     goals.settle(goal_id="done", run_id="done.r1", epoch=1, outcome="completed")
-    plan = plan_bulk(
-        journal, "cancel", node="n1", goal_ids=["q", "h", "r", "done", "q"], reason="retire"
-    )
+    plan = plan_bulk(journal, "cancel", node="n1", goal_ids=["q", "h", "r", "done", "q"])
     assert [p.goal_id for p in plan.goals] == ["q", "h", "r", "done"]  # each once, as named
     assert plan.summary() == (
         "Cancel 4 goals: 1 running on another node (its node stops it), 1 queued, 1 held,"
         " 1 already terminal (nothing to do)"
     )
-    report = run_bulk(journal, plan, operator="dana")
+    before = journal.last_sequence()
+    for wrong in (None, " "):  # one reason for all, checked before any goal's turn
+        with pytest.raises(InvalidInputError):
+            run_bulk(journal, plan, reason=wrong, operator="dana")
+    assert journal.last_sequence() == before
+    report = run_bulk(journal, plan, reason="retire", operator="dana")
     assert [(g.goal_id, g.outcome) for g in report.goals] == [
         ("q", "cancelled"), ("h", "cancelled"), ("r", "cancelled"), ("done", "already terminal"),
     ]  # fmt: skip
@@ -182,12 +187,12 @@ def test_a_selection_takes_every_matching_goal_of_the_node_and_nothing_else(
     goals.settle(goal_id="done", run_id="done.r1", epoch=1, outcome="completed")
     add(goals, "theirs", node="n2")
     selection = Selection("n1", ("queued", "running"))
-    plan = plan_bulk(journal, "cancel", node="n1", selection=selection, reason="retire n1")
+    plan = plan_bulk(journal, "cancel", node="n1", selection=selection)
     assert sorted(p.goal_id for p in plan.goals) == ["a", "b", "busy", "c"]
     assert plan.summary() == (
         "Cancel 4 goals: 1 running (no process record here: confirm cleanup), 3 queued"
     )
-    report = run_bulk(journal, plan, operator="dana")
+    report = run_bulk(journal, plan, reason="retire n1", operator="dana")
     assert report.ok
     assert {g.goal_id: goals.read(g.goal_id).status for g in report.goals} == dict.fromkeys(
         ["a", "b", "c", "busy"], "cancelled"
@@ -201,7 +206,7 @@ def test_a_goal_changed_between_the_plan_and_its_turn_is_skipped(journal: Journa
     goals = Goals(journal)
     for goal_id in ("a", "b", "c"):
         add(goals, goal_id)
-    plan = plan_bulk(journal, "cancel", node="n1", goal_ids=["a", "b", "c"], reason="mine")
+    plan = plan_bulk(journal, "cancel", node="n1", goal_ids=["a", "b", "c"])
 
     def meanwhile(planned: PlannedGoal) -> None:
         if planned.goal_id == "b":  # another operator, in another process, gets there first
@@ -209,7 +214,9 @@ def test_a_goal_changed_between_the_plan_and_its_turn_is_skipped(journal: Journa
             assert done.returncode == 0, done.stderr
 
     seen: list[GoalReport] = []
-    report = run_bulk(journal, plan, operator="dana", before_turn=meanwhile, on_report=seen.append)
+    report = run_bulk(
+        journal, plan, reason="mine", operator="dana", before_turn=meanwhile, on_report=seen.append
+    )
     assert [(g.goal_id, g.outcome) for g in report.goals] == [
         ("a", "cancelled"), ("b", "skipped"), ("c", "cancelled"),
     ]  # fmt: skip
@@ -246,18 +253,19 @@ def test_an_interrupted_batch_run_again_does_only_what_is_left(journal: Journal)
     for goal_id in ("a", "b", "c", "d"):
         add(goals, goal_id)
     selection = Selection("n1", ("queued",))
-    plan = plan_bulk(journal, "cancel", node="n1", selection=selection, reason="r")
+    plan = plan_bulk(journal, "cancel", node="n1", selection=selection)
 
     def interrupted(planned: PlannedGoal) -> None:
         if planned.goal_id == "c":
             raise KeyboardInterrupt  # Ctrl-C at the third goal
 
     with pytest.raises(KeyboardInterrupt):
-        run_bulk(journal, plan, operator="dana", before_turn=interrupted)
+        run_bulk(journal, plan, reason="r", operator="dana", before_turn=interrupted)
     assert [goals.read(g).status for g in "abcd"] == ["cancelled", "cancelled", "queued", "queued"]
     again = run_bulk(
         journal,
-        plan_bulk(journal, "cancel", node="n1", goal_ids=["a", "b", "c", "d"], reason="r"),
+        plan_bulk(journal, "cancel", node="n1", goal_ids=["a", "b", "c", "d"]),
+        reason="r",
         operator="dana",
     )
     assert [g.outcome for g in again.goals] == [
@@ -528,3 +536,60 @@ def test_stop_release_and_cancel_by_selection_on_a_real_node(env: Env) -> None:
         _, run = env.read(goal_id)
         assert run.status == "cancelled" and run.attempts[-1].state == "interrupted"
     assert check_journal(env.journal).clean
+
+
+# --- the single-goal commands at an expected version ------------------------------------------
+
+
+def test_each_operator_command_refuses_a_goal_changed_since_the_version_read(
+    journal: Journal, processes
+) -> None:
+    """What a batch's frozen set relies on: at a stale version nothing is written or signalled;
+    at the version read each command does as it always has."""
+    goals = Goals(journal)
+    add(goals, "c")
+    held(goals, "h")
+    add(goals, "s")
+    record = running_here(journal.location, goals, "s", processes)
+    versions = {g: goals.read(g).version for g in ("c", "h", "s")}
+    stale = [
+        lambda: cancel_goal(
+            journal, "c", reason="r", node="n1", expected_version=versions["c"] + 1
+        ),
+        lambda: release_goal(journal, "h", expected_version=versions["h"] + 1),
+        lambda: stop_goal(journal, "s", node="n1", expected_version=versions["s"] - 1),
+    ]
+    before = journal.last_sequence()
+    for call in stale:
+        with pytest.raises(VersionConflictError):
+            call()
+    assert journal.last_sequence() == before and same_process(record)  # nothing, to nobody
+    with pytest.raises(InvalidInputError):
+        cancel_goal(journal, "c", reason="r", node="n1", expected_version=0)
+    assert (
+        cancel_goal(journal, "c", reason="r", node="n1", expected_version=versions["c"]).outcome
+        == "cancelled"
+    )
+    assert release_goal(journal, "h", expected_version=versions["h"]).outcome == "released"
+    done = stop_goal(journal, "s", node="n1", expected_version=versions["s"], grace_s=5)
+    assert done.outcome == "requeued" and not same_process(record)
+
+
+def test_commits_inside_durable_at_end_are_each_their_own_and_visible_at_once(
+    journal_factory,
+) -> None:
+    journal = journal_factory(synchronous="FULL")
+    other = journal_factory(read_only=True)
+    goals = Goals(journal)
+    with journal.durable_at_end():
+        add(goals, "a")
+        assert Goals(other).read("a") is not None  # committed, not held back
+        with journal.durable_at_end():  # nested: the outer block makes them durable
+            add(goals, "b")
+    with pytest.raises(RuntimeError), journal.durable_at_end():
+        add(goals, "c")
+        raise RuntimeError("the batch ends early")
+    assert [g.goal_id for g in Goals(other).list()] == ["a", "b", "c"]
+    assert check_journal(journal).clean
+    if not journal.location.startswith("postgresql://"):  # FULL again after the block
+        assert journal._connection().execute("PRAGMA synchronous").fetchone() == (2,)
