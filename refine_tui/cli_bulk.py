@@ -23,6 +23,7 @@ from refine_tui.cli import (
     EXIT_REFUSED,
     EXIT_USAGE,
     TITLE_WIDTH,
+    OutputError,
     UsageError,
     emit,
     goal_statuses,
@@ -92,19 +93,34 @@ def run_batch(args: argparse.Namespace, action: str) -> int:
             return EXIT_OK
         if not args.json:
             emit(args, None, plan.summary())
-
-        def say(report: GoalReport) -> None:
-            if not args.json:  # as each goal is done: a long batch shows its progress
-                emit(args, None, report.text())
-
+        lines = _Lines(args)
         done = run_bulk(
-            journal, plan, reason=reason, operator=operator, grace_s=grace, on_report=say
+            journal, plan, reason=reason, operator=operator, grace_s=grace, on_report=lines
         )
-    emit(args, [r.to_json() for r in done.goals], done.summary())
-    for report in done.failed:
+    for report in done.failed:  # before the last output: a lost stdout loses no name
         code = report.code or report.outcome.upper().replace("-", "_").replace(" ", "_")
         print(f"refine: {code}: {printable(report.text())}", file=sys.stderr)
+    if lines.lost is not None:
+        raise lines.lost
+    emit(args, [r.to_json() for r in done.goals], done.summary())
     return EXIT_OK if done.ok else EXIT_REFUSED
+
+
+class _Lines:
+    """Each goal's line as it is done (a long batch shows its progress). A reader that went
+    away (`| head`) or a full disk ends the printing, never the batch: it is raised after."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.lost: BrokenPipeError | OutputError | None = None
+
+    def __call__(self, report: GoalReport) -> None:
+        if self.args.json or self.lost is not None:
+            return
+        try:
+            emit(self.args, None, report.text())
+        except (BrokenPipeError, OutputError) as exc:
+            self.lost = exc
 
 
 def plan_text(plan: BulkPlan) -> str:

@@ -593,3 +593,20 @@ def test_commits_inside_durable_at_end_are_each_their_own_and_visible_at_once(
     assert check_journal(journal).clean
     if not journal.location.startswith("postgresql://"):  # FULL again after the block
         assert journal._connection().execute("PRAGMA synchronous").fetchone() == (2,)
+
+
+def test_a_reader_that_goes_away_ends_the_printing_not_the_batch(journal_file: Path) -> None:
+    """`refine cancel --status queued ... | head -1`: the batch goes on to the last goal."""
+    with Journal.open(journal_file, synchronous="NORMAL") as j:
+        goals = Goals(j)
+        for i in range(300):  # lines enough to fill the pipe's buffers more than once
+            add(goals, f"job-{i:03}")
+    batch = refine_process(
+        str(journal_file), "cancel", "--status", "queued", "--reason", "r",
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    assert batch.stdout.readline().startswith("Cancel 300 goals: 300 queued")
+    batch.stdout.close()  # the reader is gone
+    assert batch.wait(timeout=60) == 141 and batch.stderr.read() == ""  # quietly, as `| head`
+    with Journal.open(journal_file, read_only=True) as j:
+        assert j.count("goal", "cancelled") == 300
