@@ -176,7 +176,8 @@ def run_bulk(
     check_writable(journal)
     batch = _Batch(journal, plan, reason or "", operator, grace_s, on_report)
     try:
-        with journal.durable_at_end():  # each command commits alone; all durable before signals
+        # Each command commits alone; all are durable at the block's end, before cancel signals.
+        with journal.durable_at_end():
             for planned in plan.goals:
                 if before_turn is not None:
                     before_turn(planned)
