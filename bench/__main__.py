@@ -18,7 +18,18 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from bench import attempts, claims, cli, commands, idle, latency, lifecycle, postgres, scale
+from bench import (
+    attempts,
+    bulk,
+    claims,
+    cli,
+    commands,
+    idle,
+    latency,
+    lifecycle,
+    postgres,
+    scale,
+)
 from bench.common import cores
 
 Row = tuple[str, str, str]
@@ -74,6 +85,10 @@ def run_postgres(s: Settings) -> list[Row]:
     return postgres.rows(postgres.measure(jobs, 3, log=_log), jobs, False)
 
 
+def run_bulk(s: Settings) -> list[Row]:
+    return bulk.rows(bulk.measure(1000, 3, False, log=_log), 1000, False)
+
+
 def run_cli(s: Settings) -> list[Row]:
     return cli.rows(cli.measure(30 if s.samples >= 100 else 15))
 
@@ -117,6 +132,7 @@ BENCHMARKS: dict[str, Callable[[Settings], list[Row]]] = {
     "lifecycle": run_lifecycle,
     "postgres": run_postgres,
     "cli": run_cli,
+    "bulk": run_bulk,
     "attempts": run_attempts,
     "latency": run_latency,
     "latency-pg": run_latency_pg,

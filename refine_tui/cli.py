@@ -386,22 +386,26 @@ def act(args: argparse.Namespace, action: Callable[[Journal], ActionReport]) -> 
 
 
 def cmd_stop(args: argparse.Namespace) -> int:
+    from refine_tui.cli_bulk import is_batch, run_batch
     from store.ops.operator import default_operator, stop_goal
 
-    node, operator = node_name(args), default_operator()
-    return act(
-        args, lambda j: stop_goal(j, args.goal, node=node, operator=operator, grace_s=args.grace)
-    )
+    if is_batch(args):
+        return run_batch(args, "stop")
+    goal, node, operator = args.goals[0], node_name(args), default_operator()
+    return act(args, lambda j: stop_goal(j, goal, node=node, operator=operator, grace_s=args.grace))
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
+    from refine_tui.cli_bulk import is_batch, run_batch
     from store.ops.operator import cancel_goal, default_operator
 
-    node, operator = node_name(args), default_operator()
+    if is_batch(args):
+        return run_batch(args, "cancel")
+    goal, node, operator = args.goals[0], node_name(args), default_operator()
     return act(
         args,
         lambda j: cancel_goal(
-            j, args.goal, reason=args.reason, node=node, operator=operator, grace_s=args.grace
+            j, goal, reason=args.reason, node=node, operator=operator, grace_s=args.grace
         ),
     )
 
@@ -480,10 +484,13 @@ def age_words(seconds: float) -> str:
 
 
 def cmd_release(args: argparse.Namespace) -> int:
+    from refine_tui.cli_bulk import is_batch, run_batch
     from store.ops.operator import default_operator, release_goal
 
-    operator = default_operator()
-    return act(args, lambda j: release_goal(j, args.goal, operator=operator))
+    if is_batch(args):
+        return run_batch(args, "release")
+    goal, operator = args.goals[0], default_operator()
+    return act(args, lambda j: release_goal(j, goal, operator=operator))
 
 
 def cmd_wait(args: argparse.Namespace) -> int:
@@ -735,6 +742,9 @@ COMMANDS = (
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The whole command line; with ``only``, the same grammar with just that command in it."""
+    # stop/cancel/release take one goal, several, or a selection: the batch's own module.
+    from refine_tui.cli_bulk import add_target_arguments
+
     common = common_options(node=True)
     parser = _Parser(
         prog="refine",
@@ -782,11 +792,11 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
             help="seconds between presence beats (else $REFINE_HEARTBEAT_S, else 5)",
         )
     command("nodes", cmd_nodes, "the nodes: presence (live, silent, stopped) and attempts running")
-    if stop := command("stop", cmd_stop, "stop a goal's local process and requeue it"):
-        stop.add_argument("goal")
+    if stop := command("stop", cmd_stop, "stop goals' local processes and requeue them"):
+        add_target_arguments(stop)
         stop.add_argument("--grace", type=non_negative_float, default=5.0)
-    if cancel := command("cancel", cmd_cancel, "cancel a goal (terminal), then clean up"):
-        cancel.add_argument("goal")
+    if cancel := command("cancel", cmd_cancel, "cancel goals (terminal), then clean up"):
+        add_target_arguments(cancel)
         cancel.add_argument("--reason", required=True)
         cancel.add_argument("--grace", type=non_negative_float, default=5.0)
     # Its own --node (``target_node``): without RUN it names the node whose attempts ended;
@@ -811,8 +821,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
             default="operator-confirmed",
             help="how you know the work ended (recorded; default operator-confirmed)",
         )
-    if release := command("release", cmd_release, "make a held goal actionable again"):
-        release.add_argument("goal")
+    if release := command("release", cmd_release, "make held goals actionable again"):
+        add_target_arguments(release)
     if wait := command("wait", cmd_wait, "wait until a goal reaches one of the given statuses"):
         wait.add_argument("goal")
         wait.add_argument("--status", type=goal_statuses, required=True, help="e.g. running,held")

@@ -231,6 +231,17 @@ class Journal(Protocol):
         """Several reads that see one consistent state of the journal."""
         ...
 
+    def durable_at_end(self) -> AbstractContextManager[None]:
+        """Commands inside commit one by one as ever (each its own transaction, receipt and
+        events, visible at once) and are made durable together when the block ends, instead of
+        each at its commit: a batch of many commands pays for one flush to disk, not one each.
+        A crash of the machine inside the block may lose the block's last commands, whole and
+        in order (never one of them in part, never an earlier one without the later); a crash
+        of the process loses none. Use it where that loss equals stopping the batch there
+        (it is run again), and act outside on what it committed (signal a process) only after
+        the block. By default the backend's commits are durable one by one."""
+        return contextlib.nullcontext()
+
     def changes(self) -> ChangeSource:
         """A new change gate on this open journal, for one consumer."""
         ...

@@ -280,6 +280,8 @@ class SqliteJournal(Journal):
         # where SQLite cannot create its ``-shm`` file. Nobody can write it there either.
         self.immutable = False
         self.inode = os.stat(path).st_ino
+        self.synchronous: Synchronous = "FULL"  # as opened (``durable_at_end`` relaxes it)
+        self._deferring = 0  # open ``durable_at_end`` blocks
 
     # --- lifecycle -----------------------------------------------------------------------------
 
@@ -335,6 +337,7 @@ class SqliteJournal(Journal):
                     journal_id = _journal_id(conn)
                 journal = cls(conn, file, read_only, journal_id=journal_id)
                 journal.immutable = immutable
+                journal.synchronous = synchronous
                 return journal
             except BaseException:
                 conn.close()
@@ -550,6 +553,43 @@ class SqliteJournal(Journal):
         """Changes exactly when another connection commits: a cheap "anything new?" gate."""
         with self._lock, _storage_errors():
             return int(self._connection().execute("PRAGMA data_version").fetchone()[0])
+
+    @contextmanager
+    def durable_at_end(self) -> Iterator[None]:
+        """Commits inside run at ``synchronous=NORMAL`` (WAL mode: a commit is not fsynced; a
+        power cut loses the last ones, whole and in order; a SIGKILL none), then the WAL is
+        fsynced once: what was committed is then as durable as FULL had made it."""
+        if self.read_only or self.synchronous != "FULL" or self._deferring:
+            self._deferring += 1  # nested, or nothing to defer: the outer block syncs
+            try:
+                yield
+            finally:
+                self._deferring -= 1
+            return
+        with self._lock, _storage_errors():
+            self._connection().execute("PRAGMA synchronous = NORMAL")
+        self._deferring += 1
+        try:
+            yield
+        finally:
+            self._deferring -= 1
+            with self._lock, _storage_errors():
+                conn = self._connection()
+                conn.execute("PRAGMA synchronous = FULL")
+                self._sync_wal()
+
+    def _sync_wal(self) -> None:
+        """fsync the ``-wal`` file: every frame committed so far reaches the disk. A frame
+        already checkpointed into the database was synced there by the checkpoint (NORMAL
+        syncs the WAL before, and the database after, each checkpoint)."""
+        try:
+            fd = os.open(f"{self.path}-wal", os.O_RDONLY)
+        except FileNotFoundError:
+            return  # no WAL now: every commit is in the (synced) database
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
     @contextmanager
     def snapshot(self) -> Iterator[SqliteJournal]:

@@ -564,35 +564,59 @@ class Goals:
         return self._result(goal_id, run_id, outcome)
 
     def cancel(
-        self, *, goal_id: str, reason: str, command_id: str, by: str | None = None
+        self,
+        *,
+        goal_id: str,
+        reason: str,
+        command_id: str,
+        by: str | None = None,
+        expected_version: int | None = None,
+        run_id: str | None = None,
     ) -> GoalResult:
-        """Terminal intent: Goal cancelled; its Run cancelled (queued) or cancel_requested."""
+        """Terminal intent: Goal cancelled; its Run cancelled (queued) or cancel_requested.
+
+        ``expected_version``: the Goal's version as the caller read it (VersionConflictError
+        when it changed since); ``run_id``: the Goal's current Run as read then (saves a read;
+        a Run the Goal has moved on from is refused by the decision).
+        """
         check_name(goal_id, "goal_id")
         check_reason(reason)
         _command_id(command_id)
         check_actor(by)
-        run_id = self._run_id_of(goal_id)
+        run_id = self._checked_run_id(goal_id, expected_version, run_id)
         outcome = self._execute(
             command_id,
             {"op": "goal.cancel", "goal_id": goal_id, "reason": reason, "by": by},
             goal_id,
             [run_id],
             lambda loaded: _decide_cancel(goal_id, run_id, reason, by, loaded),
+            versions=(expected_version, None),
         )
         return self._result(goal_id, run_id, outcome)
 
-    def release(self, *, goal_id: str, command_id: str, by: str | None = None) -> GoalResult:
-        """held → queued: the operator has checked the external state."""
+    def release(
+        self,
+        *,
+        goal_id: str,
+        command_id: str,
+        by: str | None = None,
+        expected_version: int | None = None,
+        run_id: str | None = None,
+    ) -> GoalResult:
+        """held → queued: the operator has checked the external state.
+
+        ``expected_version`` and ``run_id`` as for ``cancel``."""
         check_name(goal_id, "goal_id")
         _command_id(command_id)
         check_actor(by)
-        run_id = self._run_id_of(goal_id)
+        run_id = self._checked_run_id(goal_id, expected_version, run_id)
         outcome = self._execute(
             command_id,
             {"op": "goal.release", "goal_id": goal_id, "by": by},
             goal_id,
             [run_id],
             lambda loaded: _decide_release(goal_id, run_id, by, loaded),
+            versions=(expected_version, None),
         )
         return self._result(goal_id, run_id, outcome)
 
@@ -719,6 +743,18 @@ class Goals:
         except CorruptGoalError:  # refused by the decision too, in its turn
             goal = None
         return goal.run_id if goal is not None else run_id_for(goal_id, 1)
+
+    def _checked_run_id(
+        self, goal_id: str, expected_version: int | None, run_id: str | None
+    ) -> str:
+        """The Run a command acts on: the caller's (checked to be one of this Goal's), else
+        the one the Goal names now."""
+        if expected_version is not None:
+            check_integer(expected_version, "expected_version", 1, 2**53 - 1)
+        if run_id is None:
+            return self._run_id_of(goal_id)
+        check_run_of(goal_id, run_id)
+        return run_id
 
     def _require(self, goal_id: str) -> Goal:
         goal = self.read(goal_id)

@@ -26,6 +26,7 @@ from store.errors import (
     NotThisNodeError,
     RunNotFoundError,
     StaleAttemptError,
+    VersionConflictError,
 )
 from store.host.processes import (
     ProcessRecord,
@@ -36,6 +37,7 @@ from store.host.processes import (
 )
 from store.journal.api import Journal
 from store.model.execution import Attempt, Run
+from store.model.goal import check_integer
 from store.model.goals import (
     Goal,
     Goals,
@@ -110,6 +112,21 @@ def require_goal(goals: Goals, goal_id: str) -> Goal:
     return goal
 
 
+def check_expected_version(expected_version: int | None) -> None:
+    """An expected Goal version is a positive integer (None: no check asked)."""
+    if expected_version is not None:
+        check_integer(expected_version, "expected_version", 1, 2**53 - 1)
+
+
+def check_version(goal: Goal, expected_version: int | None) -> None:
+    """The Goal is still at the version the caller read (None: no check)."""
+    if expected_version is not None and goal.version != expected_version:
+        raise VersionConflictError(
+            f"goal {goal.goal_id} is at version {goal.version}, not {expected_version}",
+            goal_id=goal.goal_id,
+        )
+
+
 def running_attempt_of(goals: Goals, goal: Goal) -> tuple[Run, Attempt]:
     run = goals.current_run(goal)
     if run is None:
@@ -142,12 +159,18 @@ def check_writable(journal: Journal) -> None:
         raise JournalReadOnlyError("journal is open read-only: no operator actions")
 
 
-def stop_target(journal: Journal, goal_id: str, node: str) -> Target:
-    """Stop applies to a running attempt of this node's Goal with a local process record."""
+def stop_target(
+    journal: Journal, goal_id: str, node: str, expected_version: int | None = None
+) -> Target:
+    """Stop applies to a running attempt of this node's Goal with a local process record.
+
+    ``expected_version``: the Goal's version as the caller read it; VersionConflictError (before
+    any other refusal of the Goal's state) when it changed since."""
     check_name(goal_id, "goal_id")
     check_name(node, "node")
     goals = Goals(journal)
     goal = require_goal(goals, goal_id)
+    check_version(goal, expected_version)
     if goal.node_id != node:
         raise NotThisNodeError(
             f"goal {goal_id} runs on node {goal.node_id}: stop it from that node",

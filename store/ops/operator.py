@@ -12,11 +12,13 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
+from pathlib import Path
 
 from store.errors import ProcessAliveError, VersionConflictError
 from store.host.processes import (
     ProcessRecord,
+    ProcessRegistry,
     StopOutcome,
     live_worker,
     same_process,
@@ -37,7 +39,9 @@ from store.ops.evidence import (
     CleanupEvidence,
     Target,
     check_cleanup_inputs,
+    check_expected_version,
     check_grace,
+    check_version,
     check_writable,
     claimed_at,
     cleanup_evidence,
@@ -58,15 +62,18 @@ from store.records import dataclass
 # Shown before a command (the modals, the CLI) and imported from here by callers since it began.
 __all__ = [
     "ActionReport",
+    "CancelIntent",
     "CleanupEvidence",
     "cancel_goal",
     "claimed_at",
     "cleanup_evidence",
+    "commit_cancel",
     "confirm_cleanup",
     "default_node",
     "default_operator",
     "describe_cancel",
     "describe_stop",
+    "finish_cancel",
     "needs_cleanup",
     "release_goal",
     "stop_goal",
@@ -75,6 +82,9 @@ __all__ = [
 # How long after its grace a stopper may still take to SIGKILL, wait and record: the node
 # leaves a stopping attempt alone until then (and reconciles it after, should the stopper die).
 STOP_MARGIN_S = 15.0
+# A cancel's marker older than this when its process is stopped (a batch committed other intents
+# meanwhile) is renewed, so its deadline still covers the whole grace.
+MARKER_RENEW_AFTER_S = 1.0
 
 
 def _command_id(action: str) -> str:
@@ -130,13 +140,18 @@ def _owning_the_end(
 ) -> Iterator[None]:
     """Mark the attempt as being stopped by ``by`` while it signals and records its end, so
     the node's reconciliation does not record ``process-exited`` in between."""
-    registry = registry_of(journal, node)
-    until = time.time() + grace_s + STOP_MARGIN_S
-    marker = registry.mark_stopping(rec.run_id, rec.epoch, by=by, until=until)
+    marker = _mark_stopping(journal, node, rec, by, grace_s)
     try:
         yield
     finally:
-        registry.clear_stopping(marker)
+        ProcessRegistry.clear_stopping(marker)
+
+
+def _mark_stopping(
+    journal: Journal, node: str, rec: ProcessRecord, by: str, grace_s: float
+) -> Path:
+    until = time.time() + grace_s + STOP_MARGIN_S
+    return registry_of(journal, node).mark_stopping(rec.run_id, rec.epoch, by=by, until=until)
 
 
 def _report(
@@ -177,19 +192,22 @@ def stop_goal(
     node: str,
     operator: str | None = None,
     grace_s: float = 5.0,
+    expected_version: int | None = None,
 ) -> ActionReport:
     """Stop this node's running attempt of a Goal, then interrupt it at the versions read.
 
     The Goal is requeued (``safe``), held (``operator``) or exhausted; with a pending
     cancellation the ending is cancel with cleanup. If the Goal or Run changed while stopping,
-    nothing is requeued and the report says why.
+    nothing is requeued and the report says why. ``expected_version``: the Goal's version as
+    the caller read it; VersionConflictError, with nothing signalled, when it changed since.
     """
     operator = check_name(operator or default_operator(), "operator")
     check_name(goal_id, "goal_id")
     check_name(node, "node")
     check_grace(grace_s)
+    check_expected_version(expected_version)
     check_writable(journal)
-    target = stop_target(journal, goal_id, node)
+    target = stop_target(journal, goal_id, node, expected_version)
     assert target.record is not None
     with _owning_the_end(journal, node, target.record, f"{operator}@{node}", grace_s):
         stopped = stop_process(target.record, grace_s)
@@ -338,29 +356,110 @@ def cancel_goal(
     node: str,
     operator: str | None = None,
     grace_s: float = 5.0,
+    expected_version: int | None = None,
 ) -> ActionReport:
-    """Cancel from any node: the terminal intent first, then this node's cleanup if it runs here."""
+    """Cancel from any node: the terminal intent first, then this node's cleanup if it runs here.
+
+    ``expected_version``: the Goal's version as the caller read it; VersionConflictError, with
+    nothing written or signalled, when it changed since."""
     # The seed's refusal order: the input, then the journal, then the Goal's state.
     operator = check_name(operator or default_operator(), "operator")
     check_name(node, "node")
     check_name(goal_id, "goal_id")
     check_reason(reason)
     check_grace(grace_s)
+    check_expected_version(expected_version)
     check_writable(journal)
-    command_id = _command_id("cancel")
     goals = Goals(journal)
     goal = goals.read(goal_id)
     if goal is not None:
+        check_version(goal, expected_version)
         refuse_cancel(goals, goal)  # the transaction decides; this only words the refusal
+    local = _local_record(journal, goals, goal, node) if goal is not None else None
+    intent = commit_cancel(
+        goals,
+        goal_id,
+        reason=reason,
+        operator=operator,
+        node=node,
+        grace_s=grace_s,
+        local=local,
+        expected_version=expected_version,
+    )
+    return finish_cancel(journal, intent, operator=operator, node=node, grace_s=grace_s)
+
+
+@dataclass(frozen=True)
+class CancelIntent:
+    """A committed cancellation whose cleanup ``finish_cancel`` still has to do."""
+
+    result: GoalResult
+    command_id: str
+    record: ProcessRecord | None  # this node's record of the running attempt: stopped here
+    marker: Path | None  # this canceller owns that attempt's end until finish_cancel
+    marked_at: float  # time.monotonic() when the marker was made
+
+
+def commit_cancel(
+    goals: Goals,
+    goal_id: str,
+    *,
+    reason: str,
+    operator: str,
+    node: str,
+    grace_s: float,
+    local: ProcessRecord | None,
+    expected_version: int | None = None,
+    run_id: str | None = None,
+) -> CancelIntent:
+    """The first half of ``cancel_goal``: the terminal intent, in its own command. The inputs
+    are checked by the caller. ``local``: this node's record of the Goal's running attempt;
+    ``expected_version`` and ``run_id``: the Goal as the caller read it (``Goals.cancel``)."""
     by = f"{operator}@{node}"
-    with ExitStack() as owning:
-        # Its process runs here: this canceller cleans up, and says so before the intent
-        # commits, so the node (which sees the pending cancel) stands down instead of racing.
-        local = _local_record(journal, goals, goal, node) if goal is not None else None
-        if local is not None:
-            owning.enter_context(_owning_the_end(journal, node, local, by, grace_s))
-        result = goals.cancel(goal_id=goal_id, reason=reason, command_id=command_id, by=by)
-        return _clean_up_cancelled(journal, result, operator, node, command_id, grace_s)
+    # Its process runs here: this canceller cleans up, and says so before the intent commits,
+    # so the node (which sees the pending cancel) stands down instead of racing.
+    journal = goals.journal
+    marker = _mark_stopping(journal, node, local, by, grace_s) if local is not None else None
+    command_id = _command_id("cancel")
+    try:
+        result = goals.cancel(
+            goal_id=goal_id,
+            reason=reason,
+            command_id=command_id,
+            by=by,
+            expected_version=expected_version,
+            run_id=run_id,
+        )
+    except BaseException:
+        if marker is not None:
+            ProcessRegistry.clear_stopping(marker)
+        raise
+    return CancelIntent(result, command_id, local, marker, time.monotonic())
+
+
+def finish_cancel(
+    journal: Journal, intent: CancelIntent, *, operator: str, node: str, grace_s: float
+) -> ActionReport:
+    """The second half of ``cancel_goal``: stop this node's process of the cancelled attempt
+    (if it runs here) and record the cancel with its cleanup; the report of the whole cancel."""
+    marker = intent.marker
+    try:
+        if marker is not None and intent.record is not None and _stale(intent):
+            # Marked long ago (a batch committed other intents since): a fresh deadline.
+            by = f"{operator}@{node}"
+            fresh = _mark_stopping(journal, node, intent.record, by, grace_s)
+            ProcessRegistry.clear_stopping(marker)
+            marker = fresh
+        return _clean_up_cancelled(
+            journal, intent.result, operator, node, intent.command_id, grace_s
+        )
+    finally:
+        if marker is not None:
+            ProcessRegistry.clear_stopping(marker)
+
+
+def _stale(intent: CancelIntent) -> bool:
+    return time.monotonic() - intent.marked_at > MARKER_RENEW_AFTER_S
 
 
 def _local_record(journal: Journal, goals: Goals, goal: Goal, node: str) -> ProcessRecord | None:
@@ -488,10 +587,25 @@ def _observed(target: Target, node: str) -> str:
 # --- Release ---------------------------------------------------------------------------------
 
 
-def release_goal(journal: Journal, goal_id: str, *, operator: str | None = None) -> ActionReport:
-    """held → queued: the operator has checked the external state the recipe touches."""
+def release_goal(
+    journal: Journal,
+    goal_id: str,
+    *,
+    operator: str | None = None,
+    expected_version: int | None = None,
+    run_id: str | None = None,
+) -> ActionReport:
+    """held → queued: the operator has checked the external state the recipe touches.
+
+    ``expected_version`` and ``run_id``: the Goal as the caller read it (``Goals.release``)."""
     operator = check_name(operator or default_operator(), "operator")
-    result = Goals(journal).release(goal_id=goal_id, command_id=_command_id("release"), by=operator)
+    result = Goals(journal).release(
+        goal_id=goal_id,
+        command_id=_command_id("release"),
+        by=operator,
+        expected_version=expected_version,
+        run_id=run_id,
+    )
     run = result.run
     assert run is not None
     why = f"released by {operator}: the goal is queued ({_next_attempt(run)})"

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import bench.common
-from bench import claims, latency
+from bench import bulk, claims, latency
 from bench.common import journal_with, shape_of
 from store.journal.sqlite import Journal
 from store.model.goals import Goals
@@ -185,3 +185,14 @@ def test_server_cpu_never_goes_back_while_backends_come_and_go(
             worker.join()
     assert readings[-1] > readings[0]  # the churn was seen
     assert all(b >= a for a, b in itertools.pairwise(readings))
+
+
+def test_bulk_bench_cancels_by_selection_on_both_backends() -> None:
+    measured = bulk.measure(goals=5, rounds=1, fsync=False)
+    assert set(measured) == {
+        (backend, name) for backend in ("SQLite", "PostgreSQL") for name in bulk.CONTENDERS
+    }
+    assert [figure for figure, _, _ in bulk.rows(measured, 5, False)] == [
+        "cancel 5 goals by selection, SQLite (synchronous=FULL)",
+        "cancel 5 goals by selection, PostgreSQL (fsync off)",
+    ]
