@@ -29,7 +29,7 @@ import subprocess
 import sys
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import IO
@@ -38,6 +38,7 @@ from store.errors import RefineError, StorageError, StorageUnreachableError
 from store.execution import Execution
 from store.goals import GoalResult, Goals
 from store.journal_api import ChangeSource, Journal
+from store.locations import STATE_DIR_ENV
 from store.processes import (
     ProcessRecord,
     ProcessRegistry,
@@ -181,7 +182,11 @@ def rehearse(rounds: int = REHEARSALS) -> None:
     """
     import tempfile
 
-    with contextlib.suppress(Exception), tempfile.TemporaryDirectory() as scratch:
+    with (
+        contextlib.suppress(Exception),
+        tempfile.TemporaryDirectory() as scratch,
+        _state_dir(os.path.join(scratch, "state")),
+    ):
         location = os.path.join(scratch, "rehearsal.db")
         Journal.open(location).close()
         for n in range(rounds):
@@ -197,6 +202,22 @@ def rehearse(rounds: int = REHEARSALS) -> None:
                 changes = journal.changes()
                 for _ in range(8):  # the waiting worker's loop, specialised
                     _look(goals, ready.claim, changes, True)
+
+
+@contextlib.contextmanager
+def _state_dir(path: str) -> Iterator[None]:
+    """``$REFINE_STATE_DIR`` set to ``path`` meanwhile. The rehearsal's records and logs must
+    never reach the node's own state dir: its goals r0, r1... would overwrite, then remove, the
+    records of real goals of those names (issue 21)."""
+    before = os.environ.get(STATE_DIR_ENV)
+    os.environ[STATE_DIR_ENV] = path
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(STATE_DIR_ENV, None)
+        else:
+            os.environ[STATE_DIR_ENV] = before
 
 
 def _claim_in_helper(

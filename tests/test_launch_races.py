@@ -85,7 +85,8 @@ def test_stop_inside_the_claim_to_record_window_says_starting(
     from store.errors import NoProcessRecordError
 
     env.goal("g", COUNT_RUNS)
-    env.goals.start(goal_id="g", node_id="n1", worker="n1/t1", token="t1")  # no record yet
+    token = env.token("t1")  # unique: a live worker of another test with "t1" says "starting"
+    env.goals.start(goal_id="g", node_id="n1", worker=f"n1/{token}", token=token)  # no record yet
     with pytest.raises(NoProcessRecordError, match=r"starting.*try again in a moment"):
         operator.stop_goal(env.journal, "g", node="n1", operator="dana")
     monkeypatch.setattr(reads, "LAUNCH_WINDOW_S", 0.0)  # the claim is now "old"

@@ -17,7 +17,10 @@ from pathlib import Path
 import pytest
 
 from store.locations import STATE_DIR_ENV, node_state_dir
-from store.processes import ProcessRegistry
+from store.processes import ProcessRegistry, same_process
+from store.scheduler import FORKSERVER_ENV
+from tests.helpers.node_env import QUICK, WAIT_FOR_GO, Env
+from tests.helpers.waits import wait_until
 
 URL = "postgresql://refine@db.example:5432/refine"
 
@@ -160,3 +163,37 @@ def test_a_state_dir_that_cannot_be_made_is_one_line_exit_3(tmp_path: Path) -> N
         assert "STORAGE: cannot create this node's folder" in proc.stderr
         assert "Traceback" not in proc.stderr and proc.stderr.count("\n") == 1
         assert proc.stderr.startswith("refine: ") and "\x1b" not in proc.stderr  # shown: \\x1b
+
+
+def test_the_forkserver_rehearsal_never_touches_the_nodes_state_dir(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 21.12: the forkserver rehearses goals r0…r7 on a scratch journal. It did so in
+    `$REFINE_STATE_DIR`, and removed `processes/r3.r1.1.json` there: a real goal r3 (what
+    `--title R3` derives) lost its record at the node's restart, and Stop refused forever."""
+    state = env.dir / "state"
+    monkeypatch.setenv(STATE_DIR_ENV, str(state))
+    monkeypatch.setenv(FORKSERVER_ENV, "1")
+    env.goal("r3", WAIT_FOR_GO)
+    first = env.node()
+    rec = wait_until(lambda: env.running_record("r3"), what="r3 running with its record")
+    first.send_signal(signal.SIGTERM)  # the node ends; its worker runs on
+    assert first.wait(timeout=30) == 0
+
+    env.node()  # its forkserver rehearses before it forks anything
+    env.goal("after", QUICK)
+    wait_until(lambda: env.status("after") == "completed", what="a goal launched by the new node")
+
+    assert env.running_record("r3") == rec, "the restarted node's rehearsal removed r3's record"
+    rehearsed = [p.name for p in state.rglob("*") if p.name.startswith(("r0.", "r7.", "rehearsal"))]
+    assert rehearsed == [], "the rehearsal wrote into the node's state dir"
+    cli = [sys.executable, "-m", "refine_tui.cli", "--journal", str(env.path), "--node", "n1"]
+    done = subprocess.run(
+        [*cli, "stop", "r3", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["process"] == "exited"
+    assert not same_process(rec)
