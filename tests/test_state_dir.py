@@ -311,3 +311,35 @@ def test_a_state_dir_is_reserved_by_one_journal_and_never_loses_anothers_records
     assert theirs.remove("r3.r1", 1) and theirs.get("r3.r1", 1) is None
     with pytest.raises(StateDirInUseError):
         ours.reserve()  # no record left, the reservation says it
+
+
+def test_a_node_whose_journal_file_becomes_another_journal_launches_nothing_in_its_state_dir(
+    tmp_path: Path,
+) -> None:
+    """The node follows a journal file replaced under it (a restore). Replaced by another
+    journal (another id), its state dir is the first journal's: the node launches nothing there
+    and says why, on every look, until it is started with a state dir of that journal's."""
+    journal, other, state = tmp_path / "journal.db", tmp_path / "other.db", tmp_path / "state"
+    refine(journal, "init")
+    refine(other, "init")
+    refine(other, "goal", "add", "--title", "g", "--id", "g", "--", "true")
+    err = tmp_path / "node.err"
+    with open(err, "wb") as out:
+        node = subprocess.Popen(
+            [sys.executable, "-m", "store.scheduler", "--journal", str(journal), "--node", "n1"],
+            env={**os.environ, STATE_DIR_ENV: str(state)},
+            stdout=subprocess.DEVNULL,
+            stderr=out,
+        )
+    try:
+        wait_until(
+            ProcessRegistry(journal, "n1", state_dir=state).state_dir_journal, what="reserved"
+        )
+        os.replace(other, journal)
+        wait_until(lambda: "STATE_DIR_IN_USE" in err.read_text(), what="the refusal", timeout=30)
+        with Journal.open(journal, read_only=True) as replaced:
+            assert Goals(replaced).read("g").status == "queued"  # type: ignore[union-attr]
+        assert not (state / "processes").exists() or not list((state / "processes").iterdir())
+    finally:
+        node.send_signal(signal.SIGTERM)
+        node.wait(60)
