@@ -395,8 +395,13 @@ def _create_once(target: Path, text: str) -> str:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
-        with contextlib.suppress(FileExistsError):
+        try:
             os.link(tmp, target)
+        except FileExistsError:
+            pass
+        except OSError:  # no hard links there (some network file systems): created exclusively
+            with contextlib.suppress(FileExistsError), open(target, "x", encoding="utf-8") as f:
+                f.write(text)
     finally:
         os.unlink(tmp)
     return target.read_text(encoding="utf-8")
