@@ -215,12 +215,13 @@ def test_a_recipe_gets_no_journal_credentials_and_no_process_shows_the_password(
     pg.goals.create(
         goal_id="env", title="env", node_id="n1", argv=["sh", "-c", PRINT_ENV, pg.marker]
     )
-    wait_until(lambda: (pg.dir / "printed").exists(), what="the recipe printed its environment")
+    printed = pg.dir / "printed"
+    wait_until(printed.exists, timeout=60, what="the recipe printed its environment")
     tree = psutil.Process(node.pid).children(recursive=True)
     assert any("store.worker" in argv_of(p) for p in tree)  # the worker was looked at too
     assert not [p for p in [psutil.Process(node.pid), *tree] if PASSWORD in " ".join(argv_of(p))]
     (pg.dir / "go").touch()
-    wait_until(lambda: status(pg, "env") == "completed", what="the recipe completed")
+    wait_until(lambda: status(pg, "env") == "completed", timeout=60, what="the recipe completed")
 
     log = pg.registry().log_path("env.r1", 1).read_text()
     assert f"REFINE_TEST_MARK={pg.marker}" in log  # the environment was printed
