@@ -10,12 +10,14 @@ recipe runs:
 - USS per attempt: the unique memory (psutil ``memory_full_info().uss``) of each attempt's
   worker process (the recipe itself, a ``sleep``, is the user's work and not counted), median;
 - node RSS: the ``refine node`` process, and its forkserver's (shared with the workers);
-- launch: from the Goal's ``goal.created`` commit (its ``committed_at``) to the recipe
-  process's create time (psutil, put on the wall clock by a probe process; ±10 ms), p50, p95;
-  and where that time went, p95 of each leg: commit → the worker's create time (the node
-  waking and forking), → the claim's ``goal.started`` commit, → the recipe's start; and the
-  CPU each launch took: the node's and forkserver's over all launches / N, plus the workers'
-  (with their claim helpers') until their recipes sleep / N;
+- launch: from the Goal's ``goal.created`` commit (its ``committed_at``) to the recipe's
+  start, which the recipe writes down first (``date``, then it execs ``sleep``: the process
+  that runs it was forked before its claim, so its create time is not its start), p50, p95;
+  and where that time went, p95 of each leg: commit → the worker's create time (psutil, put on
+  the wall clock by a probe process; ±10 ms: the node waking and forking), → the claim's
+  ``goal.started`` commit, → the recipe's start; and the CPU each launch took: the node's and
+  forkserver's over all launches / N, plus the workers' with their claim helpers' (a reaped
+  child, or the recipe's own process, which the helper became) until their recipes sleep / N;
 - idle CPU of the node, and of all N workers together, over ``--idle`` seconds while the N
   attempts sleep (% of one core).
 
@@ -49,6 +51,8 @@ from store.node.scheduler import FORKSERVER_ENV
 
 NODE = "bench-node"
 SLEEP_S = 600
+# The recipe: write its start (wall clock) to the file named by $0, then sleep as ``sleep``.
+STAMP_THEN_SLEEP = f'date +%s.%N > "$0"; exec sleep {SLEEP_S}'
 
 
 def _node(path: Path, capacity: int, mode: str, tree: str | None) -> subprocess.Popen[bytes]:
@@ -125,7 +129,7 @@ def measure_one(
                     for n in range(done, done + batch):
                         goals.create(
                             goal_id=f"a{n}", title=f"sleep {n}", node_id=NODE,
-                            argv=["sleep", str(SLEEP_S)],
+                            argv=["sh", "-c", STAMP_THEN_SLEEP, str(Path(scratch) / f"a{n}")],
                         )  # fmt: skip
                     done += batch
                     recipes = _wait_recipes(node, proc, done, timeout_s, 0.2 if batch > 1 else 0.01)
@@ -135,17 +139,19 @@ def measure_one(
             launches, uss, offset = [], [], _clock_offset()
             legs: list[tuple[float, float, float]] = []
             names = {f"a{n}" for n in range(total)}
-            for worker_pid, recipe in recipes.items():
+            for worker_pid in recipes:
                 worker = psutil.Process(worker_pid)
-                goal = "goal:" + next(a for a in worker.cmdline() if a in names)
-                began = recipe.create_time() - offset
+                name = next(a for a in worker.cmdline() if a in names)
+                goal = "goal:" + name
+                began = float((Path(scratch) / name).read_text())
                 launches.append((began - created[goal]) * 1000)
                 forked = worker.create_time() - offset
                 legs.append((forked - created[goal], claimed[goal] - forked, began - claimed[goal]))
                 uss.append(worker.memory_full_info().uss / 2**20)
             node_cpu = _cpu(node_family) - node_cpu
             workers = [psutil.Process(pid) for pid in recipes]
-            worker_cpu = _cpu(workers, children=True) / total  # psutil's ticks are 10 ms: a mean
+            # psutil's ticks are 10 ms: a mean
+            worker_cpu = (_cpu(workers, children=True) + _cpu(list(recipes.values()))) / total
             before, workers_before = node.cpu_times(), _on_cpu_ns(recipes)
             time.sleep(idle_s)
             after, workers_after = node.cpu_times(), _on_cpu_ns(recipes)

@@ -429,8 +429,8 @@ def cmd_cleanup(args: argparse.Namespace) -> int:
 
 def cmd_cleanup_node(args: argparse.Namespace) -> int:
     """`refine cleanup --node N`: every running attempt of node N, while N is silent or stopped."""
-    from store.operator import default_node, default_operator
     from store.ops.node_cleanup import cleanup_node
+    from store.ops.operator import default_node, default_operator
 
     if args.target_node is None:
         raise UsageError("cleanup needs RUN --epoch E (one attempt), or --node N (a whole node)")

@@ -63,7 +63,7 @@ def cmd_events(args: argparse.Namespace) -> int:
     journal = open_journal(args, write=False)
     try:
         if args.goal is not None:
-            from store.goals import Goals
+            from store.model.goals import Goals
 
             require_goal(Goals(journal), args.goal)
         wanted = EventFilter(args.type, args.goal)

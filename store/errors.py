@@ -161,6 +161,13 @@ class ProcessAliveError(RefineError):
     code = "PROCESS_ALIVE"
 
 
+class StateDirInUseError(InvalidInputError):
+    """A node's state dir holds another journal's process records and logs: one state dir
+    serves one journal (the message names both, and what to do)."""
+
+    code = "STATE_DIR_IN_USE"
+
+
 class TargetNotEmptyError(RefineError):
     """`refine copy` writes only into an empty journal: nothing was copied."""
 

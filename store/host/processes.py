@@ -28,6 +28,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from store.errors import StateDirInUseError
 from store.journal.locations import Location, file_name, legacy_node_dir, node_state_dir
 from store.records import dataclass
 
@@ -41,6 +42,7 @@ if TYPE_CHECKING:
     from store.journal.api import Journal
 
 POLL_S = 0.02  # how often stop_process looks whether the group has exited
+STATE_DIR_OWNER = "journal-id"  # in a state dir: the id of the journal whose files it holds
 
 
 @dataclass(frozen=True)
@@ -166,6 +168,46 @@ class ProcessRegistry:
         """This node's registry for an open journal of any backend (its location decides)."""
         return cls(journal.location, node_id, journal.journal_id)
 
+    # One state dir serves one journal. Its records and logs name attempts by run id and epoch
+    # alone, which two journals share (goal "r3" in both): a node of one would overwrite, remove
+    # or show the other's. Keyed by journal id, the default folders never meet; a state dir
+    # chosen by hand (``--state-dir``, ``$REFINE_STATE_DIR``) is reserved by the first node that
+    # starts in it, and a node of another journal refuses to start there.
+
+    def state_dir_journal(self) -> str | None:
+        """The journal this state dir is reserved for (None: not yet, or unreadable)."""
+        try:
+            text = (self.root / STATE_DIR_OWNER).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            return None
+        return text.strip() or None
+
+    def reserve(self) -> None:
+        """Reserve this state dir for this journal, or refuse (StateDirInUseError) when another
+        journal has it: reserved by that journal, or, if not yet reserved (older versions did
+        not), holding a record that names that journal. The folder must exist."""
+        if self.journal_id is None:  # a journal without an id (read-only, schema 1): no key
+            return
+        owner = self.state_dir_journal() or self._other_journal_recorded()
+        if owner is None:
+            owner = _create_once(self.root / STATE_DIR_OWNER, f"{self.journal_id}\n").strip()
+        if owner != self.journal_id:
+            raise StateDirInUseError(
+                f"the state dir {self.root} holds the process records and logs of journal"
+                f" {owner}, not of this journal ({self.journal_id}): give this node a state dir"
+                " of its own (--state-dir or $REFINE_STATE_DIR), or empty that one once no"
+                f" worker of journal {owner} runs"
+            )
+
+    def _other_journal_recorded(self) -> str | None:
+        """The id of another journal that a record in this state dir names (None: none)."""
+        with contextlib.suppress(OSError):
+            for path in sorted(self.processes_dir.glob("*.json")):
+                rec = _read_record(path)
+                if rec is not None and rec.journal_id not in (None, self.journal_id):
+                    return rec.journal_id
+        return None
+
     def _record_path(self, run_id: str, epoch: int) -> Path:
         return self.processes_dir / f"{_safe_name(run_id)}.{int(epoch)}.json"
 
@@ -257,8 +299,11 @@ class ProcessRegistry:
 
     def remove(self, run_id: str, epoch: int) -> bool:
         """Forget the record (an older one in the shared folder too, when it is this journal's);
-        False when there was none."""
-        removed = _unlink(self._record_path(run_id, epoch))
+        False when there was none. Another journal's or machine's record of the same attempt
+        name is never removed: it is not ours to forget."""
+        path = self._record_path(run_id, epoch)
+        found = _read_record(path)
+        removed = (found is None or self._ours(found) is not None) and _unlink(path)
         legacy = self._legacy_path("processes", run_id, epoch, "json")
         if legacy is not None and self._ours(_read_record(legacy)) is not None:
             removed = _unlink(legacy) or removed
@@ -339,6 +384,27 @@ def _write_atomically(target: Path, data: Mapping[str, Any], *, sync: bool = Tru
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def _create_once(target: Path, text: str) -> str:
+    """Write ``text`` to ``target`` unless it exists (whole, never half-written: a hard link of
+    a complete file); what ``target`` holds afterwards, ours or the one that was first."""
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".part", dir=target.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        try:
+            os.link(tmp, target)
+        except FileExistsError:
+            pass
+        except OSError:  # no hard links there (some network file systems): created exclusively
+            with contextlib.suppress(FileExistsError), open(target, "x", encoding="utf-8") as f:
+                f.write(text)
+    finally:
+        os.unlink(tmp)
+    return target.read_text(encoding="utf-8")
 
 
 def _optional_text(value: object, name: str) -> str | None:

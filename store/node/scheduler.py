@@ -118,12 +118,10 @@ class Node:
         self.runs = Execution(self.journal)
         self.registry = ProcessRegistry.for_journal(self.journal, node_id)
         try:  # this node's folder (records, logs): refused now in one line, not while serving
-            self.registry.root.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
+            _reserve_state_dir(self.registry)
+        except RefineError:
             self._handle.close()
-            raise StorageError(
-                f"cannot create this node's folder {self.registry.root}: {exc.strerror or exc}"
-            ) from None
+            raise
         self.confirmed_by = f"scheduler@{node_id}"
         self.launched: dict[str, _Launch] = {}
         self._refused: dict[str, int] = {}  # goal → version whose start was refused
@@ -182,9 +180,13 @@ class Node:
         StorageError while it is missing (the next tick tries again)."""
         journal = self._handle.get()
         if journal is not self.journal:
+            # Another file may be another journal: only its own records are acted on, and a
+            # state dir of the journal before is not its (refused on every tick until the node
+            # is started with one of its own).
+            registry = ProcessRegistry.for_journal(journal, self.node_id)
+            _reserve_state_dir(registry)
             self.journal, self.goals, self.runs = journal, Goals(journal), Execution(journal)
-            # Another file may be another journal: only its own records are acted on.
-            self.registry = ProcessRegistry.for_journal(journal, self.node_id)
+            self.registry = registry
 
     def reap(self) -> None:
         """Forget workers that exited (remembering a refused start until the Goal changes)."""
@@ -514,6 +516,17 @@ class Node:
             step()
         except RefineError as exc:  # e.g. the journal is locked for a while: try again later
             self._say(f"{exc}")
+
+
+def _reserve_state_dir(registry: ProcessRegistry) -> None:
+    """Make the node's folder and reserve it for its journal (ProcessRegistry.reserve)."""
+    try:
+        registry.root.mkdir(parents=True, exist_ok=True)
+        registry.reserve()
+    except OSError as exc:
+        raise StorageError(
+            f"cannot create this node's folder {registry.root}: {exc.strerror or exc}"
+        ) from None
 
 
 def _forking() -> bool:

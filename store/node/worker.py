@@ -9,6 +9,12 @@ reports its end, and only the owner: exit 0 → completed, else failed; a pendin
 cancelled with its own cleanup confirmation; a Goal that moved on (settled, reassigned, its
 attempt ended by Stop or cleanup) → the recipe is stopped and nothing is reported.
 
+The recipe is started by the claim helper, a child of the worker that claims, records the
+worker, rereads Goal and Run and then becomes the recipe (``exec``): no cancellation committed
+before that last reread lets the recipe start. Its environment is the worker's without the
+journal's location and credentials (``RECIPE_HIDDEN``): a recipe's output is shown in the log
+pane and the browser, and it is the operator's code, not the journal's.
+
 The recipe runs in the worker's process group (the node starts the worker as a session
 leader), so stopping the group stops both. Time never ends an attempt in the journal by itself;
 the worker, as the owner, may stop a recipe that outlived ``attempt_timeout_ms`` and report it
@@ -29,7 +35,7 @@ import subprocess
 import sys
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import IO
@@ -48,6 +54,7 @@ from store.host.processes import (
     stop_group_members,
 )
 from store.journal.api import ChangeSource, Journal
+from store.journal.locations import STATE_DIR_ENV
 from store.model.execution import Execution
 from store.model.goals import GoalResult, Goals
 
@@ -58,9 +65,16 @@ EXIT_SETTLED = 0  # the attempt was reported (completed, failed or cancelled)
 EXIT_REFUSED = 3  # the start was refused: nothing was claimed
 EXIT_SUPERSEDED = 4  # the Goal moved on or the report was refused: nothing reported
 EXIT_UNAVAILABLE = 5  # the journal could not be opened
+EXIT_NO_HELPER = 6  # no claim helper could be forked: nothing was claimed
 EXIT_CRASHED = 70  # the worker (or its claim helper) raised: its traceback is in the node log
 
 JOURNAL_ENV = "REFINE_JOURNAL"
+# Never handed to a recipe: the journal's location (a URL may hold its password) and libpq's
+# credentials (the worker needs them to report; the recipe's output goes to logs people see).
+RECIPE_HIDDEN = frozenset(
+    {JOURNAL_ENV, "PGPASSWORD", "PGPASSFILE", "PGSERVICEFILE", "PGSSLKEY", "PGSSLCERT"}
+)
+WAIT_POLL_S = 0.02  # how often Recipe.wait looks whether the recipe exited
 # While the journal is unreachable (a server restart), the owner keeps trying to learn its
 # verdict and to report, with the same command id: the report applies or replays exactly once.
 REPORT_PATIENCE_S = 3600.0
@@ -107,22 +121,21 @@ def main(argv: Sequence[str] | None = None, parser_: argparse.ArgumentParser | N
 
 @dataclass(frozen=True)
 class Ready:
-    """A claimed attempt, recorded and reread right before launch: run its recipe now."""
+    """A claimed, recorded attempt whose recipe is to be launched (if the reread allows)."""
 
     claim: Claim
     argv: tuple[str, ...]
-    cwd: str
+    cwd: str | None
     timeout_s: float
     log_path: str
     location: str  # the journal's, and its id: where its process record is (ProcessRegistry)
     journal_id: str | None
-    helper: int | None = None  # the claim helper that sent it, to reap once the recipe runs
 
     def registry(self) -> ProcessRegistry:
         return ProcessRegistry(self.location, self.claim.node_id, self.journal_id)
 
     def sync_record(self) -> None:
-        """Make the process record durable (after the hand-over: off the launch path)."""
+        """Make the process record durable (once the recipe runs: off the launch path)."""
         with contextlib.suppress(OSError):  # e.g. an I/O error: it stays what readers see
             self.registry().sync(self.claim.run_id, self.claim.epoch)
 
@@ -130,29 +143,87 @@ class Ready:
         return json.dumps(asdict(self))
 
     @classmethod
-    def from_json(cls, text: str, helper: int | None = None) -> Ready:
-        data = {**json.loads(text), "helper": helper}
+    def from_json(cls, text: str) -> Ready:
+        data = json.loads(text)
         return cls(**{**data, "claim": Claim(**data["claim"]), "argv": tuple(data["argv"])})
+
+
+class Recipe:
+    """The running recipe: our child (the claim helper, which became it by exec). The part of
+    ``subprocess.Popen``'s interface the worker uses, for a process Popen did not start."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is not None:
+            return self.returncode
+        try:
+            done, status = os.waitpid(self.pid, os.WNOHANG)
+        except ChildProcessError:  # reaped by someone else: its code is lost (a failure)
+            self.returncode = -1
+            return self.returncode
+        if done:
+            self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        """Its exit code, once it exited; ``subprocess.TimeoutExpired`` after ``timeout``."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while (code := self.poll()) is None:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise subprocess.TimeoutExpired(str(self.pid), timeout or 0.0)
+            time.sleep(WAIT_POLL_S)
+        return code
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:  # unreaped, so the pid is still our child's
+            os.kill(self.pid, sig)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+
+@dataclass(frozen=True)
+class Launched:
+    """What the claim helper did with a claimed attempt: ``recipe`` runs, or it could not be
+    started (``failure`` says why: the recipe's command or folder is missing, say)."""
+
+    ready: Ready
+    recipe: Recipe | None
+    failure: str = ""
 
 
 def run_attempt(
     location: str, *, node_id: str, goal_id: str, token: str, round: int | None = None
 ) -> int:
-    """The worker process's way: claim in a short-lived helper process, then run the recipe.
+    """The worker process's way: claim and launch in a helper process, then supervise.
 
-    Claiming (the command, the process record, the reread before launch) writes to many pages
-    this process shares with the forkserver; done in a helper that exits, they are returned,
-    and the worker that waits out the recipe stays a few MB (issue 14). The helper is this
-    worker's agent: it records this worker's pid, and any failure of it ends this attempt only.
+    The helper claims, records this worker, rereads Goal and Run and, when the attempt is still
+    ours, becomes the recipe (``exec``) at once: the launching process's last act before exec is
+    that reread, so a cancellation committed before it is never missed (issue 21.15). Claiming
+    writes to many pages this process shares with the forkserver; in the helper, they go with
+    its exec, and the worker that waits out the recipe stays a few MB (issue 14). The helper is
+    this worker's agent: it records this worker's pid, and any failure of it ends this attempt
+    only.
     """
-    owner = os.getpid()  # here, not in the helper
-    ready = _in_helper(
-        lambda send: _claim_in_helper(location, node_id, goal_id, token, round, owner, send)
-    )
-    if isinstance(ready, int):
-        return ready
+    launched = _launch_in_helper(location, node_id, goal_id, token, round)
+    if isinstance(launched, int):
+        return launched
+    ready = launched.ready
     try:
-        return _run_claimed(location, ready)
+        with open(ready.log_path, "ab") as log:
+            journal = _open_patiently(location)
+            if journal is None:
+                if launched.recipe is not None:
+                    _stop(launched.recipe)
+                return EXIT_UNAVAILABLE
+            with journal:
+                return _supervised(Goals(journal), launched, log)
     finally:
         ready.registry().remove(ready.claim.run_id, ready.claim.epoch)
 
@@ -160,18 +231,15 @@ def run_attempt(
 def run_worker(
     journal: Journal, *, node_id: str, goal_id: str, token: str, round: int | None = None
 ) -> int:
-    """Claim, run, report in this process, on ``journal``; returns the exit code (EXIT_*)."""
-    ready = _claim(journal, node_id, goal_id, token, round, owner=os.getpid())
-    if isinstance(ready, int):
-        return ready
+    """``run_attempt`` with ``journal``, open here, to supervise and report on (the claim helper
+    opens its own: no connection is used across a fork); returns the exit code (EXIT_*)."""
+    launched = _launch_in_helper(journal.location, node_id, goal_id, token, round)
+    if isinstance(launched, int):
+        return launched
+    ready = launched.ready
     try:
         with open(ready.log_path, "ab") as log:
-            try:
-                recipe = _launch(ready, log)
-            except OSError as exc:
-                return _unlaunched(Goals(journal), ready, log, exc)
-            ready.sync_record()
-            return _own(Goals(journal), ready, recipe, log)
+            return _supervised(Goals(journal), launched, log)
     finally:
         ready.registry().remove(ready.claim.run_id, ready.claim.epoch)
 
@@ -186,51 +254,206 @@ def rehearse(rounds: int = REHEARSALS) -> None:
     """
     import tempfile
 
-    with contextlib.suppress(Exception), tempfile.TemporaryDirectory() as scratch:
+    with (
+        contextlib.suppress(Exception),
+        tempfile.TemporaryDirectory() as scratch,
+        _state_dir(os.path.join(scratch, "state")),
+    ):
         location = os.path.join(scratch, "rehearsal.db")
         Journal.open(location).close()
         for n in range(rounds):
             with Journal.open(location, create=False) as journal:
                 goals = Goals(journal)
                 goals.create(goal_id=f"r{n}", title="rehearsal", node_id="z", argv=["true"])
-                ready = _claim(journal, "z", f"r{n}", "t", None, owner=os.getpid())
-                assert isinstance(ready, Ready)
-                ready = Ready.from_json(ready.to_json())
-                with open(ready.log_path, "ab") as log:
-                    _own(goals, ready, _launch(ready, log), log)
-                ready.registry().remove(ready.claim.run_id, ready.claim.epoch)
+                run_worker(journal, node_id="z", goal_id=f"r{n}", token="t")
+                claim = Claim(f"r{n}", "z", f"r{n}.r1", 1, 1, worker_name("z", "t"))
                 changes = journal.changes()
                 for _ in range(8):  # the waiting worker's loop, specialised
-                    _look(goals, ready.claim, changes, True)
+                    _look(goals, claim, changes, True)
 
 
-def _claim_in_helper(
+@contextlib.contextmanager
+def _state_dir(path: str) -> Iterator[None]:
+    """``$REFINE_STATE_DIR`` set to ``path`` meanwhile. The rehearsal's records and logs must
+    never reach the node's own state dir: its goals r0, r1... would overwrite, then remove, the
+    records of real goals of those names (issue 21)."""
+    before = os.environ.get(STATE_DIR_ENV)
+    os.environ[STATE_DIR_ENV] = path
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(STATE_DIR_ENV, None)
+        else:
+            os.environ[STATE_DIR_ENV] = before
+
+
+# --- the claim helper ------------------------------------------------------------------------
+#
+# It tells the worker what it did on a pipe that closes by itself when the helper execs
+# (non-inheritable), one line each: the Ready it claimed (JSON), then nothing more once it
+# became the recipe; or an exit code (nothing launched: the end was reported when it had to be);
+# or "failed WHY" (the recipe could not be started). Nothing at all: the helper crashed.
+
+
+def _launch_in_helper(
+    location: str, node_id: str, goal_id: str, token: str, round: int | None
+) -> int | Launched:
+    """Fork the claim helper, and learn from it what became of the attempt."""
+    owner = os.getpid()  # here, not in the helper
+    read_end, write_end = os.pipe()
+    try:
+        pid = os.fork()
+    except OSError as exc:  # e.g. EAGAIN: nothing is claimed; the node tries again later
+        os.close(read_end)
+        os.close(write_end)
+        _say(f"{goal_id}: not started: no claim helper ({exc})")
+        return EXIT_NO_HELPER
+    if pid == 0:  # the helper: never returns
+        _helper(location, node_id, goal_id, token, round, owner, write_end, read_end)
+    os.close(write_end)
+    with open(read_end) as pipe:
+        lines = pipe.read().splitlines()  # until the helper exec'd or exited
+    head, last = (lines[0], lines[-1]) if lines else ("", "")
+    if not head.startswith("{"):
+        os.waitpid(pid, 0)
+        if last.lstrip("-").isdigit():
+            return int(last)
+        _say("the claim helper failed (see above): nothing launched")
+        return EXIT_CRASHED
+    ready = Ready.from_json(head)
+    if len(lines) == 1:  # the pipe closed at its exec: the helper is the recipe now
+        ready.sync_record()
+        return Launched(ready, Recipe(pid))
+    os.waitpid(pid, 0)
+    if last.startswith("failed "):
+        return Launched(ready, None, last.removeprefix("failed "))
+    return int(last) if last.lstrip("-").isdigit() else EXIT_CRASHED
+
+
+def _helper(
     location: str,
     node_id: str,
     goal_id: str,
     token: str,
     round: int | None,
     owner: int,
-    send: Callable[[int | Ready], None],
+    write_end: int,
+    read_end: int,
 ) -> None:
+    """The claim helper's life: claim, record, reread, exec the recipe; or tell why not."""
+    code = EXIT_CRASHED
+    pipe: IO[str] | None = None
+    try:
+        os.close(read_end)
+        pipe = open(write_end, "w")  # noqa: SIM115  (closed by exec, or by our exit)
+        result = _claim_and_launch(location, node_id, goal_id, token, round, owner, pipe)
+        if isinstance(result, str):  # the recipe could not be started: the worker reports it
+            pipe.write(f"failed {' '.join(result.splitlines())}\n")
+            code = 0
+        else:
+            pipe.write(f"{result}\n")
+            code = result
+    except BaseException:
+        traceback.print_exc()
+        with contextlib.suppress(Exception):
+            if pipe is not None:
+                pipe.write(f"\n{EXIT_CRASHED}\n")
+    finally:
+        with contextlib.suppress(Exception):
+            if pipe is not None:
+                pipe.flush()
+            sys.stderr.flush()
+        os._exit(code)
+
+
+def _claim_and_launch(
+    location: str,
+    node_id: str,
+    goal_id: str,
+    token: str,
+    round: int | None,
+    owner: int,
+    pipe: IO[str],
+) -> int | str:
+    """Claim, record ``owner``, tell it the Ready, then reread and exec the recipe. Returns
+    only when the recipe was not launched: an exit code, or why it could not be started."""
     try:
         journal = Journal.open(location, create=False)
     except RefineError as exc:
         _say(f"journal unavailable: {exc}")
-        send(EXIT_UNAVAILABLE)
-        return
-    with journal:  # closed after sending: the worker launches meanwhile
-        result = _claim(journal, node_id, goal_id, token, round, owner=owner)
-        send(result)
-        if isinstance(result, Ready):
-            result.sync_record()
+        return EXIT_UNAVAILABLE
+    with journal:
+        ready = _claim(journal, node_id, goal_id, token, round, owner=owner)
+        if isinstance(ready, int):
+            return ready
+        pipe.write(ready.to_json() + "\n")
+        pipe.flush()
+        return _exec_if_ours(Goals(journal), ready, owner)
+
+
+def _exec_if_ours(goals: Goals, ready: Ready, owner: int) -> int | str:
+    """Reread Goal and Run and, while the attempt is ours, become the recipe at once.
+
+    What can be made ready for the exec is made before the reread, and only the exec's own
+    steps (closing the journal, the folder, the output, signals) follow it: a cancellation
+    committed before the reread stops the recipe from ever starting, one committed after it
+    finds the recipe started (issue 21.15: the reread was in this helper, the launch in the
+    worker a few ms later, and a cancellation in between went unseen). Returns only when it
+    did not exec: an exit code (the attempt is not ours, its end reported when it had to be),
+    or why the recipe could not be started (reported by the worker, as its owner).
+    """
+    claim = ready.claim
+    env = recipe_environment(os.environ)
+    try:
+        log = os.open(ready.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+        devnull = os.open(os.devnull, os.O_RDONLY)
+    except OSError as exc:
+        return str(exc)
+    verdict = _reread(goals, claim)
+    if verdict != "ours":
+        os.close(log)
+        os.close(devnull)
+        return _not_launching(goals, claim, verdict)
+    goals.journal.close()  # cleanly (a server would log a lost connection at the exec)
+    try:
+        if ready.cwd is not None:
+            os.chdir(ready.cwd)
+        os.dup2(devnull, 0)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        for sig in (signal.SIGPIPE, signal.SIGXFSZ):  # as Popen does: Python ignores them
+            signal.signal(sig, signal.SIG_DFL)
+        _die_with_parent()
+        if os.getppid() != owner:  # the worker died meanwhile: nobody would own the recipe
+            return EXIT_SUPERSEDED
+        os.execvpe(ready.argv[0], list(ready.argv), env)
+    except OSError as exc:
+        return str(exc)
+
+
+def recipe_environment(environ: Mapping[str, str]) -> dict[str, str]:
+    """The worker's environment without the journal's location and credentials (RECIPE_HIDDEN)."""
+    return {name: value for name, value in environ.items() if name not in RECIPE_HIDDEN}
+
+
+def _not_launching(goals: Goals, claim: Claim, verdict: str) -> int:
+    """The reread before launch found the attempt no longer ours: report a pending
+    cancellation (as its owner), else say why; either way the process record goes."""
+    try:
+        if verdict == "cancel":
+            return _report_cancel(goals, claim)
+        _say(f"{claim.run_id}/{claim.epoch}: not launching: the attempt is {_ownership(verdict)}")
+        return EXIT_SUPERSEDED
+    finally:
+        ProcessRegistry.for_journal(goals.journal, claim.node_id).remove(claim.run_id, claim.epoch)
 
 
 def _claim(
     journal: Journal, node_id: str, goal_id: str, token: str, round: int | None, *, owner: int
 ) -> int | Ready:
-    """Claim the Goal's Run, record process ``owner`` (the worker) and reread right before
-    launch: Ready to launch, or the exit code (the end was reported when it had to be)."""
+    """Claim the Goal's Run and record process ``owner`` (the worker): Ready to launch once
+    reread, or the exit code (the end was reported when it had to be)."""
     goals = Goals(journal)
     worker = worker_name(node_id, token)
     try:
@@ -258,15 +481,14 @@ def _claim(
     registry = ProcessRegistry.for_journal(journal, node_id)
     log_path = registry.log_path(claim.run_id, claim.epoch)
     try:
-        # Synced after the hand-over, while the worker launches (``Ready.sync_record``): see
-        # ProcessRegistry.record.
+        # Synced once the recipe runs (``Ready.sync_record``): see ProcessRegistry.record.
         registry.record(_record_of(owner, claim, log_path, journal.journal_id), sync=False)
     except OSError as exc:  # e.g. disk full: as the owner, say so rather than vanish
         _say(f"{claim.run_id}/{claim.epoch}: cannot record this process: {exc}")
         why = f"cannot record the worker process: {exc}"[:400]
         return _report(goals, claim, exit_code=None, reason=why, log=log_path)
     goal = started.goal
-    ready = Ready(
+    return Ready(
         claim,
         tuple(goal.recipe["argv"]),
         goal.recipe["cwd"],
@@ -275,18 +497,6 @@ def _claim(
         journal.location,
         journal.journal_id,
     )
-    # Reread right before launching: a cancellation (or any change) that committed between the
-    # claim and now must stop the recipe from ever starting.
-    verdict = _reread(goals, claim)
-    if verdict == "ours":
-        return ready
-    try:
-        if verdict == "cancel":
-            return _report_cancel(goals, claim)
-        _say(f"{claim.run_id}/{claim.epoch}: not launching: the attempt is {_ownership(verdict)}")
-        return EXIT_SUPERSEDED
-    finally:
-        registry.remove(claim.run_id, claim.epoch)
 
 
 def _start_patiently(
@@ -360,75 +570,11 @@ def _record_of(owner: int, claim: Claim, log_path: Path, journal_id: str | None)
     return replace(rec, pid=owner, create_time=created)
 
 
-def _in_helper(step: Callable[[Callable[[int | Ready], None]], None]) -> int | Ready:
-    """``step(send)`` run in a forked child of ours; what it sends is our result."""
-    read_end, write_end = os.pipe()
-    try:
-        pid = os.fork()
-    except OSError as exc:  # e.g. EAGAIN: claim here instead (this worker just stays larger)
-        _say(f"no claim helper ({exc}): claiming in the worker")
-        os.close(read_end)
-        os.close(write_end)
-        got: list[int | Ready] = []
-        step(got.append)
-        return got[0] if got else EXIT_CRASHED
-    if pid == 0:  # the helper: never returns
-        _helper(step, read_end, write_end)
-    os.close(write_end)
-    with open(read_end) as pipe:
-        text = pipe.read()  # until the helper sent (or died)
-    if not text:
-        os.waitpid(pid, 0)
-        _say("the claim helper failed (see above): nothing launched")
-        return EXIT_CRASHED
-    if text.lstrip("-").isdigit():
-        os.waitpid(pid, 0)
-        return int(text)
-    return Ready.from_json(text, helper=pid)
-
-
-def _helper(
-    step: Callable[[Callable[[int | Ready], None]], None], read_end: int, write_end: int
-) -> None:
-    code = EXIT_CRASHED
-    try:
-        os.close(read_end)
-
-        def send(result: int | Ready) -> None:
-            text = str(result) if isinstance(result, int) else result.to_json()
-            with open(write_end, "w") as pipe:
-                pipe.write(text)
-
-        step(send)
-        code = 0
-    except BaseException:
-        traceback.print_exc()
-    finally:
-        with contextlib.suppress(Exception):
-            sys.stderr.flush()
-        os._exit(code)
-
-
-def _run_claimed(location: str, ready: Ready) -> int:
-    """Launch at once (the helper has just reread), then open the journal to watch and report."""
-    with open(ready.log_path, "ab") as log:
-        try:
-            recipe: subprocess.Popen[bytes] | OSError = _launch(ready, log)
-        except OSError as exc:
-            recipe = exc
-        if ready.helper is not None:
-            with contextlib.suppress(ChildProcessError):
-                os.waitpid(ready.helper, 0)  # it only closes its journal now
-        journal = _open_patiently(location)
-        if journal is None:
-            if not isinstance(recipe, OSError):
-                _stop(recipe)
-            return EXIT_UNAVAILABLE
-        with journal:
-            goals = Goals(journal)
-            if isinstance(recipe, OSError):
-                return _unlaunched(goals, ready, log, recipe)
-            return _own(goals, ready, recipe, log)
+def _supervised(goals: Goals, launched: Launched, log: IO[bytes]) -> int:
+    """Watch the launched recipe and report its end, or report that it could not start."""
+    if launched.recipe is None:
+        return _unlaunched(goals, launched.ready, log, launched.failure)
+    return _own(goals, launched.ready, launched.recipe, log)
 
 
 def _open_patiently(location: str) -> Journal | None:
@@ -447,13 +593,13 @@ def _open_patiently(location: str) -> Journal | None:
         delay = min(delay * 2, RETRY_MAX_S)
 
 
-def _unlaunched(goals: Goals, ready: Ready, log: IO[bytes], exc: OSError) -> int:
-    log.write(f"cannot start the recipe: {exc}\n".encode())
-    why = f"cannot start the recipe: {exc}"[:400]
+def _unlaunched(goals: Goals, ready: Ready, log: IO[bytes], failure: str) -> int:
+    log.write(f"cannot start the recipe: {failure}\n".encode())
+    why = f"cannot start the recipe: {failure}"[:400]
     return _report(goals, ready.claim, exit_code=None, reason=why, log=Path(ready.log_path))
 
 
-def _own(goals: Goals, ready: Ready, recipe: subprocess.Popen[bytes], log: IO[bytes]) -> int:
+def _own(goals: Goals, ready: Ready, recipe: Recipe, log: IO[bytes]) -> int:
     """Watch the running recipe while the attempt is ours, then report its end."""
     claim, timeout_s = ready.claim, ready.timeout_s
     verdict, timed_out = _supervise(goals, claim, recipe, time.monotonic() + timeout_s)
@@ -469,26 +615,13 @@ def _own(goals: Goals, ready: Ready, recipe: subprocess.Popen[bytes], log: IO[by
     return _report(goals, claim, exit_code=code, reason=reason, log=Path(ready.log_path))
 
 
-def _launch(ready: Ready, log: IO[bytes]) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        list(ready.argv),
-        cwd=ready.cwd,
-        stdin=subprocess.DEVNULL,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        preexec_fn=_die_with_parent,  # stays in our process group (no new session)
-    )
-
-
 def _die_with_parent() -> None:
     # Linux: if the worker itself is killed alone, the recipe does not run on unowned.
     with contextlib.suppress(Exception):
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
-def _supervise(
-    goals: Goals, claim: Claim, recipe: subprocess.Popen[bytes], deadline: float
-) -> tuple[str, bool]:
+def _supervise(goals: Goals, claim: Claim, recipe: Recipe, deadline: float) -> tuple[str, bool]:
     """Wait for the recipe, rereading the journal when it changed.
 
     Returns (verdict, timed_out); verdict "ours" | "cancel" | "superseded" | "unknown". The
@@ -515,7 +648,7 @@ class _ExitWatch:
     one wake-up per timeout, where ``Popen.wait(timeout)`` polls every 50 ms, which 1,000
     sleeping attempts would turn into 20,000 wake-ups a second."""
 
-    def __init__(self, recipe: subprocess.Popen[bytes]) -> None:
+    def __init__(self, recipe: Recipe) -> None:
         self._recipe = recipe
         self._fd: int | None = None
         with contextlib.suppress(AttributeError, OSError):
@@ -591,7 +724,7 @@ def _ownership(verdict: str) -> str:
     }.get(verdict, "unreadable for now")
 
 
-def _stop(recipe: subprocess.Popen[bytes]) -> None:
+def _stop(recipe: Recipe) -> None:
     """SIGTERM our recipe and all it started, wait the grace, SIGKILL; always reaped.
 
     Also called once the recipe exited by itself: children it left behind in our process

@@ -13,6 +13,7 @@ import os
 import re
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from store.errors import (
     GoalNotFoundError,
@@ -36,6 +37,7 @@ from store.host.processes import (
     same_process,
 )
 from store.journal.api import Journal
+from store.journal.locations import STATE_DIR_ENV
 from store.model.execution import Attempt, Run
 from store.model.goal import check_integer
 from store.model.goals import (
@@ -47,6 +49,9 @@ from store.model.goals import (
 )
 from store.ops.reads import claimed_at, launching
 from store.records import dataclass
+
+if TYPE_CHECKING:
+    import psutil
 
 LOG_TAIL_LINES = 20
 
@@ -179,27 +184,65 @@ def stop_target(
     run, attempt = running_attempt_of(goals, goal)
     record = record_of(journal, node, run.run_id, attempt.epoch)
     if record is None:
-        which = f"attempt {attempt.epoch} of run {run.run_id}"
-        elsewhere = registry_of(journal, node).recorded_elsewhere(run.run_id, attempt.epoch)
-        if elsewhere is not None:  # a state dir shared by machines, a node id used twice
-            advice = f"{which} was recorded on machine {elsewhere}: stop it there"
-        elif _starting(journal, node, run.run_id, attempt):
-            advice = f"{which} is starting (no process record yet); try again in a moment"
-        else:
-            advice = (
-                f"no process record for {which} on node {node}: if its work has ended,"
-                " confirm cleanup instead"
-            )
+        advice = _no_record(registry_of(journal, node), journal, run.run_id, attempt)
         raise NoProcessRecordError(advice, goal_id=goal_id, run_id=run.run_id)
     return Target(goal, run, attempt.epoch, record)
 
 
-def _starting(journal: Journal, node: str, run_id: str, attempt: Attempt) -> bool:
-    """Inside the claim → record window: its worker runs here, or ``reads.launching``."""
-    if live_worker(attempt.worker) is not None:
-        return True
-    has_log = registry_of(journal, node).find_log(run_id, attempt.epoch).exists()
-    return launching(claimed_at(journal, run_id, attempt.epoch), has_log=has_log)
+def _no_record(registry: ProcessRegistry, journal: Journal, run_id: str, attempt: Attempt) -> str:
+    """Why Stop finds no record of a running attempt, where it looked, and what to do.
+
+    "Starting" only while the claim is young (``reads.launching``; its worker may be alive
+    then): a worker records itself a few ms after its claim. An older attempt whose worker runs
+    here has its record in another state dir (a wrong ``--state-dir``), or lost it: waiting
+    would not help, and saying "try again" sent operators round forever (issue 21.13).
+    """
+    which = f"attempt {attempt.epoch} of run {run_id}"
+    elsewhere = registry.recorded_elsewhere(run_id, attempt.epoch)
+    if elsewhere is not None:  # a state dir shared by machines, a node id used twice
+        return f"{which} was recorded on machine {elsewhere}: stop it there"
+    where = f"{registry.processes_dir}{_reserved_for_another(registry)}"
+    claimed = claimed_at(journal, run_id, attempt.epoch)
+    has_log = registry.find_log(run_id, attempt.epoch).exists()
+    worker = None if launching(claimed, has_log=has_log) else live_worker(attempt.worker)
+    if claimed is not None and launching(claimed, has_log=has_log and worker is None):
+        age = f"{max(0.0, time.time() - claimed):.0f} s"
+        return (
+            f"{which} is starting (claimed {age} ago, no process record in {where} yet);"
+            " try again in a moment"
+        )
+    if worker is not None:
+        return (
+            f"no process record for {which} in {where}, yet its worker (pid {worker.pid}) runs"
+            f" on this machine: {_records_of(worker, registry)}"
+        )
+    return (
+        f"no process record for {which} in {where}: if its work has ended, confirm cleanup instead"
+    )
+
+
+def _reserved_for_another(registry: ProcessRegistry) -> str:
+    owner = registry.state_dir_journal()
+    if owner is None or registry.journal_id is None or owner == registry.journal_id:
+        return ""
+    return f" (a state dir of journal {owner}, not of this one)"
+
+
+def _records_of(worker: psutil.Process, registry: ProcessRegistry) -> str:
+    """Where that worker keeps its records, as far as its environment tells."""
+    import psutil
+
+    try:
+        chosen = worker.environ().get(STATE_DIR_ENV)
+    except psutil.Error:
+        chosen = None
+    if chosen and Path(chosen) != registry.root:
+        return f"it keeps its records in {chosen}: give this command --state-dir {chosen}"
+    return (
+        "this command's state dir (--state-dir, $REFINE_STATE_DIR) is not its node's, or its"
+        " record was lost: stop it with its node's state dir, or end that process and confirm"
+        " cleanup"
+    )
 
 
 # --- sentences -------------------------------------------------------------------------------

@@ -30,9 +30,9 @@ from store.errors import (
 )
 from store.journal.presence import State, iso_utc
 from store.model.goal import OPERATOR_CONFIRMED, check_name, check_reason
-from store.operator import ActionReport, confirm_cleanup
 from store.ops.evidence import check_writable, default_operator
 from store.ops.nodes import ActiveAttempt, NodeView, active_attempts, node_view
+from store.ops.operator import ActionReport, confirm_cleanup
 from store.records import dataclass, replace
 
 if TYPE_CHECKING:

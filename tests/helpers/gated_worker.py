@@ -1,5 +1,10 @@
-"""``python gated_worker.py GATE <worker args>``: the real worker, held still right after it
-has written its process record until the file GATE exists (at most 30 s).
+"""``python gated_worker.py GATE [--at-handover] <store.worker args>``: the real worker, held
+still until the file GATE exists (at most 30 s), with ``GATE.held`` made once it waits:
+
+- by default right after it has written its process record;
+- ``--at-handover``: when its claim helper hands the claimed, recorded attempt over (the Ready
+  it tells the worker), the last step before the launch that an older worker took after its
+  reread and before it started the recipe.
 
 It opens the claim → launch window on purpose, so a test can commit something inside it (a
 cancellation) and see what the worker does next. Nothing else about the worker changes.
@@ -10,22 +15,39 @@ from __future__ import annotations
 import os
 import sys
 import time
+from pathlib import Path
 
 from store.host.processes import ProcessRecord, ProcessRegistry
 from store.node import worker
 
 _record = ProcessRegistry.record
+_to_json = worker.Ready.to_json
 
 
-def _held(self: ProcessRegistry, rec: ProcessRecord, *, sync: bool = True) -> object:
-    written = _record(self, rec, sync=sync)
+def _hold() -> None:
+    Path(GATE + ".held").touch()
     deadline = time.monotonic() + 30
     while not os.path.exists(GATE) and time.monotonic() < deadline:
         time.sleep(0.02)
+
+
+def _held_record(self: ProcessRegistry, rec: ProcessRecord, *, sync: bool = True) -> object:
+    written = _record(self, rec, sync=sync)
+    _hold()
     return written
 
 
+def _held_handover(self: worker.Ready) -> str:
+    text = _to_json(self)
+    _hold()
+    return text
+
+
 if __name__ == "__main__":
-    GATE = sys.argv[1]
-    ProcessRegistry.record = _held  # type: ignore[method-assign]
-    sys.exit(worker.main(sys.argv[2:]))
+    GATE, args = sys.argv[1], sys.argv[2:]
+    if args[:1] == ["--at-handover"]:
+        args = args[1:]
+        worker.Ready.to_json = _held_handover  # type: ignore[method-assign]
+    else:
+        ProcessRegistry.record = _held_record  # type: ignore[method-assign]
+    sys.exit(worker.main(args))

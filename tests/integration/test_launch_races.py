@@ -5,6 +5,7 @@ cancellation committed, and a replayed claim never launches anything.
 from __future__ import annotations
 
 import subprocess
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -41,6 +42,69 @@ def test_no_recipe_starts_after_a_cancellation_committed_inside_the_launch_windo
     goal, run = env.read("g")
     assert goal.status == "cancelled" and run.status == "cancelled"
     assert run.attempts[0].cleanup["confirmed_by"] == f"n1/{token}"  # the worker's own
+
+
+def test_a_cancellation_committed_as_the_claim_is_handed_over_still_stops_the_launch(
+    env: Env,
+) -> None:
+    """Issue 21.15: the claim helper reread, then handed the attempt to the worker, which
+    launched the recipe a few ms later; a cancellation committed in between went unseen. The
+    process that launches now rereads immediately before its exec, after the hand-over."""
+    env.goal("g", COUNT_RUNS)
+    gate = env.dir / "gate"
+    token = env.token("t1")
+    args = ["--journal", str(env.path), "--node", "n1", "--goal", "g", "--token", token]
+    worker = subprocess.Popen(
+        [PY, GATED, str(gate), "--at-handover", *args], start_new_session=True
+    )
+    env.started.append(worker)
+    wait_until(lambda: Path(f"{gate}.held").exists(), what="the claimed attempt handed over")
+    env.goals.cancel(goal_id="g", reason="not needed", command_id="op:cancel:elsewhere", by="x@n2")
+    gate.touch()
+    assert worker.wait(timeout=30) == EXIT_SETTLED
+    assert runs_of_recipe(env) == 0, "the recipe started after its cancellation committed"
+    goal, run = env.read("g")
+    assert goal.status == "cancelled" and run.status == "cancelled"
+    assert run.attempts[0].cleanup["confirmed_by"] == f"n1/{token}"  # the worker's own
+    assert env.running_record("g") is None
+
+
+RACES = 30
+
+
+def test_no_recipe_launches_after_cancel_goal_returned_in_races_right_after_the_claim(
+    env: Env,
+) -> None:
+    """Issue 21.15 as it was found: goals of a running node cancelled from another node the
+    moment their claim shows. Each recipe is a symlink to /bin/sh that the test removes as soon
+    as cancel_goal returned: a launch after that finds no recipe (the kernel orders the two),
+    and the worker says so in the attempt's log."""
+    from store.operator import cancel_goal
+
+    env.node()
+    late = []
+    for n in range(RACES):
+        goal_id, recipe = f"race{n}", env.dir / f"recipe{n}"
+        recipe.symlink_to("/bin/sh")
+        env.goals.create(
+            goal_id=goal_id, title=goal_id, node_id="n1", argv=[str(recipe), "-c", ":"]
+        )
+        wait_until(partial(claimed, env, goal_id), step=0.0005, what="the claim")
+        cancel_goal(env.journal, goal_id, reason="race", node="n2", operator="dana")
+        recipe.unlink()
+        wait_until(partial(run_cancelled, env, goal_id), what="the cancellation recorded")
+        log = env.registry().log_path(f"{goal_id}.r1", 1)
+        if log.exists() and "cannot start the recipe" in log.read_text():
+            late.append(goal_id)
+    assert late == [], f"launched after cancel_goal returned: {late} of {RACES}"
+
+
+def claimed(env: Env, goal_id: str) -> bool:
+    return env.status(goal_id) != "queued"
+
+
+def run_cancelled(env: Env, goal_id: str) -> bool:
+    return env.read(goal_id)[1].status == "cancelled"
 
 
 def test_a_replayed_claim_never_launches_the_recipe_again(env: Env) -> None:
@@ -85,7 +149,8 @@ def test_stop_inside_the_claim_to_record_window_says_starting(
     from store.ops import operator, reads
 
     env.goal("g", COUNT_RUNS)
-    env.goals.start(goal_id="g", node_id="n1", worker="n1/t1", token="t1")  # no record yet
+    token = env.token("t1")  # unique: a live worker of another test with "t1" says "starting"
+    env.goals.start(goal_id="g", node_id="n1", worker=f"n1/{token}", token=token)  # no record yet
     with pytest.raises(NoProcessRecordError, match=r"starting.*try again in a moment"):
         operator.stop_goal(env.journal, "g", node="n1", operator="dana")
     monkeypatch.setattr(reads, "LAUNCH_WINDOW_S", 0.0)  # the claim is now "old"

@@ -24,10 +24,11 @@ import psutil
 import pytest
 
 from refine_tui.app import RefineApp
+from store.goals import Goals
 from store.host.processes import ProcessRecord, ProcessRegistry
 from store.journal.api import Journal
-from store.model.goals import Goals
 from store.model.run import Run
+from store.node.scheduler import FORKSERVER_ENV
 from tests.helpers.node_env import HANG, HANG_ONCE, QUICK, WAIT_FOR_GO
 from tests.helpers.postgres_server import PASSWORD, PostgresServer
 from tests.helpers.waits import wait_until
@@ -194,6 +195,39 @@ def test_the_operator_story_on_postgresql_with_a_real_node(pg: PgEnv) -> None:
     goals = {g["goal_id"]: g["status"] for g in json.loads(pg.refine("goals", "--json"))}
     assert goals["quick"] == "completed" and goals["long"] == "cancelled"
     assert "clean" in pg.refine("check")
+    pg.never_printed_a_password()
+
+
+# Prints its environment (`env`), says so in <dir>/printed, then runs until <dir>/go.
+PRINT_ENV = 'env; touch "$0/printed"; while [ ! -e "$0/go" ]; do sleep 0.05; done'
+
+
+@pytest.mark.parametrize("forkserver", ["1", "0"])
+def test_a_recipe_gets_no_journal_credentials_and_no_process_shows_the_password(
+    pg: PgEnv, forkserver: str
+) -> None:
+    """Issue 21.2: a recipe's environment carried `$REFINE_JOURNAL` with the password, so a
+    recipe that prints its environment put it in its log (the log pane, the browser). The
+    node, its forkserver, its workers (and their claim helpers, forks of them) and the recipe
+    show it in no argv either."""
+    pg.env.update({"PGPASSWORD": PASSWORD, FORKSERVER_ENV: forkserver})
+    node = pg.node()
+    pg.goals.create(
+        goal_id="env", title="env", node_id="n1", argv=["sh", "-c", PRINT_ENV, pg.marker]
+    )
+    printed = pg.dir / "printed"
+    wait_until(printed.exists, timeout=60, what="the recipe printed its environment")
+    tree = psutil.Process(node.pid).children(recursive=True)
+    assert any("store.worker" in argv_of(p) for p in tree)  # the worker was looked at too
+    assert not [p for p in [psutil.Process(node.pid), *tree] if PASSWORD in " ".join(argv_of(p))]
+    (pg.dir / "go").touch()
+    wait_until(lambda: status(pg, "env") == "completed", timeout=60, what="the recipe completed")
+
+    log = pg.registry().log_path("env.r1", 1).read_text()
+    assert f"REFINE_TEST_MARK={pg.marker}" in log  # the environment was printed
+    assert PASSWORD not in log
+    for hidden in ("REFINE_JOURNAL", "PGPASSWORD"):
+        assert f"{hidden}=" not in log
     pg.never_printed_a_password()
 
 
