@@ -17,6 +17,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TextIO
 
 from store.errors import RefineError
 from store.host.processes import ProcessRegistry, node_workers, stop_process
@@ -261,7 +262,7 @@ def run_demo(directory: Path | None = None) -> int:
         for line in finish(path, DEMO_NODE, app.operator):
             _say(f"refine demo: {line}")
     _say(_goodbye(path))
-    _say("")  # flushes what Textual left buffered, or drops it where no terminal is left
+    _flush_or_drop(sys.stdout, sys.stderr)
     return 0
 
 
@@ -274,9 +275,17 @@ def _goodbye(path: Path) -> str:
 
 def _say(line: str) -> None:
     """A goodbye line, unless the terminal went away (its window closed): nobody reads it."""
-    try:
-        print(line, end="\n" if line else "", flush=True)
-    except OSError:  # what stays buffered would fail the interpreter's last flush (exit 120)
-        from refine_tui.cli import discard_stdout
+    with contextlib.suppress(OSError):
+        print(line, flush=True)
 
-        discard_stdout()
+
+def _flush_or_drop(*streams: TextIO) -> None:
+    """Flush what is buffered (Textual's last output is on stderr), or, where the terminal
+    hung up (its window closed), point the stream at /dev/null: the interpreter's own last
+    flush would meet the same I/O error and end the demo with status 120."""
+    for stream in streams:
+        try:
+            stream.flush()
+        except OSError:
+            with contextlib.suppress(OSError, ValueError):
+                os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
