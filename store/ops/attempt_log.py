@@ -66,8 +66,8 @@ def locate_log(journal: Journal, target: str, epoch: int | None, node: str) -> A
     name = f"{run.run_id}/{attempt.epoch}"
     if where != node:
         raise LogElsewhereError(
-            f"the log of {name} is on node {where} (this is node {node}): run"
-            f" `refine logs` there, or give --node {where} on that machine",
+            f"the log of {name} is on node {where} (this is node {node}): run `refine logs`"
+            " on that node's machine",
             run_id=run.run_id,
         )
     registry = ProcessRegistry.for_journal(journal, node)
@@ -157,11 +157,13 @@ async def follow(
     wake = asyncio.Event()
     watcher = Journal.watch(location)
     pump = asyncio.create_task(_pump(watcher, wake))
-    files = _watch_folder(loop, log.path.parent, log.path.name, wake)
+    files: DirectoryEvents | None = None
     changes = journal.changes()  # its first answer is "changed": the attempt is read at once
     try:
         while True:
             wake.clear()
+            if files is None:  # (again, while the worker has not made the logs folder yet)
+                files = _watch_folder(loop, log.path.parent, log.path.name, wake)
             reader.read(write)
             with contextlib.suppress(RefineError):  # the journal away for a while: look again later
                 if changes.changed() and not still_running(journal, log):
