@@ -1,7 +1,8 @@
 """The `refine` command line: the same store functions the dashboard calls, for scripts.
 
 Exit codes (DESIGN §11): 0 done, 1 refused by the model, 2 bad usage or input,
-3 journal unavailable. Errors are one line naming the code; never a traceback.
+3 journal unavailable, 4 not yet (``WAIT_TIMEOUT``). Errors are one line naming the code, never a
+traceback; with ``--json`` also ``{"error": {"code", "message"}}`` on stdout.
 Human output shows text from the journal with its control characters made visible (``\\x1b``)
 and is laid out by display width; ``--json`` is exact.
 """
@@ -30,6 +31,7 @@ from store.errors import (
     JournalMissingError,
     RefineError,
     StorageError,
+    WaitTimeoutError,
 )
 from store.journal.locations import STATE_DIR_ENV, journal_file_exists
 from store.journal.url import is_postgres_url, redact
@@ -40,7 +42,7 @@ if TYPE_CHECKING:
     from store.journal.api import Journal
     from store.ops.operator import ActionReport
 
-EXIT_OK, EXIT_REFUSED, EXIT_USAGE, EXIT_UNAVAILABLE = 0, 1, 2, 3
+EXIT_OK, EXIT_REFUSED, EXIT_USAGE, EXIT_UNAVAILABLE, EXIT_NOT_YET = 0, 1, 2, 3, 4
 MAX_CAPACITY = 1024  # attempts a node runs at once
 EXIT_PIPE = 128 + 13  # as a tool ended by SIGPIPE: the shell's `| head` convention
 EXIT_INTERRUPTED, EXIT_TERMINATED = 128 + 2, 128 + 15  # SIGINT, SIGTERM
@@ -162,6 +164,10 @@ def cmd_init(args: argparse.Namespace) -> int:
         f"{'journal exists' if existed else 'created journal'}: {path}",
     )
     return EXIT_OK
+
+
+def cmd_goal_without_subcommand(args: argparse.Namespace) -> int:
+    raise UsageError("goal needs a subcommand: add (refine goal add --title T -- ARGV...)")
 
 
 def cmd_goal_add(args: argparse.Namespace) -> int:
@@ -415,15 +421,42 @@ def cmd_cleanup(args: argparse.Namespace) -> int:
 
     if args.run is None:
         return cmd_cleanup_node(args)
-    if args.epoch is None:
-        raise UsageError("cleanup RUN needs --epoch E: the epoch of the attempt that ended")
+    from store.model.goal import goal_id_of_run
+
+    if args.epoch is None and goal_id_of_run(args.run) is not None:
+        raise UsageError(f"cleanup {args.run} needs --epoch E: the epoch of the attempt that ended")
     # After RUN, --node is this node's name, as before (here parsed as ``target_node``).
     node, operator = args.target_node or node_name(args), default_operator()
-    return act(
-        args,
-        lambda j: confirm_cleanup(
-            j, args.run, epoch=args.epoch, node=node, operator=operator, method=args.method
-        ),
+
+    def cleanup(journal: Journal) -> ActionReport:
+        # Without --epoch the target is a goal: its current run's running attempt.
+        run_id, epoch = (
+            (args.run, args.epoch) if args.epoch is not None else goal_attempt(journal, args.run)
+        )
+        return confirm_cleanup(
+            journal, run_id, epoch=epoch, node=node, operator=operator, method=args.method
+        )
+
+    return act(args, cleanup)
+
+
+def goal_attempt(journal: Journal, goal_id: str) -> tuple[str, int]:
+    """(run, epoch) of the goal's running attempt (a run has one at most); refused, naming the
+    exact ``RUN --epoch E`` form, when there is none."""
+    from store.errors import NoActiveAttemptError
+    from store.model.goals import Goals
+
+    goals = Goals(journal)
+    goal = require_goal(goals, goal_id)
+    run = goals.current_run(goal)
+    if run is not None and run.running_attempt is not None:
+        return run.run_id, run.running_attempt.epoch
+    status = run.status if run is not None else "not submitted"
+    epoch = str(run.attempts[-1].epoch) if run is not None and run.attempts else "E"
+    raise NoActiveAttemptError(
+        f"goal {goal_id} has no running attempt to confirm ({goal.run_id} is {status}); one"
+        f" attempt is named as: refine cleanup {goal.run_id} --epoch {epoch}",
+        goal_id=goal_id,
     )
 
 
@@ -594,13 +627,27 @@ def cmd_node(args: argparse.Namespace) -> int:
     import asyncio
 
     from store.node.scheduler import Node
+    from store.ops.node_start import claim_node_name
 
     path = journal_path(args)
     open_journal(args, write=True).close()
-    # A refusal (a bad node name, a state dir that cannot be made) ends as every command's
-    # does: one line, control characters made visible, the exit code of its kind.
+    # A refusal (a bad node name, a state dir that cannot be made, a node of this name that
+    # runs already) ends as every command's does: one line, the exit code of its kind.
     with Node(path, node_name(args), args.capacity, heartbeat_s=args.heartbeat) as node:
-        return asyncio.run(node.serve())
+        lock = claim_node_name(node.journal, node.node_id, force=args.force)
+        try:
+            print(
+                printable(
+                    f"refine node: node {node.node_id} on journal {redact(str(path))}, state dir"
+                    f" {node.registry.root}, capacity {node.capacity},"
+                    f" heartbeat {node.heartbeat_s:g} s"
+                ),
+                file=sys.stderr,
+                flush=True,
+            )
+            return asyncio.run(node.serve())
+        finally:
+            lock.release()
 
 
 def cmd_tui(args: argparse.Namespace) -> int:
@@ -646,6 +693,12 @@ def cmd_metrics(args: argparse.Namespace) -> int:
     from refine_tui.cli_metrics import cmd_metrics as metrics
 
     return metrics(args)
+
+
+def cmd_logs(args: argparse.Namespace) -> int:
+    from refine_tui.cli_logs import cmd_logs as logs
+
+    return logs(args)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -736,8 +789,10 @@ def non_empty(text: str) -> str:
 # Every command's name: `parse` builds only the parser of the one a command line names.
 COMMANDS = (
     "init", "goal", "goals", "runs", "show", "node", "nodes", "stop", "cancel", "cleanup",
-    "release", "wait", "check", "copy", "tui", "serve", "demo", "events", "metrics",
+    "release", "wait", "check", "copy", "tui", "serve", "demo", "events", "metrics", "logs", "log",
 )  # fmt: skip
+# Commands that print no data (a log's own bytes, a screen, a server): they take no --json.
+PRINTS_NO_DATA = frozenset({"node", "tui", "serve", "demo", "metrics", "logs", "log"})
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
@@ -746,6 +801,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     from refine_tui.cli_bulk import add_target_arguments
 
     common = common_options(node=True)
+    no_data = common_options(node=True, with_json=False)
     parser = _Parser(
         prog="refine",
         parents=[common],
@@ -754,42 +810,72 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     def command(
-        name: str, func: Callable[[argparse.Namespace], int], text: str, parent: Any = common
+        name: str,
+        func: Callable[[argparse.Namespace], int],
+        text: str,
+        parent: Any = common,
+        aliases: Sequence[str] = (),
     ) -> Any:
-        if only is not None and name != only:
+        if only is not None and only != name and only not in aliases:
             return None
-        p = sub.add_parser(name, parents=[parent], help=text, description=text)
+        if parent is common and name in PRINTS_NO_DATA:
+            parent = no_data
+        p = sub.add_parser(
+            name, parents=[parent], help=text, description=text, aliases=list(aliases)
+        )
         p.set_defaults(func=func)
         return p
 
     command("init", cmd_init, "create the journal (idempotent)")
     if only in (None, "goal"):
-        goal = sub.add_parser("goal", help="goal commands").add_subparsers(
-            dest="goal_command", required=True, parser_class=_Parser
+        goal_parser = sub.add_parser(
+            "goal", help="goal commands: add", description="goal commands: add (see goal add -h)"
+        )
+        goal_parser.set_defaults(func=cmd_goal_without_subcommand)
+        goal = goal_parser.add_subparsers(
+            dest="goal_command", title="subcommands", parser_class=_Parser
         )
         add = goal.add_parser("add", parents=[common], help="add a goal: refine goal add -- ARGV")
         add.set_defaults(func=cmd_goal_add)
-        add.add_argument("--title", required=True)
-        add.add_argument("--id")
-        add.add_argument("--cwd")
-        add.add_argument("--max-attempts", type=positive_int, default=3)
-        add.add_argument("--timeout-ms", type=positive_int, default=3_600_000)
-        add.add_argument("--redelivery", choices=["safe", "operator"], default="safe")
-        add.add_argument("argv", nargs=argparse.REMAINDER)
+        add.add_argument("--title", required=True, help="what the goal is, for people")
+        add.add_argument("--id", help="the goal's id (default: made from the title)")
+        add.add_argument("--cwd", help="the recipe's working folder (default: the node's)")
+        add.add_argument(
+            "--max-attempts", type=positive_int, default=3, metavar="K",
+            help="attempts the goal's run may make, 1 to 20 (default 3)",
+        )  # fmt: skip
+        add.add_argument(
+            "--timeout-ms", type=positive_int, default=3_600_000, metavar="MS",
+            help="an attempt's time limit in milliseconds (default 3600000: an hour)",
+        )  # fmt: skip
+        add.add_argument(
+            "--redelivery", choices=["safe", "operator"], default="safe",
+            help="after an interrupted attempt: safe = requeue it (the recipe may run again),"
+            " operator = hold it until someone releases it (default safe)",
+        )  # fmt: skip
+        add.add_argument("argv", nargs=argparse.REMAINDER, help="-- the recipe's command line")
     if goals := command("goals", cmd_goals, "list goals"):
-        goals.add_argument("--status")
-        goals.add_argument("--only-node", help="only goals of this node")
+        goals.add_argument("--status", help="only goals of this status (default: all)")
+        goals.add_argument("--only-node", metavar="N", help="only goals of node N (default: all)")
     if runs := command("runs", cmd_runs, "list runs (of one goal)"):
-        runs.add_argument("goal", nargs="?")
+        runs.add_argument("goal", nargs="?", help="only this goal's runs (default: every goal's)")
     if show := command("show", cmd_show, "one goal or run with its events"):
-        show.add_argument("target")
+        show.add_argument("target", metavar="GOAL|RUN", help="a goal id or a run id (GOAL.rN)")
     if node := command("node", cmd_node, "run this node's scheduler until SIGINT/SIGTERM"):
-        node.add_argument("--capacity", type=capacity, default=4)
+        node.add_argument(
+            "--capacity", type=capacity, default=4, metavar="N",
+            help=f"attempts this node runs at once, 1 to {MAX_CAPACITY} (default 4)",
+        )  # fmt: skip
         node.add_argument(
             "--heartbeat",
             type=heartbeat_seconds,
             metavar="SECONDS",
-            help="seconds between presence beats (else $REFINE_HEARTBEAT_S, else 5)",
+            help="seconds between presence beats (default: $REFINE_HEARTBEAT_S, else 5)",
+        )
+        node.add_argument(
+            "--force",
+            action="store_true",
+            help="start even while a node of this name is live on the journal (default: refuse)",
         )
     command("nodes", cmd_nodes, "the nodes: presence (live, silent, stopped) and attempts running")
     if stop := command("stop", cmd_stop, "stop goals' local processes and requeue them"):
@@ -824,9 +910,15 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     if release := command("release", cmd_release, "make held goals actionable again"):
         add_target_arguments(release)
     if wait := command("wait", cmd_wait, "wait until a goal reaches one of the given statuses"):
-        wait.add_argument("goal")
-        wait.add_argument("--status", type=goal_statuses, required=True, help="e.g. running,held")
-        wait.add_argument("--timeout", type=seconds, help="give up after S seconds (WAIT_TIMEOUT)")
+        wait.add_argument("goal", help="the goal to wait for")
+        wait.add_argument(
+            "--status", type=goal_statuses, required=True, metavar="S[,S...]",
+            help="the statuses to wait for, e.g. running,held (required)",
+        )  # fmt: skip
+        wait.add_argument(
+            "--timeout", type=seconds, metavar="S",
+            help=f"give up after S seconds: WAIT_TIMEOUT, exit {EXIT_NOT_YET} (default: never)",
+        )  # fmt: skip
     command("check", cmd_check, "check every invariant; exit 0 only when clean")
     if copy := command(
         "copy", cmd_copy, "copy a journal (file or postgresql:// URL), then check it"
@@ -834,16 +926,20 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         copy.add_argument("source", help="journal to copy from (read only)")
         copy.add_argument("target", help="an empty or new journal to copy into")
     if tui := command("tui", cmd_tui, "the dashboard"):
-        tui.add_argument("--read-only", action="store_true")
+        tui.add_argument("--read-only", action="store_true", help=READ_ONLY_HELP)
     if serve := command(
         "serve", cmd_serve, "the dashboard in a browser (prints a URL with a token)"
     ):
         serve.add_argument(
             "--host", type=bind_host, default="127.0.0.1", help="address to bind (default loopback)"
         )
-        serve.add_argument("--port", type=port_number, default=8000, help="0 picks a free port")
-        serve.add_argument("--read-only", action="store_true")
-        serve.add_argument("--token-file", help="a file holding the token (shared by a team)")
+        serve.add_argument(
+            "--port", type=port_number, default=8000, help="port (default 8000; 0 picks a free one)"
+        )
+        serve.add_argument("--read-only", action="store_true", help=READ_ONLY_HELP)
+        serve.add_argument(
+            "--token-file", help="a file holding the token, shared by a team (default: a new one)"
+        )
     if demo := command("demo", cmd_demo, "a demo journal with live work and the dashboard"):
         demo.add_argument(
             "--dir",
@@ -859,25 +955,63 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         from refine_tui.cli_metrics import add_arguments as metrics_arguments
 
         metrics_arguments(metrics)
+    if logs := command(
+        "logs", cmd_logs, "an attempt's log, from this node's state dir", aliases=["log"]
+    ):
+        from refine_tui.cli_logs import add_arguments as logs_arguments
+
+        logs_arguments(logs)
+    describe_shared_arguments(sub)
     return parser
 
 
-def common_options(*, node: bool) -> _Parser:
-    """The options every command takes (``node``: with ``--node``, this node's name)."""
+READ_ONLY_HELP = "no action can change the journal (default: the operator's dashboard)"
+# The operator actions' arguments mean the same in each (stop's and cancel's --grace): their
+# help is said once, here, for any of them that has none of its own.
+SHARED_HELP = {
+    "goal": "the goal's id",
+    "grace": "seconds between SIGTERM and SIGKILL of the process group (default 5)",
+    "reason": "why, recorded with the cancellation (required)",
+    "run": "RUN (GOAL.rN) with --epoch E; or a GOAL: its current run's running attempt",
+    "epoch": "the attempt of RUN whose work ended",
+}
+
+
+def describe_shared_arguments(sub: Any) -> None:
+    for name in ("stop", "cancel", "release", "cleanup"):
+        parser = sub.choices.get(name)
+        for action in parser._actions if parser is not None else ():
+            if action.help is None and action.dest in SHARED_HELP:
+                action.help = SHARED_HELP[action.dest]
+
+
+def common_options(*, node: bool, with_json: bool = True) -> _Parser:
+    """The options every command takes (``node``: with ``--node``, this node's name;
+    ``with_json``: with ``--json``, for the commands that print data)."""
     common = _Parser(add_help=False)
     # An empty value (an unset shell variable) is refused, never read as "the default".
-    common.add_argument("--journal", type=non_empty, default=argparse.SUPPRESS, help="journal file")
+    common.add_argument(
+        "--journal", type=non_empty, default=argparse.SUPPRESS, metavar="PATH|URL",
+        help=f"the journal: a file, or a postgresql:// URL (default: $REFINE_JOURNAL, else"
+        f" ./{DEFAULT_JOURNAL})",
+    )  # fmt: skip
     if node:
         common.add_argument(
-            "--node", type=non_empty, default=argparse.SUPPRESS, help="this node's name"
-        )
+            "--node", type=non_empty, default=argparse.SUPPRESS,
+            help="this node's name (default: $REFINE_NODE, else the host name)",
+        )  # fmt: skip
     common.add_argument(
         "--state-dir",
         type=non_empty,
         default=argparse.SUPPRESS,
-        help=f"this node's local files (process records, logs); else ${STATE_DIR_ENV}",
+        metavar="DIR",
+        help=f"this node's local files: process records, logs (default: ${STATE_DIR_ENV}, else"
+        " beside a SQLite journal, else under $XDG_STATE_HOME)",
     )
-    common.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print JSON")
+    if with_json:
+        common.add_argument(
+            "--json", action="store_true", default=argparse.SUPPRESS, help="print JSON"
+        )
     return common
 
 
@@ -887,7 +1021,27 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     for name, default in (("journal", None), ("node", None), ("state_dir", None), ("json", False)):
         if not hasattr(args, name):
             setattr(args, name, default)
+    if args.json and args.command in PRINTS_NO_DATA:  # given before the command's name
+        raise UsageError(f"{args.command} prints no data: --json is for commands that do")
+    refuse_empty_environment(args)
     return args
+
+
+# The variables standing in for an option when it is not given (None: no option; always read).
+ENVIRONMENT = (
+    ("REFINE_JOURNAL", "journal"),
+    ("REFINE_NODE", "node"),
+    (STATE_DIR_ENV, "state_dir"),
+    ("REFINE_OPERATOR", None),
+)
+
+
+def refuse_empty_environment(args: argparse.Namespace) -> None:
+    """An empty variable (an unset one, exported) is bad usage, as an empty option is: it is
+    never read as "the default" (the host name for a node: another node's goals)."""
+    for variable, option in ENVIRONMENT:
+        if os.environ.get(variable) == "" and (option is None or getattr(args, option) is None):
+            raise UsageError(f"${variable} is empty: give it a value, or unset it")
 
 
 def parse_quickly(argv: list[str]) -> argparse.Namespace | None:
@@ -905,6 +1059,8 @@ def parse_quickly(argv: list[str]) -> argparse.Namespace | None:
 
 
 def exit_code(error: RefineError) -> int:
+    if isinstance(error, WaitTimeoutError):  # "not yet", where GOAL_TERMINAL says "never"
+        return EXIT_NOT_YET
     if isinstance(error, StorageError | JournalClosedError):
         return EXIT_UNAVAILABLE
     if isinstance(error, InvalidInputError):
@@ -917,8 +1073,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     exit_without_collecting()
     if isinstance(sys.stdout, io.TextIOWrapper):  # a terminal or pipe that is not UTF-8
         sys.stdout.reconfigure(errors="backslashreplace")
+    as_json = wants_json(argv)  # before parsing: a usage refusal is JSON too
     try:
         args = parse(argv)
+        as_json = args.json
         with state_dir_setting(args.state_dir):
             code = int(args.func(args))
         flush_stdout()
@@ -931,22 +1089,36 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"refine: OUTPUT: the command ran; its output was lost: {exc}", file=sys.stderr)
         return EXIT_REFUSED
     except UsageError as exc:
-        print(f"refine: USAGE: {printable(str(exc))}", file=sys.stderr)
-        return EXIT_USAGE
+        return refuse("USAGE", str(exc), EXIT_USAGE, as_json=as_json)
     except RefineError as exc:
-        print(f"refine: {exc.code}: {printable(exc.message)}", file=sys.stderr)
-        return exit_code(exc)
+        return refuse(exc.code, exc.message, exit_code(exc), as_json=as_json)
     except KeyboardInterrupt as exc:  # the shell's 128 + the signal's number
         return EXIT_TERMINATED if isinstance(exc, Terminated) else EXIT_INTERRUPTED
     except Exception as exc:  # a bug: one line for the operator, the traceback on request
         if os.environ.get("REFINE_DEBUG"):
             raise
-        print(
-            f"refine: INTERNAL: {type(exc).__name__}: {printable(str(exc))}"
-            " (REFINE_DEBUG=1 shows more)",
-            file=sys.stderr,
-        )
-        return EXIT_REFUSED
+        message = f"{type(exc).__name__}: {exc}"
+        return refuse("INTERNAL", message, EXIT_REFUSED, as_json=as_json, more=True)
+
+
+def wants_json(argv: Sequence[str]) -> bool:
+    """``--json`` among the options (not in a recipe after ``--``): for refusals before parsing."""
+    options = argv[: list(argv).index("--")] if "--" in argv else argv
+    return "--json" in options
+
+
+def refuse(code: str, message: str, exit: int, *, as_json: bool, more: bool = False) -> int:
+    """One line on stderr; with ``--json`` also ``{"error": {"code", "message"}}`` on stdout
+    (the message exact there: JSON escapes what a terminal must not interpret)."""
+    hint = " (REFINE_DEBUG=1 shows more)" if more else ""
+    print(f"refine: {code}: {printable(message)}{hint}", file=sys.stderr)
+    if as_json and sys.stdout is not None:
+        try:
+            print(json.dumps({"error": {"code": code, "message": message}}, indent=2))
+            sys.stdout.flush()
+        except OSError:  # no reader, a full disk: the stderr line stands
+            discard_stdout()
+    return exit
 
 
 def exit_without_collecting() -> None:

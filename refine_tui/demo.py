@@ -217,12 +217,30 @@ def finish(path: Path, node: str, operator: str) -> list[str]:
         for goal in goals.list(status="running"):
             run = goals.runs(goal.goal_id)[-1]
             epoch = run.running_attempt.epoch if run.running_attempt else "E"
-            where = f"on node {goal.node_id}" if goal.node_id != node else "needs cleanup"
-            lines.append(
-                f"{goal.goal_id} is still running in the journal ({where}); to end it: "
-                f"refine --journal {path} cleanup {goal.run_id} --epoch {epoch}"
-            )
+            lines.append(_still_running(path, node, goal.goal_id, goal.node_id, run.run_id, epoch))
     return lines
+
+
+def _still_running(
+    path: Path, node: str, goal_id: str, goal_node: str, run_id: str, epoch: int | str
+) -> str:
+    """What is left running in the journal, and the two commands that end it, each for what it
+    is: `cancel` ends the goal's work for good; `cleanup` only confirms that a silent attempt's
+    work has ended, and the goal is then requeued (on its node: for another node's goal, one
+    that never runs in the demo)."""
+    refine = f"refine --journal {path}"
+    cancel = f"`{refine} cancel {goal_id} --reason TEXT` ends the goal"
+    cleanup = f"`{refine} cleanup {run_id} --epoch {epoch}`"
+    if goal_node != node:
+        return (
+            f"{goal_id} is still running in the journal (on node {goal_node}, which the demo"
+            f" does not run): {cancel}; {cleanup} confirms its attempt ended once you know"
+            f" it has, and requeues it for {goal_node}"
+        )
+    return (
+        f"{goal_id} is still running in the journal (needs cleanup: no process of it is left):"
+        f" {cleanup} confirms its attempt ended and requeues it; {cancel}"
+    )
 
 
 def _end_unrecorded(path: Path, node: str, exc: RefineError) -> list[str]:

@@ -43,6 +43,22 @@ PR_SET_PDEATHSIG = 1
 # A terminal larger than any screen's only use is to exhaust memory: 100000x100000 cells made
 # one tab's app take 1.1 GB and a whole core.
 MAX_COLUMNS, MAX_ROWS = 1000, 500
+# xterm.js takes keys only while its hidden textarea has focus, which a click gives: focus it as
+# soon as textual-serve has made it, so a key pressed after load reaches the dashboard.
+FOCUS_ON_LOAD = """<script>
+window.addEventListener("load", () => {
+  const focus = () => {
+    const input = document.querySelector("#terminal .xterm-helper-textarea");
+    if (input) input.focus();
+    return input !== null;
+  };
+  if (!focus()) {
+    const watch = new MutationObserver(() => focus() && watch.disconnect());
+    watch.observe(document.body, {childList: true, subtree: true});
+  }
+});
+</script>
+"""
 
 
 class TokenFileError(Exception):
@@ -248,7 +264,9 @@ class RefineServer(Server):
             "config": {"static": {"url": f"{base}static/"}},
             "application": {"name": self.title},
         }
-        return aiohttp_jinja2.render_template("app_index.html", request, context)
+        page = aiohttp_jinja2.render_template("app_index.html", request, context)
+        page.text = (page.text or "").replace("</body>", FOCUS_ON_LOAD + "</body>", 1)
+        return page
 
     async def handle_websocket(self, request: web.Request) -> web.WebSocketResponse:
         websocket = web.WebSocketResponse(heartbeat=15)

@@ -175,9 +175,22 @@ class TargetNotEmptyError(RefineError):
 
 
 class WaitTimeoutError(RefineError):
-    """`refine wait`: the goal did not reach a wanted status within the timeout."""
+    """`refine wait`: the goal did not reach a wanted status within the timeout (not yet, where
+    GOAL_TERMINAL says never: the CLI gives it an exit code of its own)."""
 
     code = "WAIT_TIMEOUT"
+
+
+class LogElsewhereError(RefineError):
+    """`refine logs`: the attempt ran on another node; its log is a file on that machine."""
+
+    code = "LOG_ELSEWHERE"
+
+
+class NoLogError(RefineError):
+    """`refine logs`: no such attempt, or it left no log on this node."""
+
+    code = "NO_LOG"
 
 
 # --- Nodes: presence and the cleanup of a whole node (DESIGN §14) ----------------------------
@@ -190,7 +203,8 @@ class NodeNotFoundError(InvalidInputError):
 
 
 class NodeLiveError(RefineError):
-    """`refine cleanup --node`: the node beats (``live``): its attempts are its own to end."""
+    """The node beats (``live``): `refine cleanup --node` leaves its attempts to it, and a second
+    `refine node` of that name does not start beside it (unless ``--force``)."""
 
     code = "NODE_LIVE"
 

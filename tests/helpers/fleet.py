@@ -31,8 +31,8 @@ class Fleet:
 
     def __init__(self, hosts: Hosts, journal: str, env: Mapping[str, str] | None = None) -> None:
         self.hosts, self.journal = hosts, journal
-        self.env = (
-            {name: "" for name in _SCRUBBED} | {"PYTHONPATH": _pythonpath()} | dict(env or {})
+        self.env: dict[str, str | None] = (
+            {name: None for name in _SCRUBBED} | {"PYTHONPATH": _pythonpath()} | dict(env or {})
         )
         self.outputs: list[str] = []
         self.nodes: dict[str, HostProcess] = {}
@@ -40,8 +40,8 @@ class Fleet:
     def _host(self, host: Host | str) -> Host:
         return self.hosts[host] if isinstance(host, str) else host
 
-    def _environ(self, host: Host, env: Mapping[str, str] | None) -> dict[str, str]:
-        # Empty counts as unset for refine's REFINE_* readers (each falls back on ``or``).
+    def _environ(self, host: Host, env: Mapping[str, str] | None) -> dict[str, str | None]:
+        # None unsets (an empty REFINE_* variable is bad usage, never "unset").
         return {**self.env, "REFINE_OPERATOR": f"op-{host.name}", **(env or {})}
 
     def refine(

@@ -209,14 +209,16 @@ class Host:
             enter += ["setpriv", f"--reuid={user}", f"--regid={user}", "--init-groups", "--"]
         return enter + list(argv)
 
-    def _env(self, env: Mapping[str, str] | None) -> dict[str, str]:
-        return {**os.environ, **self.env, **(env or {})}
+    def _env(self, env: Mapping[str, str | None] | None) -> dict[str, str]:
+        """The environment of a command: ours, this host's, then ``env`` (None unsets)."""
+        merged: dict[str, str | None] = {**os.environ, **self.env, **(env or {})}
+        return {name: value for name, value in merged.items() if value is not None}
 
     def run(
         self,
         argv: Sequence[str],
         *,
-        env: Mapping[str, str] | None = None,
+        env: Mapping[str, str | None] | None = None,
         input: str | None = None,
         timeout: float = 120,
         check: bool = False,
@@ -238,7 +240,7 @@ class Host:
         self,
         argv: Sequence[str],
         *,
-        env: Mapping[str, str] | None = None,
+        env: Mapping[str, str | None] | None = None,
         stdout: int | IO[Any] | None = subprocess.DEVNULL,
         stderr: int | IO[Any] | None = subprocess.STDOUT,
         user: str | None = None,
@@ -266,7 +268,7 @@ class Host:
         argv: Sequence[str],
         ns_pid: int,
         *,
-        env: Mapping[str, str] | None = None,
+        env: Mapping[str, str | None] | None = None,
         cwd: str | os.PathLike[str] | None = None,
     ) -> HostProcess:
         """Start ``argv`` in this host with exactly the pid ``ns_pid`` in the host's namespace

@@ -44,7 +44,7 @@ def test_a_status_already_reached_returns_at_once(journal: Path, capsys) -> None
 def test_timeout_is_a_typed_refusal_and_writes_nothing(journal: Path, capsys) -> None:
     before = dump(journal)
     code, out, err = refine(capsys, journal, "wait", "g", "--status", "running", "--timeout", "0.2")
-    assert (code, out) == (1, "")
+    assert (code, out) == (4, "")  # "not yet": its own exit code (issue 24.10)
     assert err == "refine: WAIT_TIMEOUT: goal g is still queued after 0.2 s\n"
     assert dump(journal) == before
 

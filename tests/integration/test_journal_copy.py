@@ -268,7 +268,8 @@ def test_four_copies_into_one_new_file_one_wins_and_the_others_refuse(tmp_path: 
         if code == 0:
             assert json.loads(out)["check"]["clean"] and err == ""
         else:
-            assert out == "" and err.count("\n") == 1
+            assert json.loads(out)["error"]["code"] == "TARGET_NOT_EMPTY"  # --json's refusal
+            assert err.count("\n") == 1
             assert err.startswith("refine: TARGET_NOT_EMPTY: ") and str(target) in err
     assert [p.name for p in tmp_path.iterdir() if p.is_file()] == ["new.db"]  # no temp left
     listed = [refine("--journal", str(j), "goals", "--json").stdout for j in (source, target)]

@@ -57,6 +57,43 @@ def test_quitting_the_demo_stops_and_records_what_it_started(tmp_path: Path) -> 
     ), lines
 
 
+def test_the_goodbye_says_cancel_ends_work_and_cleanup_confirms_a_silent_attempt(
+    tmp_path: Path,
+) -> None:
+    """Issue 24.6: it offered `cleanup gpu-train.r1 --epoch 1` "to end it", which requeues the
+    goal for node n2 (that never runs here). The commands it gives are run as given."""
+    import shlex
+    import subprocess
+
+    path = populate(tmp_path / "journal.db", live=False)
+    lines = {line.split()[0]: line for line in finish(path, DEMO_NODE, "dana")}
+    assert set(lines) == {"nightly-report", "gpu-train"}
+
+    def given(line: str, verb: str) -> list[str]:
+        command = next(c for c in line.split("`")[1::2] if f" {verb} " in c)
+        return shlex.split(command.replace("TEXT", "'not needed'"))
+
+    def run(argv: list[str]) -> None:
+        env = {**os.environ, "REFINE_NODE": DEMO_NODE, "REFINE_OPERATOR": "dana"}
+        argv = [sys.executable, "-m", "refine_tui.cli", *argv[1:]]
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=env)
+        assert done.returncode == 0, done.stderr
+
+    other = lines["gpu-train"]
+    assert "to end it" not in other and "on node n2" in other
+    assert "cancel gpu-train --reason TEXT` ends the goal" in other
+    assert "cleanup gpu-train.r1 --epoch 1` confirms its attempt ended once you know" in other
+    run(given(other, "cancel"))
+    orphan = lines["nightly-report"]
+    assert "cleanup nightly-report.r1 --epoch 1` confirms its attempt ended" in orphan
+    assert "cancel nightly-report --reason TEXT` ends the goal" in orphan
+    run(given(orphan, "cleanup"))
+    with Journal.open(path, read_only=True) as journal:
+        goals = Goals(journal)
+        assert goals.read("gpu-train").status == "cancelled"  # type: ignore[union-attr]
+        assert goals.read("nightly-report").status == "queued"  # type: ignore[union-attr]
+
+
 def test_quitting_while_its_workers_are_still_starting_stops_them_too(tmp_path: Path) -> None:
     """Quit at once: workers launched before the node stopped record themselves only later (on
     a busy machine); the demo Stopped only the recorded ones and left the rest running."""

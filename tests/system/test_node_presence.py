@@ -16,6 +16,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import urllib.parse
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
@@ -173,7 +174,8 @@ def test_cleanup_of_a_live_node_is_refused_in_one_line_and_writes_nothing(fleet:
     assert done.returncode == 1 and done.stdout == ""
     assert one_line(done.stderr).startswith("refine: NODE_LIVE: node n1 is live")
     done = fleet.refine("cleanup", "--node", "n1", "--json")
-    assert done.returncode == 1 and done.stdout == "" and "NODE_LIVE" in one_line(done.stderr)
+    assert done.returncode == 1 and "NODE_LIVE" in one_line(done.stderr)
+    assert json.loads(done.stdout)["error"]["code"] == "NODE_LIVE"  # issue 24.10
     assert fleet.sequence() == before and fleet.goals()["g1"] == "running"
 
 
@@ -304,3 +306,79 @@ def test_after_run_the_node_option_is_still_this_nodes_name(
         goals = Goals(journal)
         run = goals.current_run(goals.read("g"))  # type: ignore[arg-type]
         assert run is not None and run.attempts[0].cleanup["confirmed_by"] == "dana@n1"
+
+
+# --- one node of a name (issue 24.12) ----------------------------------------------------------
+
+
+def node_log(fleet: Nodes, node_id: str) -> str:
+    path = fleet.dir / f"node-{node_id}.log"
+    return path.read_text(errors="replace") if path.exists() else ""
+
+
+def test_a_node_says_where_it_runs_in_one_line_when_it_starts(fleet: Nodes) -> None:
+    fleet.start_node("n1", 0.5)
+    wait_until(lambda: "refine node: " in node_log(fleet, "n1"), 60, "the start line")
+    line = next(ln for ln in node_log(fleet, "n1").splitlines() if ln.startswith("refine node:"))
+    with Journal.open(fleet.location, read_only=True) as journal:
+        shown, journal_id = journal.location, journal.journal_id
+    assert line.startswith(f"refine node: node n1 on journal {shown}, state dir ")
+    assert str(journal_id) in line and line.endswith(", capacity 4, heartbeat 0.5 s")
+    password = urllib.parse.urlsplit(fleet.location).password  # the server's: scram
+    assert password is None or password not in line
+
+
+def test_a_second_node_of_the_same_name_is_refused_unless_forced(fleet: Nodes) -> None:
+    first = fleet.start_node("n1", 0.5)
+    wait_until(lambda: fleet.state("n1") == "live", 60, "n1 live")
+    done = fleet.refine("--node", "n1", "node", "--heartbeat", "0.5")
+    assert done.returncode == 1 and done.stdout == ""
+    assert one_line(done.stderr).startswith(
+        "refine: NODE_LIVE: node n1 already runs on this machine for this journal"
+        f" (pid {first.pid})"
+    )
+    assert first.poll() is None  # the first one serves on
+    forced = subprocess.Popen(
+        [*REFINE, "--journal", fleet.location, "--node", "n1", "node", "--force"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    fleet.started.append(forced)
+    assert forced.stderr is not None
+    assert forced.stderr.readline().startswith(b"refine node: node n1 on journal ")
+
+
+def test_a_live_node_of_the_name_on_another_machine_is_refused_unless_forced(
+    fleet: Nodes,
+) -> None:
+    from store.journal.presence import Beat
+
+    with Journal.open(fleet.location) as journal:  # node n2 beats from machine "far" (an hour)
+        journal.write_presence(Beat("n2", "start", "far", 4, refine_version(), 3600.0))
+    before = fleet.sequence()
+    done = fleet.refine("--node", "n2", "node")
+    assert done.returncode == 1 and done.stdout == ""
+    assert one_line(done.stderr).startswith(
+        "refine: NODE_LIVE: node n2 is live on this journal from host far (last beat "
+    )
+    assert "--force" in done.stderr and fleet.sequence() == before
+    argv = [*REFINE, "--journal", fleet.location, "--node", "n2", "node", "--force"]
+    proc = subprocess.Popen(argv, stderr=subprocess.PIPE, start_new_session=True)
+    fleet.started.append(proc)
+    assert proc.stderr is not None
+    assert proc.stderr.readline().startswith(b"refine node: node n2 on journal ")
+
+
+def test_a_node_killed_here_starts_again_at_once_though_its_beat_looks_live(
+    fleet: Nodes,
+) -> None:
+    """Its last beat is fresh (live for three intervals) but its lock went with it."""
+    first = fleet.start_node("n1", 60.0)
+    wait_until(lambda: fleet.state("n1") == "live", 60, "n1 live")
+    os.killpg(first.pid, signal.SIGKILL)
+    first.wait(timeout=30)
+    assert fleet.state("n1") == "live"
+    again = fleet.start_node("n1", 60.0)
+    wait_until(lambda: node_log(fleet, "n1").count("refine node: node n1") == 2, 60, "restart")
+    assert again.poll() is None and "NODE_LIVE" not in node_log(fleet, "n1")

@@ -202,6 +202,17 @@ def test_cancel_from_the_browser_commits_to_the_journal(browser, serve) -> None:
     wait_for(lambda: "cancelled" in screen(page), "the cancelled status in the page")
 
 
+def test_keys_reach_the_dashboard_without_a_click(browser, serve) -> None:
+    """Issue 24.7: keys were lost until the terminal was clicked (the page body had focus)."""
+    served = serve()
+    page = browser.new_page()
+    page.goto(served.url)
+    wait_for(lambda: "build-docs" in screen(page), "the goal row")
+    page.keyboard.press("c")  # no click, no page.focus: the terminal has it from the load
+    wait_for(lambda: "reason" in screen(page).lower(), "the Cancel modal")
+    assert page.evaluate("document.activeElement.className").startswith("xterm-helper-textarea")
+
+
 def test_read_only_refuses_actions_in_words(browser, serve) -> None:
     served = serve("--read-only")
     assert "(read-only)" in served.lines[0]

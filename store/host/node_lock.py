@@ -1,0 +1,57 @@
+"""One `refine node` of a name per journal on this machine: a lock file in its state dir.
+
+The node holds ``node.lock`` (``fcntl.lockf``) while it serves. The kernel releases it when the
+process ends, however it ends, and a POSIX lock is not inherited by the workers the node
+starts, so a held lock proves that node process is alive here. Presence beats cannot prove
+that: a node killed a moment ago looks ``live`` for three of its heartbeat intervals.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+from pathlib import Path
+
+LOCK_FILE = "node.lock"
+
+
+class NodeLock:
+    """``<state dir>/node.lock``: ``acquire`` it, ``release`` it (or let the process end)."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self.path = state_dir / LOCK_FILE
+        self._fd: int | None = None
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+    def acquire(self) -> bool:
+        """Take the lock and write our pid in it; False while another process holds it.
+        OSError when the file cannot be made (the state dir's own problem, said by the node)."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # EAGAIN / EACCES: held
+            os.close(fd)
+            return False
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self._fd = fd
+        return True
+
+    def holder(self) -> str:
+        """The pid the holder wrote ("?" when it cannot be read)."""
+        try:
+            text = self.path.read_text(encoding="ascii", errors="replace").strip()
+        except OSError:
+            return "?"
+        return text if text.isdigit() else "?"
+
+    def release(self) -> None:
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._fd)  # closing the descriptor releases the lock
+            self._fd = None
