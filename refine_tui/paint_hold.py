@@ -7,6 +7,7 @@ then repaints it all again. Keys are handled meanwhile.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 from collections.abc import Callable
 from typing import Any
@@ -25,6 +26,7 @@ class PaintHold:
         self.box = box  # (None: the widgets are gone, the app is closing)
         self.timer: Timer | None = None  # a new filter's list is on its way (hold)
         self._gc_held = False  # hold turned the garbage collector off
+        self._batch = contextlib.ExitStack()  # the App's batch_update(), open while held
 
     @property
     def held(self) -> bool:
@@ -33,7 +35,7 @@ class PaintHold:
     def hold(self, at_most_s: float) -> None:
         """Paint nothing until the new list is shown (or ``at_most_s`` passed)."""
         if self.timer is None:
-            self.app._begin_batch()  # batch_update() held across turns of the event loop
+            self._batch.enter_context(self.app.batch_update())  # held across turns of the loop
             self.timer = self.app.set_timer(at_most_s, self.release)
             # Nor a full garbage collection (≈ 40 ms at 100k, profiled) before the first screen.
             self._gc_held = gc.isenabled()
@@ -45,7 +47,7 @@ class PaintHold:
         if self.timer is not None:
             self.timer.stop()
             self.timer = None
-            self.app._end_batch()
+            self._batch.close()
             if (box := self.box()) is not None and box.closing:
                 self.app.call_after_refresh(box.finish_closing)
             if self._gc_held:

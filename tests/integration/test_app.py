@@ -26,6 +26,7 @@ from refine_tui.goal_list import FILL_CHUNK, GoalList
 from refine_tui.messages import JournalUpdate
 from refine_tui.screens.confirm import CancelModal, ConfirmModal
 from refine_tui.screens.help import HelpScreen
+from refine_tui.textual_private import batch_depth, notifications
 from refine_tui.widgets.keyed_table import KeyedTable
 from store.journal.sqlite import Journal
 from store.model.goals import Goals
@@ -40,7 +41,7 @@ OBSERVE_S = 5.5  # a little more than one of the dashboard's liveness rounds
 
 
 def notes(app: RefineApp) -> list[str]:
-    return [n.message for n in app._notifications]
+    return [n.message for n in notifications(app)]
 
 
 def read_goal(path: Path, goal_id: str):
@@ -273,7 +274,7 @@ async def test_a_filter_while_paused_is_painted_after_the_hold(journal_path: Pat
         await pilot.press("p")
         await pilot.press("slash", *"running", "enter")
         await until(pilot, lambda: not app.paint.held)
-        assert not app._batch_count and __import__("gc").isenabled()
+        assert not batch_depth(app) and __import__("gc").isenabled()
         assert "running" in str(app.query_one("#crumbs", Label).render())
         await pilot.press("p")
         await until(pilot, lambda: set(goals_table(app).keys()) == {"gpu-train", "nightly-report"})
