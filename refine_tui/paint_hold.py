@@ -10,9 +10,8 @@ from __future__ import annotations
 import contextlib
 import gc
 from collections.abc import Callable
-from typing import Any
 
-from textual.app import App
+from textual.dom import DOMNode
 from textual.timer import Timer
 
 from refine_tui.widgets.filter_box import FilterBox
@@ -21,8 +20,8 @@ from refine_tui.widgets.filter_box import FilterBox
 class PaintHold:
     """Holds the App's paint from ``hold`` to ``release``, and closes the filter box after."""
 
-    def __init__(self, app: App[Any], box: Callable[[], FilterBox | None]) -> None:
-        self.app = app
+    def __init__(self, owner: DOMNode, box: Callable[[], FilterBox | None]) -> None:
+        self.owner = owner  # the screen it holds the paint for: its App's, all of it
         self.box = box  # (None: the widgets are gone, the app is closing)
         self.timer: Timer | None = None  # a new filter's list is on its way (hold)
         self._gc_held = False  # hold turned the garbage collector off
@@ -35,8 +34,9 @@ class PaintHold:
     def hold(self, at_most_s: float) -> None:
         """Paint nothing until the new list is shown (or ``at_most_s`` passed)."""
         if self.timer is None:
-            self._batch.enter_context(self.app.batch_update())  # held across turns of the loop
-            self.timer = self.app.set_timer(at_most_s, self.release)
+            app = self.owner.app
+            self._batch.enter_context(app.batch_update())  # held across turns of the loop
+            self.timer = app.set_timer(at_most_s, self.release)
             # Nor a full garbage collection (≈ 40 ms at 100k, profiled) before the first screen.
             self._gc_held = gc.isenabled()
             gc.disable()
@@ -48,7 +48,8 @@ class PaintHold:
             self.timer.stop()
             self.timer = None
             self._batch.close()
+            app = self.owner.app
             if (box := self.box()) is not None and box.closing:
-                self.app.call_after_refresh(box.finish_closing)
+                app.call_after_refresh(box.finish_closing)
             if self._gc_held:
-                self.app.call_after_refresh(gc.enable)
+                app.call_after_refresh(gc.enable)

@@ -158,7 +158,7 @@ async def test_every_screen_shows_hostile_text_literally(hostile: Path) -> None:
         await until(pilot, lambda: attempts.keys() == ["1"])
         assert_literal(attempts.get_cell("1", "state"), "failed (\\x1b]0;pwned")
         await pilot.press("escape", "escape", "escape")
-        await until(pilot, lambda: app.view == "goals")
+        await until(pilot, lambda: app.dashboard.stack.view == "goals")
 
         # The log of an attempt whose lines are hostile, and the cleanup modal's evidence.
         goals.select("orphan")
