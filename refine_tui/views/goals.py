@@ -3,8 +3,8 @@ a chunk per turn of the event loop (keys and messages handled between chunks).
 
 It owns the rows, the filter (its part of the read: ``follower.wants.filter``, and the table's
 height: how many rows a new list shows first), the Goal columns' widths and the rows still in
-their launch window. The App hands it the Goals slice of each journal update (``take``); enter
-on a row goes up as ``GoalsView.Opened``.
+their launch window. The dashboard hands it the Goals slice of each journal update (``take``);
+enter on a row goes up as ``GoalsView.Opened``.
 """
 
 from __future__ import annotations
