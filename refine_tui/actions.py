@@ -149,11 +149,12 @@ def check(action: str, sel: Selection) -> bool | None:
     return True
 
 
-def key_refusal(key: str, sel: Selection) -> str | None:
-    """What pressing ``key`` says when its action is greyed (None: nothing to say)."""
+def key_refusal(key: str, selection: Callable[[], Selection]) -> str | None:
+    """What pressing ``key`` says when its action is greyed (None: nothing to say); the
+    selection is looked at only for the dashboard's own keys."""
     for binding in KEYS:
         if isinstance(binding, Binding) and key in binding.key.split(","):
-            return refusal(binding.action, sel)
+            return refusal(binding.action, selection())
     return None
 
 

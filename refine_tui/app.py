@@ -146,7 +146,7 @@ class RefineApp(App[None]):
     @property
     def goal_rows(self) -> dict[str, GoalRow]:
         """The listed Goals, in list order (some may not be in the table yet: still filling)."""
-        return self.dashboard.goals.rows
+        return self.dashboard.goals.listed
 
     def selected_goal(self) -> GoalRow | None:
         return self.dashboard.stack.selected_goal()

@@ -105,7 +105,7 @@ class Dashboard(Screen[None]):
 
     def on_mount(self) -> None:
         self.header.show()
-        self.goals.table.focus()
+        self.goals.focus()
         self.set_interval(1.0, self.tick)
         self.set_interval(OBSERVE_INTERVAL_S, self.observe_processes)
         self.post_message(self.Ready())
@@ -137,7 +137,7 @@ class Dashboard(Screen[None]):
                 self.attempts.show(update.attempts)
             if update.history:
                 self.detail_pane.append_history(update.history)
-        seq, shown = update.last_sequence, len(self.goals.rows)
+        seq, shown = update.last_sequence, len(self.goals.listed)
         self.show_header(
             state=self.steady_state(),
             last_sequence=seq,
@@ -265,7 +265,7 @@ class Dashboard(Screen[None]):
         """A greyed key says why instead of doing nothing."""
         if isinstance(self.focused, Input):
             return
-        if (text := key_refusal(event.key, self.selection())) is not None:
+        if (text := key_refusal(event.key, self.selection)) is not None:
             self.app.notify(text, severity="warning")
             event.stop()
 
@@ -318,7 +318,7 @@ class Dashboard(Screen[None]):
     def close_detail(self) -> None:
         self.detail_pane.close()
         self.app.remove_class("with-detail")
-        self.stack.shown.table.focus()
+        self.stack.shown.focus()
 
     def tell_detail(self, retarget: bool = True) -> None:
         """Tell an open detail pane the selection (or only whether its attempt still runs)."""
@@ -346,7 +346,7 @@ class Dashboard(Screen[None]):
         if self.stack.view != "goals":
             self.stack.home()
         self.set_crumbs()
-        self.goals.table.focus()
+        self.goals.focus()
 
     def action_back(self) -> None:
         if self.filter_box.is_open:  # escape in the filter clears it (k9s)
@@ -385,4 +385,4 @@ class Dashboard(Screen[None]):
     @property
     def goal_rows(self) -> dict[str, GoalRow]:
         """The listed Goals, in list order (some may not be in the table yet: still filling)."""
-        return self.goals.rows
+        return self.goals.listed

@@ -8,7 +8,6 @@ Its part of the read is that Run (``follower.wants.run_id``); enter on an Attemp
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
 
 from textual import on
 from textual.message import Message
@@ -20,19 +19,40 @@ from refine_tui.follow import JournalFollower
 from refine_tui.observe import LastObservations
 from refine_tui.rows import AttemptRow
 from refine_tui.views.base import TableView
-from refine_tui.widgets.keyed_table import KeyedTable
 
 
-class AttemptTable(KeyedTable):
-    """The focused Run's Attempts, each with its last process observation."""
+class AttemptsView(TableView):
+    """The Attempts of one Run (``run_id``; None: no Run is drilled into)."""
 
-    def __init__(self, cells: Callable[[AttemptRow], Cells], **kwargs: Any) -> None:
-        super().__init__(ATTEMPT_COLUMNS, **kwargs)
-        self.cells = cells  # widths and the clock are the view's
+    VIEW = "attempts"
+
+    class Opened(Message):
+        """enter on an Attempt: its log."""
+
+    def __init__(self, follower: JournalFollower, clock: Callable[[], float]) -> None:
+        super().__init__(ATTEMPT_COLUMNS, follower)
         self.attempts: dict[str, AttemptRow] = {}
         self.last_observed = LastObservations()
+        self.clock = clock
+        # Grown on wide terminals; the State fits "interrupted (… by dana@n1)".
+        self.widths = {k: BASE_WIDTHS[k] for k in ("state", "worker")}
+        self.run_id: str | None = None
+
+    def cells(self, a: AttemptRow) -> Cells:
+        return cells.attempt_cells(a, self.widths, self.clock)
+
+    def open(self, run_id: str) -> None:
+        """Show ``run_id``'s Attempts (read from the journal next)."""
+        self.run_id = run_id
+        self.sync({})
+        self.follower.wants.run_id = run_id
+        self.follower.wake(full=True)
+
+    def close(self) -> None:
+        self.run_id = self.follower.wants.run_id = None
 
     def show(self, attempts: list[AttemptRow]) -> None:
+        """The Attempts slice of a journal update."""
         attempts = [self.last_observed(a) for a in attempts]
         self.attempts = {str(a.epoch): a for a in attempts}
         opening = not self.keys()
@@ -47,48 +67,13 @@ class AttemptTable(KeyedTable):
             if a.running or not running_only:
                 self.upsert(key, self.cells(a))
 
+    def tick(self) -> None:
+        """The running attempts' durations."""
+        self.redraw(running_only=True)
+
     def selected_row(self) -> AttemptRow | None:
         key = self.selected_key
         return self.attempts.get(key) if key else None
-
-
-class AttemptsView(TableView):
-    """The Attempts of one Run (``run_id``; None: no Run is drilled into)."""
-
-    VIEW = "attempts"
-
-    class Opened(Message):
-        """enter on an Attempt: its log."""
-
-    def __init__(self, follower: JournalFollower, clock: Callable[[], float]) -> None:
-        table = AttemptTable(self.cells, id="attempts")
-        super().__init__(table, follower)
-        self.attempts = table
-        self.clock = clock
-        # Grown on wide terminals; the State fits "interrupted (… by dana@n1)".
-        self.widths = {k: BASE_WIDTHS[k] for k in ("state", "worker")}
-        self.run_id: str | None = None
-
-    def cells(self, a: AttemptRow) -> Cells:
-        return cells.attempt_cells(a, self.widths, self.clock)
-
-    def open(self, run_id: str) -> None:
-        """Show ``run_id``'s Attempts (read from the journal next)."""
-        self.run_id = run_id
-        self.attempts.sync({})
-        self.follower.wants.run_id = run_id
-        self.follower.wake(full=True)
-
-    def close(self) -> None:
-        self.run_id = self.follower.wants.run_id = None
-
-    def show(self, attempts: list[AttemptRow]) -> None:
-        """The Attempts slice of a journal update."""
-        self.attempts.show(attempts)
-
-    def tick(self) -> None:
-        """The running attempts' durations."""
-        self.attempts.redraw(running_only=True)
 
     def set_widths(self, widths: Mapping[str, int]) -> None:
         mine = {k: widths[k] for k in self.widths}
@@ -96,17 +81,17 @@ class AttemptsView(TableView):
             return
         self.widths = mine
         for key, width in mine.items():
-            self.attempts.set_width(key, width)
-        self.attempts.redraw()
+            self.set_width(key, width)
+        self.redraw()
 
     def crumbs(self, goal_id: str | None) -> str:
         return f"Goals › {goal_id} › {self.run_id} › Attempts   (escape: back)"
 
     def words(self, elsewhere: str | None = None) -> str | None:
         """``elsewhere``: the node the Goal runs on, when it is not this dashboard's."""
-        if self.attempts.selected_key is None:
+        if self.selected_key is None:
             return None
-        row = self.attempts.selected_row()
+        row = self.selected_row()
         return cells.attempt_words(row, elsewhere) if row else ""
 
     @on(DataTable.RowSelected)

@@ -1,7 +1,7 @@
 """The Goals view: the listed Goals, their table, the filter, and a new list going into the table
 a chunk per turn of the event loop (keys and messages handled between chunks).
 
-It owns the rows, the filter (its part of the read: ``follower.wants.filter``, and the table's
+It owns the listed rows, the filter (its part of the read: ``follower.wants.filter``, and its
 height: how many rows a new list shows first), the Goal columns' widths and the rows still in
 their launch window. The dashboard hands it the Goals slice of each journal update (``take``);
 enter on a row goes up as ``GoalsView.Opened``.
@@ -25,7 +25,6 @@ from refine_tui.follow import JournalFollower
 from refine_tui.observe import LaunchWindows
 from refine_tui.rows import GoalRow
 from refine_tui.views.base import TableView
-from refine_tui.widgets.keyed_table import KeyedTable
 
 # A long list (a filter's ~1,200 rows) goes into the table this many rows per turn of the event
 # loop, keys handled between turns: all at once it held them for 40–400 ms at 100,000 Goals.
@@ -33,7 +32,7 @@ FILL_CHUNK = 200
 
 
 class GoalsView(TableView):
-    """The listed Goals: ``rows`` (in list order), some of them not in the table yet."""
+    """The listed Goals: ``listed`` (in list order), some of them not in the table yet."""
 
     VIEW = "goals"
     filter: var[str] = var("", init=False, always_update=True)
@@ -48,21 +47,21 @@ class GoalsView(TableView):
         goal: GoalRow
 
     def __init__(self, follower: JournalFollower, clock: Callable[[], float]) -> None:
-        super().__init__(KeyedTable(GOAL_COLUMNS, id="goals"), follower)
+        super().__init__(GOAL_COLUMNS, follower)
         self.clock = clock
         self.widths = {k: BASE_WIDTHS[k] for k in ("title", "note")}  # grown on wide terminals
-        self.rows: dict[str, GoalRow] = {}  # the listed Goals: the table's and unfilled
+        self.listed: dict[str, GoalRow] = {}  # the listed Goals: the table's and unfilled
         self.unfilled: dict[str, None] = {}  # listed Goals not in the table yet, in list order
         self.generation = 0  # a newer list cancels the chunks an older one has left
         self.launches = LaunchWindows(self, paused=lambda: self.paused, recheck=follower.read)
         follower.wants.first_screen = first_screen(0)  # not laid out yet
 
     def on_resize(self, event: events.Resize) -> None:
-        self.follower.wants.first_screen = first_screen(self.table.size.height)
+        self.follower.wants.first_screen = first_screen(self.size.height)
 
-    def on_mount(self) -> None:
+    def on_mount(self) -> None:  # (Textual calls KeyedTable's too: the columns)
         # Rows scrolled into view show their elapsed time now, not within a second.
-        self.watch(self.table, "scroll_y", self.tick, init=False)
+        self.watch(self, "scroll_y", self.tick, init=False)
 
     def watch_filter(self, text: str) -> None:
         self.stop()  # a newer filter: the older list's remaining chunks would be stale
@@ -83,24 +82,20 @@ class GoalsView(TableView):
         return matches(row, self.filter)
 
     def selected_row(self) -> GoalRow | None:
-        key = self.table.selected_key
-        return self.rows.get(key) if key else None
+        key = self.selected_key
+        return self.listed.get(key) if key else None
 
     def words(self) -> str | None:
-        key = self.table.selected_key
+        key = self.selected_key
         if key is None:
             return None
-        row = self.rows.get(key)
+        row = self.listed.get(key)
         return cells.goal_words(row) if row else ""
-
-    def visible_keys(self) -> list[str]:
-        """The Goals on screen (none while another view is shown)."""
-        return self.table.visible_keys() if self.display else []
 
     @on(DataTable.RowSelected)
     def _opened(self, event: DataTable.RowSelected) -> None:
         event.stop()
-        if (key := event.row_key.value) and (row := self.rows.get(key)):
+        if (key := event.row_key.value) and (row := self.listed.get(key)):
             self.post_message(self.Opened(row))
 
     # --- the journal's updates --------------------------------------------------------------
@@ -117,13 +112,13 @@ class GoalsView(TableView):
     def show(self, rows: dict[str, GoalRow]) -> None:
         """Make ``rows`` the Goals list: its first chunk and the rows already shown at once
         (the cursor stays on its key), the rest a chunk per turn of the event loop."""
-        self.rows = rows
+        self.listed = rows
         self.generation += 1
         keys = list(rows)
-        shown = set(self.table.keys())
+        shown = set(self.keys())
         now = [k for i, k in enumerate(keys) if i < FILL_CHUNK or k in shown]
         self.unfilled = dict.fromkeys(k for k in keys[FILL_CHUNK:] if k not in shown)
-        self.table.sync({k: self.cells(rows[k]) for k in now})
+        self.sync({k: self.cells(rows[k]) for k in now})
         if self.unfilled:
             self.app.call_after_refresh(self._fill, self.generation)
 
@@ -134,9 +129,9 @@ class GoalsView(TableView):
         with self.app.batch_update():
             for key in list(itertools.islice(self.unfilled, FILL_CHUNK)):
                 del self.unfilled[key]
-                self.table.upsert(key, self.cells(self.rows[key]))
+                self.upsert(key, self.cells(self.listed[key]))
             if not self.unfilled:  # rows the table held beyond the first chunk: into place
-                self.table.order(list(self.rows))
+                self.order(list(self.listed))
         if self.unfilled:
             self.app.call_after_refresh(self._fill, generation)
 
@@ -144,23 +139,23 @@ class GoalsView(TableView):
         """Another list was asked for: the rest of this one is not shown."""
         self.generation += 1
         for key in self.unfilled:
-            self.rows.pop(key, None)
+            self.listed.pop(key, None)
         self.unfilled = {}
 
     def apply(self, changes: Mapping[str, GoalRow | None]) -> None:
         """Rows a commit changed (None: gone); a new row is listed if it matches the filter."""
         for key, row in changes.items():
             if row is None:
-                self.rows.pop(key, None)
+                self.listed.pop(key, None)
                 self.unfilled.pop(key, None)
-                self.table.drop(key)
-            elif key in self.rows or self.matches(row):
-                new = key not in self.rows
-                self.rows[key] = row
+                self.drop(key)
+            elif key in self.listed or self.matches(row):
+                new = key not in self.listed
+                self.listed[key] = row
                 if key in self.unfilled or (new and self.unfilled):
                     self.unfilled[key] = None  # shown in its turn: the order holds
                 else:
-                    self.table.upsert(key, self.cells(row))
+                    self.upsert(key, self.cells(row))
 
     # --- what changes without a commit ------------------------------------------------------
 
@@ -170,9 +165,9 @@ class GoalsView(TableView):
             return
         now = self.clock()
         for key in self.visible_keys():
-            row = self.rows.get(key)
+            row = self.listed.get(key)
             if row is not None and row.started_at is not None:
-                self.table.set_cell(key, "elapsed", fmt.duration(now - row.started_at))
+                self.set_cell(key, "elapsed", fmt.duration(now - row.started_at))
 
     def set_widths(self, widths: Mapping[str, int]) -> None:
         """Title and Note grown into the room a wide terminal has: every row again."""
@@ -181,10 +176,10 @@ class GoalsView(TableView):
             return
         self.widths = mine
         for key, width in mine.items():
-            self.table.set_width(key, width)
-        for key, row in self.rows.items():
+            self.set_width(key, width)
+        for key, row in self.listed.items():
             if key not in self.unfilled:
-                self.table.upsert(key, self.cells(row))
+                self.upsert(key, self.cells(row))
 
     def watched(self, also: str | None) -> list[GoalRow]:
         """The rows a liveness look covers: the visible Goals and ``also`` (the one the deeper
@@ -192,7 +187,7 @@ class GoalsView(TableView):
         keys = set(self.visible_keys())
         if also is not None:
             keys.add(also)
-        return [r for k in keys if (r := self.rows.get(k)) is not None]
+        return [r for k in keys if (r := self.listed.get(k)) is not None]
 
 
 def first_screen(height: int) -> int:

@@ -7,7 +7,6 @@ goes up as ``RunsView.Opened``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from textual import on
 from textual.message import Message
@@ -18,32 +17,12 @@ from refine_tui.cells import RUN_COLUMNS, run_cells
 from refine_tui.follow import JournalFollower
 from refine_tui.rows import GoalRow, RunRow
 from refine_tui.views.base import TableView
-from refine_tui.widgets.keyed_table import KeyedTable
 
 
 def last_attempt(run_id: str, attempts: str) -> tuple[str, int] | None:
     """(run_id, epoch) of a Run's latest attempt, from its "used/budget" text (None: none yet)."""
     used = int(attempts.split("/")[0] or 0) if attempts else 0
     return (run_id, used) if used else None
-
-
-class RunTable(KeyedTable):
-    """The focused Goal's Runs."""
-
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(RUN_COLUMNS, **kwargs)
-        self.runs: dict[str, RunRow] = {}  # (DataTable has its own .rows)
-
-    def show(self, runs: list[RunRow]) -> None:
-        self.runs = {r.run_id: r for r in runs}
-        opening = not self.keys()
-        self.sync({r.run_id: run_cells(r) for r in runs})
-        if opening and runs:  # open on the current (latest) round
-            self.select(runs[-1].run_id)
-
-    def selected_row(self) -> RunRow | None:
-        key = self.selected_key
-        return self.runs.get(key) if key else None
 
 
 class RunsView(TableView):
@@ -58,15 +37,14 @@ class RunsView(TableView):
         run_id: str
 
     def __init__(self, follower: JournalFollower) -> None:
-        table = RunTable(id="runs")
-        super().__init__(table, follower)
-        self.runs = table
+        super().__init__(RUN_COLUMNS, follower)
+        self.runs: dict[str, RunRow] = {}  # (DataTable has its own .rows)
         self.goal_id: str | None = None
 
     def open(self, goal: GoalRow) -> None:
         """Show ``goal``'s Runs (read from the journal next)."""
         self.goal_id = goal.goal_id
-        self.runs.sync({})
+        self.sync({})
         self.follower.wants.goal_id, self.follower.wants.goal_node = goal.goal_id, goal.node_id
         self.follower.wake(full=True)
 
@@ -76,15 +54,23 @@ class RunsView(TableView):
 
     def show(self, runs: list[RunRow]) -> None:
         """The Runs slice of a journal update."""
-        self.runs.show(runs)
+        self.runs = {r.run_id: r for r in runs}
+        opening = not self.keys()
+        self.sync({r.run_id: run_cells(r) for r in runs})
+        if opening and runs:  # open on the current (latest) round
+            self.select(runs[-1].run_id)
+
+    def selected_row(self) -> RunRow | None:
+        key = self.selected_key
+        return self.runs.get(key) if key else None
 
     def crumbs(self) -> str:
         return f"Goals › {self.goal_id} › Runs   (escape: back)"
 
     def words(self) -> str | None:
-        if self.runs.selected_key is None:
+        if self.selected_key is None:
             return None
-        row = self.runs.selected_row()
+        row = self.selected_row()
         return cells.run_words(row) if row else ""
 
     @on(DataTable.RowSelected)

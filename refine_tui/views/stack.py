@@ -54,7 +54,7 @@ class ViewStack(ContentSwitcher):
         self.shown = view
         self.current = view.id
         self.goals.follower.wants.view = view.VIEW
-        view.table.focus()
+        view.focus()
         self.post_message(self.Moved())
 
     @on(GoalsView.Opened)
@@ -111,7 +111,7 @@ class ViewStack(ContentSwitcher):
 
     def focused_goal(self) -> GoalRow | None:
         """The Goal the Runs and Attempts views are about, as the Goals list has it."""
-        return self.goals.rows.get(self.runs.goal_id or "")
+        return self.goals.listed.get(self.runs.goal_id or "")
 
     def selected_goal(self) -> GoalRow | None:
         if self.shown is self.goals:
@@ -121,9 +121,9 @@ class ViewStack(ContentSwitcher):
     def selected_attempt(self) -> tuple[str, int] | None:
         """(run_id, epoch) the attempt-level actions (log, cleanup) apply to."""
         if self.shown is self.attempts:
-            row = self.attempts.attempts.selected_row()
+            row = self.attempts.selected_row()
             return (row.run_id, row.epoch) if row else None
-        if self.shown is self.runs and (run := self.runs.runs.selected_row()):
+        if self.shown is self.runs and (run := self.runs.selected_row()):
             return last_attempt(run.run_id, run.attempts)
         goal = self.selected_goal()
         if goal is None or goal.run_id is None:
@@ -134,7 +134,7 @@ class ViewStack(ContentSwitcher):
 
     def selected_run(self) -> str | None:
         if self.shown is self.runs:
-            return self.runs.runs.selected_key
+            return self.runs.selected_key
         if self.shown is self.attempts:
             return self.attempts.run_id
         goal = self.selected_goal()

@@ -5,39 +5,25 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Any
 
 from refine_tui import cells
 from refine_tui.cells import WORKER_COLUMNS, worker_cells
 from refine_tui.follow import JournalFollower
 from refine_tui.rows import Reader, WorkerRow
 from refine_tui.views.base import TableView
-from refine_tui.widgets.keyed_table import KeyedTable
 from store.errors import RefineError
-
-
-class WorkerTable(KeyedTable):
-    """This node's worker processes."""
-
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(WORKER_COLUMNS, **kwargs)
-        self.processes: dict[str, WorkerRow] = {}  # (DOMNode has its own .workers)
-
-    def show(self, workers: list[WorkerRow]) -> None:
-        self.processes = {f"{w.run_id}/{w.epoch}": w for w in workers}
-        self.sync({key: worker_cells(w) for key, w in self.processes.items()})
 
 
 class WorkersView(TableView):
     VIEW = "workers"
 
     def __init__(self, follower: JournalFollower) -> None:
-        table = WorkerTable(id="workers")
-        super().__init__(table, follower)
-        self.processes = table
+        super().__init__(WORKER_COLUMNS, follower)
+        self.processes: dict[str, WorkerRow] = {}  # (DOMNode has its own .workers)
 
     def show(self, workers: list[WorkerRow]) -> None:
-        self.processes.show(workers)
+        self.processes = {f"{w.run_id}/{w.epoch}": w for w in workers}
+        self.sync({key: worker_cells(w) for key, w in self.processes.items()})
 
     async def look(self, reader: Reader) -> None:
         """The processes as they are now (a registry that cannot be read: as they were)."""
@@ -48,8 +34,8 @@ class WorkersView(TableView):
         return f"Workers on node {node}   (escape: back)"
 
     def words(self) -> str | None:
-        key = self.processes.selected_key
+        key = self.selected_key
         if key is None:
             return None
-        row = self.processes.processes.get(key)
+        row = self.processes.get(key)
         return cells.worker_words(row) if row else ""
