@@ -215,9 +215,8 @@ def _missed(app: ProbeApp, path: Path, touched: set[str]) -> dict[str, int]:
     for key, row in app.goal_rows.items():
         shown = [str(c) for i, c in enumerate(table.get_row(key)) if i != elapsed]
         truth = fresh[key]
-        expected = (
-            [str(c) for i, c in enumerate(app.goal_cells(truth)) if i != elapsed] if truth else None
-        )
+        cells = app.dashboard.goals.cells
+        expected = [str(c) for i, c in enumerate(cells(truth)) if i != elapsed] if truth else None
         if row != truth or shown != expected:
             differing += 1
     return {"differing": differing, "not_shown": len(touched - set(app.goal_rows))}

@@ -96,7 +96,8 @@ async def listed(app: ProbeApp, timeout: float = 120.0) -> None:
     and the filter's index is built: the steady state. The index is built once after the first
     paint (≈ 1 s at 100k goals), beside the live reads."""
     deadline = time.monotonic() + timeout
-    while not (app.complete and not app.filling and app.live.indexed):  # last chunk too
+    goals = app.dashboard.goals
+    while not (app.complete and not goals.filling and app.live.indexed):  # last chunk too
         if time.monotonic() > deadline:
             raise RuntimeError("the dashboard never listed every goal")
         await asyncio.sleep(0.02)

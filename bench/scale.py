@@ -81,6 +81,7 @@ async def _responsiveness(path: Path, presses: int) -> dict[str, Any]:
         load = time.monotonic() - began
         await asyncio.sleep(SETTLE_S)
         table = app.query_one("#goals", KeyedTable)
+        goals = app.dashboard.goals
         pages: list[float] = []
         for n in range(presses):
             before = table.scroll_y
@@ -114,7 +115,7 @@ async def _responsiveness(path: Path, presses: int) -> dict[str, Any]:
             painted_at = next(at for at, f in app.lists_painted if f == text)
             firsts.append((painted_at - pressed) * 1000)
             cpus.append((time.process_time() - cpu) * 1000)
-            await _until(lambda: app.complete and not app.filling)  # its last chunk too
+            await _until(lambda g=goals: app.complete and not g.filling)  # its last chunk too
             filters.append((await _painted(app) - pressed) * 1000)
             listed.set()
             stalls.append(await stall)
@@ -134,7 +135,7 @@ async def _responsiveness(path: Path, presses: int) -> dict[str, Any]:
 def _filtered(app: ProbeApp, text: str) -> bool:
     """The table holds rows, only rows matching ``text`` (the header says which filter)."""
     rows = app.goal_rows.values()
-    return bool(rows) and all(app.matches_filter(r) for r in rows)
+    return bool(rows) and all(app.dashboard.goals.matches(r) for r in rows)
 
 
 def measure(size: int, repeats: int, presses: int = 20, log=print) -> dict[str, Any]:

@@ -10,11 +10,12 @@ asks the operator through modals and reports back as notifications, through a ``
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from rich.text import Text
+from textual.binding import Binding, BindingType
 from textual.notifications import SeverityLevel
 from textual.screen import Screen
 
@@ -36,6 +37,23 @@ from store.ops.operator import (
     stop_goal,
 )
 
+# The dashboard's keys. Help and Quit first: a narrow terminal cuts the footer's end, and these
+# two must stay.
+KEYS: list[BindingType] = [
+    Binding("question_mark", "help", "Help"),
+    Binding("q", "app.quit", "Quit"),
+    Binding("s", "stop", "Stop"),
+    Binding("c", "cancel_goal", "Cancel"),
+    Binding("x", "cleanup", "Cleanup"),
+    Binding("R", "release", "Release"),
+    Binding("l", "log", "Log"),
+    Binding("h", "history", "History"),
+    Binding("w", "workers", "Workers", show=False),
+    Binding("slash", "filter", "Filter"),
+    Binding("p", "pause", "Pause", show=False),
+    Binding("r", "refresh", "Refresh", show=False),
+    Binding("escape,backspace", "back", "Back", show=False),
+]
 OPERATOR_ACTIONS = ("stop", "cancel_goal", "cleanup", "release")
 SELECTION_ACTIONS = ("log", "history")
 ACTION_TITLES = {
@@ -124,6 +142,28 @@ def applies(sel: Selection) -> tuple[bool, ...]:
     return tuple(why(a, sel) is None for a in (*OPERATOR_ACTIONS, *SELECTION_ACTIONS))
 
 
+def check(action: str, sel: Selection) -> bool | None:
+    """As ``App.check_action``: True (applies), None (shown greyed: it does not, now)."""
+    if action in OPERATOR_ACTIONS or action in SELECTION_ACTIONS:
+        return True if why(action, sel) is None else None
+    return True
+
+
+def key_refusal(key: str, selection: Callable[[], Selection]) -> str | None:
+    """What pressing ``key`` says when its action is greyed (None: nothing to say); the
+    selection is looked at only for the dashboard's own keys."""
+    for binding in KEYS:
+        if isinstance(binding, Binding) and key in binding.key.split(","):
+            return refusal(binding.action, selection())
+    return None
+
+
+def refusal(action: str, sel: Selection) -> str | None:
+    """What a greyed action says when asked for anyway (None: it applies or is a view's)."""
+    reason = why(action, sel) if action in ACTION_TITLES else None
+    return f"{ACTION_TITLES[action]}: {reason[1]}" if reason is not None else None
+
+
 def hint(sel: Selection) -> str:
     """The line under the table: why the operator keys are greyed, in short."""
     if sel.read_only:
@@ -184,6 +224,19 @@ class OperatorFlows:
         self._writer = writer
         self._reading = reading  # the read connection, if open
         self._reader = reader  # the live reader's Reader, if one was made
+
+    def flow(self, action: str, sel: Selection) -> Coroutine[Any, Any, None] | None:
+        """The flow an operator action starts on the selection (None: nothing to act on)."""
+        goal, attempt = sel.goal, sel.attempt
+        if action == "cleanup":
+            return self.cleanup(*attempt) if attempt is not None else None
+        if goal is None:
+            return None
+        if action == "stop":
+            return self.stop(goal.goal_id)
+        if action == "cancel_goal":
+            return self.cancel(goal.goal_id)
+        return self.release(goal) if action == "release" else None
 
     def writer(self) -> Journal:
         """(thread) The one writable connection, reopened if the journal was replaced."""

@@ -2,9 +2,10 @@
 
 A widget that owns its state (what it shows, how far it has read) and its log timer; it hears
 about the selection by message (``DetailPane.Selected``). History arrives with the journal
-updates (``append_history``); when it needs the history from the start it asks the App with
-``HistoryWanted``. A local log file is followed by polling its size; where the file is comes
-from ``find_log``, run in a thread.
+updates (``append_history``); which Run's history it wants, and from where, it tells the
+follower (its part of the read, ``follower.wants``), and asks for a full read when it needs a
+history from the start. A local log file is followed by polling its size; where the file is
+comes from ``find_log``, run in a thread.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from textual import work
 from textual.message import Message
 
 from refine_tui import format as fmt
+from refine_tui.follow import JournalFollower
 from refine_tui.widgets.follow_log import FollowLog
 from store.errors import RefineError
 from store.journal.api import Event
@@ -49,12 +51,10 @@ class DetailPane(FollowLog):
         target: DetailTarget
         retarget: bool = True
 
-    class HistoryWanted(Message):
-        """The pane shows a new Run's history: read it from the start."""
-
-    def __init__(self, find_log: FindLog, **kwargs: object) -> None:
+    def __init__(self, find_log: FindLog, follower: JournalFollower, **kwargs: object) -> None:
         super().__init__(**kwargs)
         self.find_log = find_log
+        self.follower = follower
         self.mode: str | None = None  # None | "history" | "log"
         self.paused = False  # the dashboard is paused: the log is not followed meanwhile
         self.run_id: str | None = None
@@ -74,20 +74,37 @@ class DetailPane(FollowLog):
         self.mode, self._target = mode, target
         self.display = True
         self.retarget(force=True)
+        self._want()
+
+    def toggle(self, mode: str, target: DetailTarget) -> bool:
+        """Open on ``mode`` and take the focus (True), or close if it shows ``mode`` (False)."""
+        if self.mode == mode:
+            self.close()
+            return False
+        self.open(mode, target)
+        self.focus()  # the keys scroll it; tab goes back to the table
+        return True
 
     def close(self) -> None:
         self.mode = self.run_id = self._log_file = None
         self.display = False
+        self._want()
 
     def on_detail_pane_selected(self, message: Selected) -> None:
         self._target = message.target
         if message.retarget:
             self.retarget()
+            self._want()
         self.show_liveness()
 
     def history_wanted(self) -> tuple[str | None, int]:
         """(run_id, last sequence shown) while the pane shows a history, else (None, 0)."""
         return (self.run_id, self.history_after) if self.mode == "history" else (None, 0)
+
+    def _want(self) -> None:
+        """Tell the follower what history to read next (this pane's part of the read)."""
+        wants = self.follower.wants
+        wants.history_run, wants.history_after = self.history_wanted()
 
     def retarget(self, force: bool = False) -> None:
         """Point the pane at the selected Run (history) or Attempt (log)."""
@@ -104,7 +121,8 @@ class DetailPane(FollowLog):
             if run_id is None:
                 self.write_line("No run selected.")
                 return
-            self.post_message(self.HistoryWanted())
+            self._want()
+            self.follower.wake(full=True)  # the history from its start
         elif self.mode == "log":
             key = f"{target.attempt[0]}/{target.attempt[1]}" if target.attempt else None
             if key == self._log_key() and not force:
@@ -137,6 +155,7 @@ class DetailPane(FollowLog):
             when = fmt.clock(e.committed_at)
             self.write_line(f"#{e.sequence:<6} {when}  {e.type:<21} {fmt.event_data(e.data)}")
             self.history_after = e.sequence
+        self._want()
 
     @work(exclusive=True, group="log", exit_on_error=False)
     async def load_log_path(self) -> None:

@@ -15,10 +15,16 @@ import selectors
 import threading
 from codecs import getincrementaldecoder
 
-from textual._parser import ParseError
-from textual._time import get_time
-from textual._xterm_parser import XTermParser
 from textual.drivers.linux_driver import LinuxDriver
+
+from refine_tui.textual_private import (
+    ParseError,
+    XTermParser,
+    driver_app,
+    driver_debug,
+    driver_loop,
+    parser_timeout,
+)
 
 
 class _WakingEvent(threading.Event):
@@ -56,13 +62,9 @@ class QuietLinuxDriver(LinuxDriver):
         selector = selectors.DefaultSelector()
         selector.register(self.fileno, selectors.EVENT_READ)
         selector.register(exit_event.fileno, selectors.EVENT_READ)
-        parser = XTermParser(self._debug)
+        parser = XTermParser(driver_debug(self))
         decode = getincrementaldecoder("utf-8")().decode
         a_terminal = os.isatty(self.fileno)  # (a hung-up one is no longer a tty to isatty)
-
-        def timeout() -> float | None:
-            due = parser._timeout_time  # set while a sequence awaits its rest
-            return None if due is None else max(0.0, due - get_time())
 
         def dispatch(ready: list[tuple[selectors.SelectorKey, int]], final: bool = False) -> None:
             for key, _ in ready:
@@ -83,7 +85,7 @@ class QuietLinuxDriver(LinuxDriver):
 
         try:
             while not exit_event.is_set():
-                dispatch(selector.select(timeout()))
+                dispatch(selector.select(parser_timeout(parser)))
             if self.fileno in selector.get_map():
                 selector.unregister(self.fileno)
                 dispatch(selector.select(0.1), final=True)
@@ -102,4 +104,4 @@ class QuietLinuxDriver(LinuxDriver):
         if terminal_gone:
             self.exit_event.set()  # this thread ends: the app's exit has nothing to wait for
             with contextlib.suppress(RuntimeError):  # its loop is closed: it ended already
-                self._loop.call_soon_threadsafe(self._app.exit)
+                driver_loop(self).call_soon_threadsafe(driver_app(self).exit)

@@ -1,9 +1,9 @@
 """Following the journal: wake-ups in, one read at a time in a thread, messages out.
 
-``JournalFollower`` owns the wake-up event, the read lock and whether a full read is owed. The
-App runs ``follow`` as its live worker, says ``wake`` when the screen needs a read, and hears
-the results as ``JournalUpdate`` / ``JournalTrouble`` messages; what to read it is asked for
-(``request``) on the UI thread, just before each read.
+``JournalFollower`` owns the wake-up event, the read lock, whether a full read is owed and what
+the open views want read (``wants``: each view writes its own part when it changes, and says
+``wake`` when it needs a read now). The App runs ``follow`` as its live worker and hears the
+results as ``JournalUpdate`` / ``JournalTrouble`` messages.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 
 from textual.app import App
 
-from refine_tui.live import LiveReader, ReadRequest
+from refine_tui.live import LiveReader, Wants
 from refine_tui.messages import JournalTrouble
 from store.errors import (
     JournalLockedError,
@@ -30,8 +30,6 @@ from store.journal.locations import Location
 
 RETRY_S = 2.0  # how often an unreadable journal is tried again (file events also wake it)
 
-Request = Callable[[bool, tuple[str, ...]], ReadRequest]  # (full, recheck) → what to read
-
 
 class JournalFollower:
     """Reads after every watcher batch (and on demand), one read at a time."""
@@ -43,16 +41,14 @@ class JournalFollower:
         *,
         location: Location,
         label: str,
-        request: Request,
-        paused: Callable[[], bool],
         watch_files: bool = True,
     ) -> None:
         self.app = app
         self.live = live
         self.location = location
         self.label = label  # the journal as the screen names it (a URL without its password)
-        self.request = request
-        self.paused = paused
+        self.wants = Wants()  # pushed by the views
+        self.paused = False  # the dashboard is paused: no reads until it resumes
         self.watch_files = watch_files
         self.read_lock = asyncio.Lock()
         self._wake = asyncio.Event()
@@ -84,7 +80,7 @@ class JournalFollower:
         pump = asyncio.create_task(relay(watcher, self._wake)) if self.watch_files else None
         try:
             while True:
-                if not self.paused():
+                if not self.paused:
                     await self.read()
                     if not (self.live.indexed or self._full_pending or self._indexing):
                         self._indexing = True
@@ -132,7 +128,7 @@ class JournalFollower:
 
     async def _read(self, recheck: tuple[str, ...]) -> None:
         post = self.app.post_message
-        request = self.request(self._full_pending, recheck)
+        request = self.wants.request(self._full_pending, recheck)
         self._full_pending = False
         try:
             update = await asyncio.to_thread(self.live.read, request, post)

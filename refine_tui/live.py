@@ -17,7 +17,8 @@ from textual.message import Message
 
 from refine_tui.goal_index import GoalIndex
 from refine_tui.messages import JournalUpdate
-from refine_tui.rows import ACTIVE_LIMIT, RECENT_LIMIT, Reader
+from refine_tui.rows import ACTIVE_LIMIT, RECENT_LIMIT, Reader, WorkerRow
+from store.errors import StorageError
 from store.journal.api import Event, Journal
 from store.journal.watch import ChangeFeed
 from store.ops.reads import goals_touched
@@ -58,6 +59,35 @@ class _Handoff:
 gil_handoff = _Handoff()
 
 
+@dataclass
+class Wants:
+    """What the open views want read next. Each view writes its own fields when they change (on
+    the UI thread); the follower captures them in a ``ReadRequest`` just before each read."""
+
+    filter: str = ""  # the Goals view's filter
+    first_screen: int = FIRST_SCREEN  # the Goals view's height, and the lines the filter box frees
+    view: str = "goals"  # the view shown (the view stack's)
+    goal_id: str | None = None  # the Goal the Runs view is about
+    goal_node: str | None = None  # its node, as the Goals list showed it
+    run_id: str | None = None  # the Run the Attempts view is about
+    history_run: str | None = None  # the Run whose history the detail pane shows
+    history_after: int = 0  # the last sequence of it shown
+
+    def request(self, full: bool, recheck: tuple[str, ...] = ()) -> ReadRequest:
+        return ReadRequest(
+            full=full,
+            filter=self.filter,
+            view=self.view,
+            goal_id=self.goal_id,
+            run_id=self.run_id,
+            history_run=self.history_run,
+            history_after=self.history_after,
+            recheck=recheck,
+            goal_node=self.goal_node,
+            first_screen=self.first_screen,
+        )
+
+
 @dataclass(frozen=True)
 class ReadRequest:
     """What the live worker should read, captured on the UI thread."""
@@ -89,6 +119,16 @@ class LiveReader:
     @property
     def indexed(self) -> bool:
         return self._index is not None
+
+    def find_log(self, run_id: str, epoch: int, node_id: str) -> str | None:
+        """(thread) The attempt's local log file (None: it ran on another node)."""
+        if self.reader is None:
+            raise StorageError("the journal is not read yet")
+        return self.reader.log_path(run_id, epoch, node_id)
+
+    def worker_rows(self) -> list[WorkerRow]:
+        """(thread) This node's worker processes (none before the journal is read)."""
+        return self.reader.worker_rows() if self.reader is not None else []
 
     def build_index(self) -> tuple[int, int, GoalIndex] | None:
         """(thread, no lock needed) The filter's in-memory index, read through a connection of

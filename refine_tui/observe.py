@@ -1,23 +1,22 @@
 """What changes without a commit: a starting row's launch window ends; a process is observed,
 then its record goes away.
 
-``LaunchWindows`` owns the starting rows and the one timer that has them read again;
-``LastObservations`` keeps each attempt's last process observation. Both are fed by the App.
+``LaunchWindows`` owns the starting rows and the one timer that has them read again (the Goals
+view's); ``LastObservations`` keeps each attempt's last process observation (the Attempts
+table's).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
 from functools import partial
-from typing import Any
 
-from textual.app import App
 from textual.timer import Timer
+from textual.widget import Widget
 
-from refine_tui.messages import JournalUpdate
-from refine_tui.rows import AttemptRow
+from refine_tui.rows import AttemptRow, GoalRow
 from store.ops.reads import launch_ends
 
 
@@ -27,21 +26,22 @@ class LaunchWindows:
 
     def __init__(
         self,
-        app: App[Any],
+        owner: Widget,
         *,
         paused: Callable[[], bool],
         recheck: Callable[[list[str]], Awaitable[None]],
     ) -> None:
-        self.app = app
+        self.owner = owner  # its timer and its reads are the owner's
         self.paused = paused
         self.recheck = recheck  # re-read these Goals now
         self._launching: dict[str, float] = {}  # starting rows → when their launch window ends
         self._timer: Timer | None = None
 
-    def note(self, update: JournalUpdate) -> None:
-        if update.full:
+    def note(self, goals: Mapping[str, GoalRow | None], full: bool) -> None:
+        """Goal rows just read (``full``: the whole list)."""
+        if full:
             self._launching.clear()
-        for key, row in update.goals.items():
+        for key, row in goals.items():
             if row is not None and row.starting and row.started_at is not None:
                 self._launching[key] = launch_ends(row.started_at)
             else:
@@ -52,11 +52,11 @@ class LaunchWindows:
         if not self._launching or self._timer is not None:
             return
         delay = max(at_least, min(self._launching.values()) - time.time() + 0.1)
-        self._timer = self.app.set_timer(delay, self._ended)
+        self._timer = self.owner.set_timer(delay, self._ended)
 
     def _ended(self) -> None:
         self._timer = None
-        if not self.app.is_running:
+        if not self.owner.is_running:
             return
         now = time.time()
         due = [key for key, end in self._launching.items() if end <= now]
@@ -67,7 +67,7 @@ class LaunchWindows:
             del self._launching[key]  # back with the re-read row if it is still starting
         # The work as a callable, as @work passes it: a worker cancelled before it starts
         # leaves no coroutine never awaited.
-        self.app.run_worker(partial(self.recheck, due), group="launch", exit_on_error=False)
+        self.owner.run_worker(partial(self.recheck, due), group="launch", exit_on_error=False)
         self._arm(at_least=1.0)
 
 

@@ -7,11 +7,11 @@ then repaints it all again. Keys are handled meanwhile.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 from collections.abc import Callable
-from typing import Any
 
-from textual.app import App
+from textual.dom import DOMNode
 from textual.timer import Timer
 
 from refine_tui.widgets.filter_box import FilterBox
@@ -20,11 +20,12 @@ from refine_tui.widgets.filter_box import FilterBox
 class PaintHold:
     """Holds the App's paint from ``hold`` to ``release``, and closes the filter box after."""
 
-    def __init__(self, app: App[Any], box: Callable[[], FilterBox | None]) -> None:
-        self.app = app
+    def __init__(self, owner: DOMNode, box: Callable[[], FilterBox | None]) -> None:
+        self.owner = owner  # the screen it holds the paint for: its App's, all of it
         self.box = box  # (None: the widgets are gone, the app is closing)
         self.timer: Timer | None = None  # a new filter's list is on its way (hold)
         self._gc_held = False  # hold turned the garbage collector off
+        self._batch = contextlib.ExitStack()  # the App's batch_update(), open while held
 
     @property
     def held(self) -> bool:
@@ -33,8 +34,9 @@ class PaintHold:
     def hold(self, at_most_s: float) -> None:
         """Paint nothing until the new list is shown (or ``at_most_s`` passed)."""
         if self.timer is None:
-            self.app._begin_batch()  # batch_update() held across turns of the event loop
-            self.timer = self.app.set_timer(at_most_s, self.release)
+            app = self.owner.app
+            self._batch.enter_context(app.batch_update())  # held across turns of the loop
+            self.timer = app.set_timer(at_most_s, self.release)
             # Nor a full garbage collection (≈ 40 ms at 100k, profiled) before the first screen.
             self._gc_held = gc.isenabled()
             gc.disable()
@@ -45,8 +47,9 @@ class PaintHold:
         if self.timer is not None:
             self.timer.stop()
             self.timer = None
-            self.app._end_batch()
+            self._batch.close()
+            app = self.owner.app
             if (box := self.box()) is not None and box.closing:
-                self.app.call_after_refresh(box.finish_closing)
+                app.call_after_refresh(box.finish_closing)
             if self._gc_held:
-                self.app.call_after_refresh(gc.enable)
+                app.call_after_refresh(gc.enable)

@@ -15,7 +15,8 @@ from typing import NamedTuple
 from rich.cells import cell_len
 from textual.screen import Screen
 from textual.widgets import Footer
-from textual.widgets._footer import FooterKey
+
+from refine_tui.textual_private import FooterKey, footer_ready, key_enabled, set_key_enabled
 
 
 class Shown(NamedTuple):
@@ -33,7 +34,7 @@ class KeyFooter(Footer):
     """The footer of key bindings (a Textual ``Footer``)."""
 
     def bindings_changed(self, screen: Screen[object]) -> None:
-        self._bindings_ready = True
+        footer_ready(self)
         if not screen.app.app_focus:
             return
         if self.is_attached and screen is self.screen:
@@ -99,15 +100,14 @@ def _show(widget: FooterKey, shown: Shown) -> None:
         widget.key_display,
         widget.description,
         widget.action,
-        not widget._disabled,
+        key_enabled(widget),
         str(widget.tooltip or ""),
     )
     if was == shown:
         return
     widget.key, widget.key_display = shown.key, shown.key_display
     widget.description, widget.action = shown.description, shown.action
-    widget._disabled = not shown.enabled
-    widget.set_class(not shown.enabled, "-disabled")
+    set_key_enabled(widget, shown.enabled)
     widget.tooltip = shown.tooltip or None
     resized = (cell_len(was.key_display), cell_len(was.description)) != (
         cell_len(shown.key_display),

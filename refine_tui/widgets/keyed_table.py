@@ -9,7 +9,8 @@ every render cache key, so one changed cell re-renders every visible cell (≈ 4
 profiled: most of the dashboard's CPU, once a second with ticking elapsed times, and the tail of
 its commit-to-screen latency). A fixed-width cell cannot change the layout, so here it is written
 into the table's data, only its own cached renders are dropped (before the next frame), and only
-its row is repainted.
+its row is repainted. What of this needs DataTable's private members is behind named methods of
+``refine_tui.textual_private.DataTableDoor``, this table's base.
 
 This is where text enters a table: a ``str`` cell becomes a literal ``Text`` (DataTable would
 parse it as Rich markup) and every cell's control characters are made visible (``cell``).
@@ -18,7 +19,7 @@ parse it as Rich markup) and every cell's control characters are made visible (`
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,11 +31,10 @@ from textual.cache import LRUCache
 from textual.coordinate import Coordinate
 from textual.geometry import Region
 from textual.strip import Strip
-from textual.widgets import DataTable
-from textual.widgets._data_table import TwoWayDict
 from textual.widgets.data_table import ColumnKey, RowDoesNotExist, RowKey
 
 from refine_tui.format import literal, literal_text
+from refine_tui.textual_private import DataTableDoor
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,7 @@ REBUILD_AT = 10  # removing more rows than this rebuilds the table once (a new l
 CELL_RENDERS = 4_000  # cells' renders kept across new lists (a screen is ≈ 40 rows × 9 cells)
 
 
-class KeyedTable(DataTable[RenderableType]):
+class KeyedTable(DataTableDoor):
     """Row-cursor table whose rows are addressed by string keys."""
 
     def __init__(self, columns: Sequence[Column], **kwargs: object) -> None:
@@ -85,8 +85,8 @@ class KeyedTable(DataTable[RenderableType]):
             return []
         top = int(self.scroll_y)
         end = min(self.row_count, top + self.size.height)
-        keys = (self._row_locations.get_key(i) for i in range(top, end))
-        return [k.value for k in keys if k is not None and k.value is not None]
+        keys = (self.coordinate_to_cell_key(Coordinate(i, 0)).row_key for i in range(top, end))
+        return [k.value for k in keys if k.value is not None]
 
     def select(self, key: str) -> None:
         with contextlib.suppress(RowDoesNotExist):
@@ -107,8 +107,7 @@ class KeyedTable(DataTable[RenderableType]):
         if column is None or column.width == width:
             return
         column.width = width
-        self._require_update_dimensions = True
-        self._clear_caches()
+        self.column_widths_changed()
         self.refresh()
 
     def upsert(self, key: str, cells: Cells) -> None:
@@ -142,13 +141,9 @@ class KeyedTable(DataTable[RenderableType]):
         if not self._fixed:
             self.add_row(*map(cell, cells), key=key)
             return
-        count = self._update_count
-        self.add_row(*map(cell, cells), key=key)
-        self._update_count = count
-        self._offset_cache.clear()  # y → row, keyed by the counter alone
         # Nothing to measure (no auto widths, labels or heights): the table still recomputes
         # its size, but skips measuring every cell (≈ 0.15 s per 1,000 rows).
-        self._new_rows.discard(RowKey(key))
+        self.add_row_in_place(map(cell, cells), key)
 
     def _write_cells(self, key: str, old: tuple[RenderableType, ...], new: Cells) -> None:
         row_key = RowKey(key)
@@ -160,7 +155,7 @@ class KeyedTable(DataTable[RenderableType]):
                 self.update_cell(key, column.key, cell(after), update_width=True)
                 continue
             column_key = ColumnKey(column.key)
-            self._data[row_key][column_key] = cell(after)
+            self.write_cell_in_place(row_key, column_key, cell(after))
             self._stale.setdefault(row_key, set()).add(column_key)
             written.append(index)
         if written:
@@ -174,16 +169,17 @@ class KeyedTable(DataTable[RenderableType]):
         120-cell line. Rows here are one line high; widths are fixed.
         """
         widths = [column.get_render_width(self) for column in self.ordered_columns]
-        x = self._row_label_column_width + sum(widths[:first])
+        x = self.row_label_width + sum(widths[:first])
         y = row + (self.header_height if self.show_header else 0)
-        self._refresh_region(Region(x, y, sum(widths[first : last + 1]), 1))
+        region = Region(x, y, sum(widths[first : last + 1]), 1)
+        if self.window_region.overlaps(region):  # as DataTable refreshes a region of its own
+            self.refresh(region.translate(-self.scroll_offset))
 
-    def _clear_caches(self) -> None:
-        super()._clear_caches()
+    def caches_cleared(self) -> None:
         if not self._keep_renders:  # a style, width or cursor change: every render may differ
             self._renders.clear()
 
-    def _render_cell(
+    def render_cell(
         self,
         row_index: int,
         column_index: int,
@@ -194,20 +190,20 @@ class KeyedTable(DataTable[RenderableType]):
     ) -> list[list[Segment]]:
         """DataTable's render of a cell, reused when a new list puts the same content there
         (its render carries its row and column index, as mouse meta)."""
-        key = self._row_locations.get_key(row_index) if row_index >= 0 else None
+        key = self.row_key_at(row_index) if row_index >= 0 else None
         cells = self._cells.get(key.value or "") if key is not None else None
         content = _content(cells[column_index]) if cells and column_index >= 0 else None
         if content is None or not self._fixed:
-            return super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
+            return super().render_cell(row_index, column_index, base_style, width, cursor, hover)
         place = (row_index, column_index, content, base_style, width, cursor, hover)
-        state = (self._show_hover_cursor, self._pseudo_class_state, self.show_cursor)
+        state = self.render_state()
         lines = self._renders.get((place, state))
         if lines is None:
             lines = self._render_text_cell(
                 row_index, column_index, base_style, width, cursor, hover
             )
             if lines is None:
-                lines = super()._render_cell(
+                lines = super().render_cell(
                     row_index, column_index, base_style, width, cursor, hover
                 )
             self._renders.set((place, state), lines)
@@ -230,24 +226,14 @@ class KeyedTable(DataTable[RenderableType]):
         it and the same styles: the same segments (``test_keyed_table_render.py`` compares them).
         None: not such a cell (DataTable renders it).
         """
-        row_key = self._row_locations.get_key(row_index)
+        row_key = self.row_key_at(row_index)
         row = self.rows.get(row_key) if row_key is not None else None
         if row is None or row.height != 1 or column_index < 0:
             return None
-        text = self._get_row_renderables(row_index).cells[column_index]
+        text = self.row_cell(row_index, column_index)
         if not isinstance(text, Text) or not _one_line(text):
             return None
-        component_style, post_style = self._get_styles_to_render_cell(
-            False,
-            False,
-            row_index < self.fixed_rows or column_index < self.fixed_columns,
-            hover,
-            cursor,
-            self.show_cursor,
-            self._show_hover_cursor,
-            self.cursor_foreground_priority == "css",
-            self.cursor_background_priority == "css",
-        )
+        component_style, post_style = self.cell_styles(row_index, column_index, hover, cursor)
         meta = Style.from_meta({"row": row_index, "column": column_index})
         pre_style = base_style + meta + component_style
         options = self.app.console_options
@@ -264,54 +250,10 @@ class KeyedTable(DataTable[RenderableType]):
         ]
 
     def render_lines(self, crop: Region) -> list[Strip]:
-        if self._stale:
-            self._forget_stale_renders()
+        if self._stale:  # cells written since the last frame: their renders are old
+            stale, self._stale = self._stale, {}
+            self.forget_cell_renders(stale)
         return super().render_lines(crop)
-
-    def _forget_stale_renders(self) -> None:
-        """Drop the cached renders of the cells written since the last frame; their rows' renders
-        get the new cells in place."""
-        stale, self._stale = self._stale, {}
-        indexes = {self._row_locations.get(row) for row in stale}
-        # Cache keys (Textual 8): cell (row_key, column_key, ...), row (row_key, line, ...),
-        # row renderables (update_count, row_index); lines are keyed by y: drop them all.
-        _discard(self._cell_render_cache, lambda k: k[1] in stale.get(k[0], ()))
-        _discard(self._row_renderable_cache, lambda k: k[1] in indexes)
-        if self.fixed_columns or self._labelled_row_exists:
-            _discard(self._row_render_cache, lambda k: k[0] in stale)
-        else:
-            self._patch_row_renders(stale)
-        self._line_cache.clear()
-
-    def _patch_row_renders(self, stale: dict[RowKey, set[ColumnKey]]) -> None:
-        """Put the new renders of the written cells into their rows' cached renders.
-
-        Rendering a row line from scratch looks up the header, row and background styles by
-        walking the widget's ancestors, and the other cells of the row are as they were (the
-        row's render was ≈ 30 % of a ticking elapsed cell's frame, profiled). The arguments
-        are DataTable's own (``_render_line_in_row``, Textual 8), read from the row's cache key.
-        """
-        rows = self._row_render_cache
-        for key in [k for k in rows.keys() if k[0] in stale]:  # noqa: SIM118 (LRUCache)
-            row_key, line_no, base_style, cursor, hover, cursor_type = key[:6]
-            render, row = rows.get(key), self._row_locations.get(row_key)
-            rows.discard(key)  # LRUCache.set keeps an existing key's value
-            if render is None or row is None:
-                continue
-            row_style = self._get_row_style(row, base_style)
-            cells = list(render[1])
-            for column_key in stale[row_key]:
-                column = self._column_index[column_key.value or ""]
-                at = Coordinate(row, column)
-                cells[column] = self._render_cell(
-                    row,
-                    column,
-                    row_style,
-                    self.ordered_columns[column].get_render_width(self),
-                    cursor=self._should_highlight(cursor, at, cursor_type),
-                    hover=self._should_highlight(hover, at, cursor_type),
-                )[line_no]
-            rows.set(key, (render[0], cells))
 
     def drop(self, key: str) -> None:
         if key not in self._cells:
@@ -346,9 +288,8 @@ class KeyedTable(DataTable[RenderableType]):
     def _reorder(self, keys: list[str]) -> None:
         """Put the rows in the order of ``keys`` (as DataTable.sort does), cursor on its key."""
         selected = self.selected_key
-        self._row_locations = TwoWayDict({RowKey(k): i for i, k in enumerate(keys)})
+        self.set_row_order(keys)
         self._cells = {k: self._cells[k] for k in keys}
-        self._update_count += 1
         self.refresh()
         if selected is not None:
             self.select(selected)
@@ -423,8 +364,3 @@ def _content(value: RenderableType) -> object:
         spans = tuple(value.spans)
         return (Text, value.plain, str(value.style), spans, value.justify, value.overflow)
     return None
-
-
-def _discard(cache, stale: Callable[[Any], bool]) -> None:  # cache: textual.cache.LRUCache
-    for key in [k for k in cache.keys() if stale(k)]:  # noqa: SIM118 (LRUCache is not iterable)
-        cache.discard(key)

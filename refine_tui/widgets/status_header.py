@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
 from rich.cells import cell_len
 from rich.text import Text
@@ -46,18 +47,19 @@ class StatusHeader(Widget):
     StatusHeader { height: 2; background: $panel; padding: 0 1; }
     """
 
-    def __init__(self, **kwargs: object) -> None:
+    def __init__(self, state: HeaderState, **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
-        self.state: HeaderState | None = None
+        self.state = state
 
-    def show(self, s: HeaderState) -> None:
-        self.state = s
-        self.refresh()
+    def show(self, **changes: Any) -> None:
+        """The header with ``changes``; repainted only if they change it (none: repainted)."""
+        state = replace(self.state, **changes)
+        if state != self.state or not changes:
+            self.state = state
+            self.refresh()
 
     def render(self) -> Text:
         s = self.state
-        if s is None:
-            return Text("")
         width = self.content_size.width or 200
         top = _top_line(s, width)
         bottom = _bottom_line(s)

@@ -22,10 +22,11 @@ from refine_tui.app import RefineApp
 from refine_tui.demo import populate
 from refine_tui.detail import DetailPane
 from refine_tui.goal_index import GoalIndex
-from refine_tui.goal_list import FILL_CHUNK, GoalList
 from refine_tui.messages import JournalUpdate
 from refine_tui.screens.confirm import CancelModal, ConfirmModal
 from refine_tui.screens.help import HelpScreen
+from refine_tui.textual_private import batch_depth, notifications
+from refine_tui.views.goals import FILL_CHUNK, GoalsView
 from refine_tui.widgets.keyed_table import KeyedTable
 from store.journal.sqlite import Journal
 from store.model.goals import Goals
@@ -40,7 +41,7 @@ OBSERVE_S = 5.5  # a little more than one of the dashboard's liveness rounds
 
 
 def notes(app: RefineApp) -> list[str]:
-    return [n.message for n in app._notifications]
+    return [n.message for n in notifications(app)]
 
 
 def read_goal(path: Path, goal_id: str):
@@ -85,7 +86,7 @@ async def test_drill_down_to_runs_attempts_history_and_log(journal_path: Path) -
         await pilot.press("enter")
         runs = app.query_one("#runs", KeyedTable)
         await until(pilot, lambda: runs.keys() == ["unit-tests.r1"])
-        assert app.view == "runs"
+        assert app.dashboard.stack.view == "runs"
         await pilot.press("enter")
         attempts = app.query_one("#attempts", KeyedTable)
         await until(pilot, lambda: attempts.keys() == ["1", "2"])
@@ -98,9 +99,9 @@ async def test_drill_down_to_runs_attempts_history_and_log(journal_path: Path) -
         assert lines[0].startswith("#") and "run.submitted" in lines[0]
         assert any("attempt.failed" in line for line in lines)
         await pilot.press("escape")  # closes the pane
-        assert app.detail is None
+        assert app.dashboard.detail is None
         await pilot.press("escape", "escape")
-        assert app.view == "goals"
+        assert app.dashboard.stack.view == "goals"
         assert app.selected_goal().goal_id == "unit-tests"
 
 
@@ -180,7 +181,7 @@ async def test_workers_view_lists_this_nodes_processes(journal_path: Path) -> No
             assert str(workers.get_cell("loop.r1/1", "memory")).endswith("M")
             assert app.check_action("stop", ()) is None  # actions apply to goals, not here
             await pilot.press("escape")
-            assert app.view == "goals"
+            assert app.dashboard.stack.view == "goals"
     finally:
         end(proc)
 
@@ -272,8 +273,8 @@ async def test_a_filter_while_paused_is_painted_after_the_hold(journal_path: Pat
         await loaded(pilot)
         await pilot.press("p")
         await pilot.press("slash", *"running", "enter")
-        await until(pilot, lambda: not app.paint.held)
-        assert not app._batch_count and __import__("gc").isenabled()
+        await until(pilot, lambda: not app.dashboard.paint.held)
+        assert not batch_depth(app) and __import__("gc").isenabled()
         assert "running" in str(app.query_one("#crumbs", Label).render())
         await pilot.press("p")
         await until(pilot, lambda: set(goals_table(app).keys()) == {"gpu-train", "nightly-report"})
@@ -332,14 +333,14 @@ class ChunkProbe(RefineApp):
         super().__init__(*args, **kwargs)
         self.seen: list[tuple[int, int]] = []  # (rows in the table, cursor row) at each chunk
         self.steps: list[Callable[[], None]] = []
-        self.goal_list._fill = self._fill  # type: ignore[method-assign]
+        self.dashboard.goals._fill = self._fill  # type: ignore[method-assign]
 
     def _fill(self, generation: int) -> None:
         table = goals_table(self)
         self.seen.append((len(table.keys()), table.cursor_row))
-        if self.steps and generation == self.goal_list.generation:
+        if self.steps and generation == self.dashboard.goals.generation:
             self.steps.pop(0)()
-        GoalList._fill(self.goal_list, generation)
+        GoalsView._fill(self.dashboard.goals, generation)
 
 
 async def test_a_long_list_fills_in_chunks_that_let_keys_through_and_keep_order(
@@ -359,28 +360,28 @@ async def test_a_long_list_fills_in_chunks_that_let_keys_through_and_keep_order(
         await loaded(pilot)
         table = goals_table(app)
         everything = [f"g{n:03d}" for n in range(900)]
-        await until(pilot, lambda: table.keys() == everything and not app.filling)
+        await until(pilot, lambda: table.keys() == everything and not app.dashboard.goals.filling)
         counts = [rows for rows, _ in app.seen]
         assert len(counts) >= 4 and all(b - a <= FILL_CHUNK for a, b in pairwise(counts))
         alphas = everything[1::2]
         await pilot.press("slash", "ctrl+u", *"alpha", "enter")
-        await until(pilot, lambda: table.keys() == alphas and not app.filling)
+        await until(pilot, lambda: table.keys() == alphas and not app.dashboard.goals.filling)
         assert table.keys() == list(app.goal_rows)
         # A key pressed during a chunk is handled while the rest of the list is still coming.
         app.seen.clear()
         app.steps = [lambda: app.post_message(events.Key("down", None))]  # as a terminal sends
         await pilot.press("slash", "ctrl+u", "enter")
-        await until(pilot, lambda: table.keys() == everything and not app.filling)
+        await until(pilot, lambda: table.keys() == everything and not app.dashboard.goals.filling)
         before = app.seen[0][1]
         assert before == 1  # the cursor stayed on its Goal: g001, row 1 of the whole list
         assert any(cursor == before + 1 for _, cursor in app.seen[1:]), app.seen
         # A newer filter during a chunk: the older list's other chunks never go in.
         betas = everything[::2]
-        app.steps = [lambda: app.set_filter("beta")]
+        app.steps = [lambda: app.dashboard.set_filter("beta")]
         await pilot.press("slash", "ctrl+u", *"gamma", "enter")  # nothing matches
         await pilot.press("slash", "ctrl+u", "enter")  # the whole list: its chunks begin
-        await until(pilot, lambda: table.keys() == betas and not app.filling)
-        assert app.filter_text == "beta" and list(app.goal_rows) == betas
+        await until(pilot, lambda: table.keys() == betas and not app.dashboard.goals.filling)
+        assert app.dashboard.goals.filter == "beta" and list(app.goal_rows) == betas
         # A commit read during a chunk: a row not in the table yet stays in its place, changed;
         # a new Goal comes last.
         waiting = everything[-1]
@@ -393,7 +394,9 @@ async def test_a_long_list_fills_in_chunks_that_let_keys_through_and_keep_order(
 
         app.steps = [commit_read]
         await pilot.press("slash", "ctrl+u", "enter")
-        await until(pilot, lambda: table.keys() == [*everything, "g999"] and not app.filling)
+        await until(
+            pilot, lambda: table.keys() == [*everything, "g999"] and not app.dashboard.goals.filling
+        )
         assert "cancelled" in str(table.get_cell(waiting, "status"))
 
 
@@ -416,7 +419,7 @@ async def test_clearing_a_filter_restores_the_order(journal_path: Path) -> None:
         await until(pilot, lambda: table.keys() == ["deploy-stage"])
         await pilot.press("slash", "escape")
         await until(pilot, lambda: len(table.keys()) == 8)
-        assert app.filter_text == "" and table.keys() == order
+        assert app.dashboard.goals.filter == "" and table.keys() == order
         assert not app.query_one("#filter", Input).display
         await pilot.press("r")
         await until(pilot, lambda: "reloaded" in " ".join(notes(app)))
@@ -679,7 +682,7 @@ async def test_corrupt_goal_record_is_shown_not_interpreted(journal_path: Path) 
         assert app.goal_rows["unit-tests"].status == "completed"  # the others still read
         await select(pilot, "lint")
         assert app.check_action("cancel_goal", ()) is None
-        assert "corrupt" in app.why_not("cancel_goal")
+        assert "corrupt" in app.dashboard.why_not("cancel_goal")
 
 
 async def test_read_only_greys_every_action_and_writes_nothing(journal_path: Path) -> None:
@@ -977,10 +980,10 @@ async def test_timers_firing_during_shutdown_touch_no_removed_widget(journal_pat
         await loaded(pilot)
         await select(pilot, "nightly-report")
         await pilot.press("l")
-        await until(pilot, lambda: app.detail == "log")
+        await until(pilot, lambda: app.dashboard.detail == "log")
         pane = app.query_one(DetailPane)
     assert not app.is_running
-    app.tick()  # the widgets are gone: each periodic callback must see that and do nothing
+    app.dashboard.tick()  # the widgets are gone: each periodic callback must see that, do nothing
     pane.follow_log_file()
 
 
@@ -1027,7 +1030,7 @@ async def test_elapsed_tick_repaints_only_visible_rows_whose_text_changed(tmp_pa
         def step(seconds: float) -> list[int]:
             repainted.clear()
             now[0] += seconds
-            app.tick()  # the 1 s timer may have run it first: then this one writes nothing
+            app.dashboard.tick()  # the 1 s timer may have run it first: then this writes nothing
             return sorted(repainted)
 
         # Each row ticks from its own claim time, which is earlier than the last commit by as
@@ -1091,3 +1094,40 @@ async def test_a_goal_just_claimed_is_starting_not_needs_cleanup(
             assert app.header_state.last_sequence == sequence  # no commit told it
     finally:
         end(proc)
+
+
+async def test_the_views_push_what_the_next_read_needs(journal_path: Path) -> None:
+    """Structure II: the follower builds the next read from what the open views pushed to it
+    (the filter, the Goal the Runs view is about, the Run the Attempts view is about, the
+    history the pane shows), not from the App."""
+    app = RefineApp(journal=journal_path, node=NODE)
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        wants = app.follower.wants
+        await select(pilot, "unit-tests")
+        await pilot.press("enter")
+        await until(pilot, lambda: app.query_one("#runs", KeyedTable).keys() == ["unit-tests.r1"])
+        assert (wants.view, wants.goal_id, wants.goal_node) == ("runs", "unit-tests", "n1")
+        await pilot.press("enter", "h")
+        await until(pilot, lambda: wants.history_after > 0)
+        assert (wants.view, wants.run_id, wants.history_run) == (
+            "attempts",
+            "unit-tests.r1",
+            "unit-tests.r1",
+        )
+        request = wants.request(full=False)
+        assert (request.goal_id, request.run_id, request.history_run) == (
+            "unit-tests",
+            "unit-tests.r1",
+            "unit-tests.r1",
+        )
+        await pilot.press("escape", "escape", "escape")
+        assert (wants.view, wants.goal_id, wants.run_id, wants.history_run) == (
+            "goals",
+            None,
+            None,
+            None,
+        )
+        await pilot.press("slash", *"lint", "enter")
+        await until(pilot, lambda: goals_table(app).keys() == ["lint"])
+        assert wants.filter == "lint" and app.dashboard.goals.filter == "lint"

@@ -151,7 +151,7 @@ async def test_the_probe_notes_each_list_painted_with_its_filter(tmp_path: Path)
         while not any(f == "queued" for _, f in app.lists_painted):
             await pilot.pause()
         assert app.header_state.filter == "queued" and app.goal_rows
-        assert all(app.matches_filter(r) for r in app.goal_rows.values())
+        assert all(app.dashboard.goals.matches(r) for r in app.goal_rows.values())
         assert [f for _, f in app.lists_painted] == ["queued"] * len(app.lists_painted)
 
 

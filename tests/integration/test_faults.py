@@ -459,6 +459,7 @@ async def test_dashboard_stays_responsive_and_says_locked_when_a_writer_holds_th
 
     from refine_tui.app import RefineApp
     from refine_tui.screens.confirm import CancelModal
+    from refine_tui.textual_private import notifications
 
     app = RefineApp(journal=journal_path, node="n1", operator="tester")
     async with app.run_test(size=(100, 30)) as pilot:
@@ -474,7 +475,7 @@ async def test_dashboard_stays_responsive_and_says_locked_when_a_writer_holds_th
                 await pilot.press("down", "up")
             await asyncio.to_thread(
                 wait_for,
-                lambda: any("locked" in str(n.message) for n in app._notifications),
+                lambda: any("locked" in str(n.message) for n in notifications(app)),
                 20,
                 "the refusal in words",
             )

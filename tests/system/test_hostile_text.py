@@ -25,6 +25,7 @@ from rich.text import Text
 from refine_tui.app import RefineApp
 from refine_tui.cli import main
 from refine_tui.screens.confirm import CancelModal, ConfirmModal
+from refine_tui.textual_private import notifications
 from refine_tui.visible import cells, visible
 from refine_tui.widgets.keyed_table import KeyedTable
 from store.host.processes import ProcessRecord, ProcessRegistry
@@ -157,7 +158,7 @@ async def test_every_screen_shows_hostile_text_literally(hostile: Path) -> None:
         await until(pilot, lambda: attempts.keys() == ["1"])
         assert_literal(attempts.get_cell("1", "state"), "failed (\\x1b]0;pwned")
         await pilot.press("escape", "escape", "escape")
-        await until(pilot, lambda: app.view == "goals")
+        await until(pilot, lambda: app.dashboard.stack.view == "goals")
 
         # The log of an attempt whose lines are hostile, and the cleanup modal's evidence.
         goals.select("orphan")
@@ -197,8 +198,8 @@ async def test_every_screen_shows_hostile_text_literally(hostile: Path) -> None:
         await until(pilot, lambda: isinstance(app.screen, CancelModal))
         await pilot.press(*"[/] [b]no[/b] [@click=app.quit]q[/]", "enter")
         await until(pilot, lambda: app.goal_rows["hostile"].status == "cancelled")
-        assert any("[/]" in n.message or "cancel" in n.message for n in app._notifications)
-        assert all(not n.markup for n in app._notifications)
+        assert any("[/]" in n.message or "cancel" in n.message for n in notifications(app))
+        assert all(not n.markup for n in notifications(app))
         assert_literal(goals.get_cell("hostile", "note"), "[/] [b]no[/b]")
 
         # A notification embedding markup, and a filter typed with markup.

@@ -208,6 +208,6 @@ async def test_dashboard_updates_do_not_grow_the_footer(tmp_path: Path) -> None:
         await pilot.pause()
         before = widgets()
         for _ in range(100):  # what every JournalUpdate does after applying its rows
-            app.selection_changed()
+            app.dashboard.selection_changed()
             await pilot.pause()
         assert widgets() - before < 20

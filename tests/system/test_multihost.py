@@ -28,6 +28,7 @@ from typing import Any
 import pytest
 
 from refine_tui.app import RefineApp
+from refine_tui.textual_private import notifications
 from store.journal.api import Journal
 from store.model.goal import PROCESS_GONE_METHOD
 from store.model.goals import Goal, Goals
@@ -214,7 +215,7 @@ async def select(pilot: Any, goal_id: str) -> None:
 
 
 def notes(app: RefineApp) -> list[str]:
-    return [n.message for n in app._notifications]
+    return [n.message for n in notifications(app)]
 
 
 async def in_thread(call: Callable[..., Any], *args: Any) -> Any:

@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from textual.widgets import Footer
-from textual.widgets._footer import FooterKey
 
 from refine_tui.app import RefineApp
 from refine_tui.demo import populate
+from refine_tui.textual_private import FooterKey
 from store.ops.operator import default_node
 from tests.helpers.dashboard import loaded, select
 from tests.helpers.waits import until

@@ -12,6 +12,7 @@ from textual.widget import Widget
 from refine_tui.app import RefineApp
 from refine_tui.demo import populate
 from refine_tui.screens.help import HelpScreen
+from refine_tui.textual_private import render_screen
 from refine_tui.widgets.keyed_table import KeyedTable
 from tests.helpers.waits import until
 
@@ -49,7 +50,7 @@ async def test_the_tables_and_the_helps_scrollbar_tracks_are_their_own_colour(
 
 
 def screen_lines(app: RefineApp) -> list[str]:
-    update = app.screen._compositor.render_full_update()
+    update = render_screen(app.screen)
     return ["".join(strip.text for strip in line) for line in update.strips]
 
 

@@ -13,6 +13,7 @@ from rich.text import Text
 from textual.app import App, ComposeResult
 from textual.widgets import DataTable
 
+from refine_tui.textual_private import render_screen
 from refine_tui.widgets.keyed_table import Column, KeyedTable
 
 COLUMNS = (Column("id", "Id", 6), Column("status", "Status", 9), Column("age", "Age", 5))
@@ -33,7 +34,7 @@ def rows(n: int, status: str = "queued", age: str = "1s") -> dict[str, tuple]:
 
 
 def screen(app: App) -> list[str]:
-    update = app.screen._compositor.render_full_update()
+    update = render_screen(app.screen)
     return ["".join(strip.text for strip in line) for line in update.strips]
 
 
@@ -143,7 +144,7 @@ async def test_a_column_sized_to_content_widens_for_new_and_changed_rows() -> No
 
 def styled_screen(app: App) -> list[list[tuple[str, str]]]:
     """The composed screen with each run's style (what a patched row render must keep)."""
-    update = app.screen._compositor.render_full_update()
+    update = render_screen(app.screen)
     lines = []
     for line in update.strips:
         segments = [s for strip in line for s in strip]
@@ -251,7 +252,7 @@ async def test_a_text_cell_renders_as_datatable_renders_it() -> None:
                     width = table.ordered_columns[column].get_render_width(table)
                     assert width == spec.width + 2 * table.cell_padding
                     for cursor, hover in ((False, False), (True, False), (False, True)):
-                        style = table._get_row_style(row, table.rich_style)
+                        style = table.row_style(row, table.rich_style)
                         args = (row, column, style, width, cursor, hover)
                         fast = table._render_text_cell(*args)
                         slow = DataTable._render_cell(table, *args)

@@ -1,0 +1,388 @@
+"""The dashboard's screen: the views and what is around them, the keys, and what they do.
+
+The views (``refine_tui.views``) own their tables, rows, selection, cells and their part of the
+next read, which they push to the follower. The screen hands each journal update down to them
+as slices (``take``), hears selection and the views' moves as messages, and then says what
+applies (``actions``: the footer's keys, the hint line), shows the header, the crumbs and the
+selected row in words; it runs the operator flows and the detail pane, and pauses, filters and
+reloads. ``RefineApp`` composes it with the journal and the follower (``refine_tui.app``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+from textual import events, on, work
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.message import Message
+from textual.reactive import var
+from textual.screen import Screen
+from textual.widgets import DataTable, Input, Label, Static
+
+from refine_tui import cells
+from refine_tui import format as fmt
+from refine_tui.actions import (
+    KEYS,
+    OperatorFlows,
+    Selection,
+    applies,
+    check,
+    hint,
+    key_refusal,
+    refusal,
+    why,
+)
+from refine_tui.detail import DetailPane
+from refine_tui.follow import JournalFollower
+from refine_tui.live import LiveReader
+from refine_tui.messages import JournalTrouble, JournalUpdate
+from refine_tui.paint_hold import PaintHold
+from refine_tui.rows import GoalRow
+from refine_tui.screens.help import HelpScreen
+from refine_tui.views import AttemptsView, GoalsView, RunsView, ViewStack, WorkersView
+from refine_tui.widgets.filter_box import FilterBox
+from refine_tui.widgets.key_footer import KeyFooter
+from refine_tui.widgets.status_header import HeaderState, StatusHeader
+from refine_tui.widgets.trouble import TroubleNotice
+
+OBSERVE_INTERVAL_S = 5.0  # CPU/memory/liveness of this node's processes (they change silently)
+
+
+class Dashboard(Screen[None]):
+    """Goals → Runs → Attempts (and Workers), the header, the detail pane and the keys."""
+
+    BINDINGS: ClassVar = KEYS
+    paused: var[bool] = var(False, init=False)
+    """Live updates held (`p`): what is read meanwhile is shown on resume, in order."""
+    snapshot: var[bool] = var(False, init=False)
+    """The journal read is a frozen snapshot (a read-only folder): never live, never written."""
+
+    def __init__(
+        self,
+        header: HeaderState,
+        *,
+        follower: JournalFollower,
+        live: LiveReader,
+        flows: OperatorFlows,
+        clock: Callable[[], float],
+        hold_paint_s: Callable[[], float],
+    ) -> None:
+        super().__init__()
+        self.node, self.read_only = header.node, header.read_only
+        self.journal_label = header.journal
+        self.follower, self.live, self.flows = follower, live, flows
+        self.hold_paint_s = hold_paint_s  # how long a new filter's list may hold the paint
+        self.header = StatusHeader(header, id="header")
+        self.goals = GoalsView(follower, clock)
+        self.attempts = AttemptsView(follower, clock)
+        runs, workers = RunsView(follower), WorkersView(follower)
+        self.stack = ViewStack(self.goals, runs, self.attempts, workers, node=self.node)
+        self.detail_pane = DetailPane(live.find_log, follower, id="detail", max_lines=5000)
+        self.filter_box = FilterBox(id="filter")
+        box = self.filter_box
+        self.paint = PaintHold(self, lambda: box if box.is_attached else None)
+        self._said: dict[str, str] = {}  # what the hint line and the row line last said
+        self._enabled: tuple[bool, ...] = ()  # which actions the footer last showed enabled
+        self._reload_asked = False  # `r` pressed: confirm when the full reload is shown
+        self._held_updates: list[JournalUpdate] = []  # read while paused, shown on resume
+
+    def compose(self) -> ComposeResult:
+        yield self.header
+        yield Label("Goals", id="crumbs")
+        with Vertical(id="body"):
+            yield TroubleNotice("", id="trouble")
+            yield self.stack
+            yield Static("", id="rowline")
+            yield self.detail_pane
+        yield self.filter_box
+        yield Label("", id="why")
+        yield KeyFooter(compact=True, show_command_palette=False)
+
+    class Ready(Message):
+        """The screen and its tables are mounted: updates can come."""
+
+    def on_mount(self) -> None:
+        self.header.show()
+        self.goals.focus()
+        self.set_interval(1.0, self.tick)
+        self.set_interval(OBSERVE_INTERVAL_S, self.observe_processes)
+        self.post_message(self.Ready())
+
+    def on_resize(self, event: events.Resize) -> None:
+        """Give Title, Note and an attempt's State the room a wide terminal has."""
+        self.app.call_after_refresh(self.header.show)  # cut to the new width (else on change)
+        widths = cells.widths_for(event.size.width)
+        with self.app.batch_update():
+            self.goals.set_widths(widths)
+            self.attempts.set_widths(widths)
+
+    # --- the journal, down to the views --------------------------------------------------------
+
+    def take(self, update: JournalUpdate) -> None:
+        """A journal update: its slices to the views, then the header and the selection."""
+        if self.paused:  # a read that began before `p` waits for the resume, in order
+            self._held_updates.append(update)
+            return
+        self.set_trouble(None)
+        self.snapshot = update.snapshot
+        with self.app.batch_update():
+            self.goals.take(update.goals, update.full)
+            if update.full:
+                self.paint.release()
+            if update.runs is not None:
+                self.stack.runs.show(update.runs)
+            if update.attempts is not None:
+                self.attempts.show(update.attempts)
+            if update.history:
+                self.detail_pane.append_history(update.history)
+        seq, shown = update.last_sequence, len(self.goals.listed)
+        self.show_header(
+            state=self.steady_state(),
+            last_sequence=seq,
+            last_commit=update.last_commit,
+            shown=shown,
+            total=update.total,
+            detail="",
+        )
+        self.selection_changed()
+        self.tell_detail(retarget=False)  # the attempt in the log pane may have ended
+        if update.painted is not None:
+            self.app.call_after_refresh(update.painted.set)
+        if update.full and self._reload_asked and not update.partial:
+            self._reload_asked = False
+            self.app.notify(
+                f"reloaded from the journal: {shown} goals, last commit seq {seq}", timeout=2
+            )
+
+    def trouble(self, trouble: JournalTrouble) -> None:
+        """The journal cannot be read (or is read again after a lost connection)."""
+        self.paint.release()
+        self.show_header(state=trouble.state, detail=trouble.detail)
+        if trouble.state not in ("stale", "reconnecting"):
+            self.set_trouble(trouble.detail)
+        self.selection_changed()
+
+    @work(exclusive=True, group="observe", exit_on_error=False)
+    async def observe_processes(self) -> None:
+        """Processes die without commits: check this node's, re-read only rows that changed."""
+        reader = self.live.reader
+        if self.paused or not self.is_running or self.header.state.state != "live" or not reader:
+            return
+        if recheck := await self.stack.rechecks(reader):
+            await self.follower.read(recheck)
+        if self.stack.view == "workers":
+            await self.stack.workers_view.look(reader)
+
+    def tick(self) -> None:
+        """Elapsed times tick once a second (only cells whose text changed are written)."""
+        if self.paused or not self.is_running or not self.app.is_running:  # closing
+            return
+        self.goals.tick()
+        if self.stack.view == "attempts":
+            self.attempts.tick()
+
+    # --- around the views ----------------------------------------------------------------------
+
+    def steady_state(self) -> str:
+        """The header's state while the journal reads fine (a snapshot is never called live)."""
+        if self.paused:
+            return "paused"
+        return "snapshot" if self.snapshot else "live"
+
+    def show_header(self, **changes: Any) -> None:
+        """The header with ``changes`` and the filter (repainted only if that changes it)."""
+        self.header.show(filter=self.goals.filter, **changes)
+
+    def watch_snapshot(self) -> None:
+        self.show_header(state=self.steady_state())
+
+    def set_trouble(self, text: str | None) -> None:
+        self.query_one(TroubleNotice).show(text)
+        self.stack.display = text is None
+
+    @on(DataTable.RowHighlighted)
+    def _highlighted(self, event: DataTable.RowHighlighted) -> None:
+        if not self.app.is_running:  # shutting down: the tables may already be gone
+            return
+        self.selection_changed()
+        if event.data_table.id in ("goals", "runs", "attempts"):
+            self.tell_detail()
+
+    def on_view_stack_moved(self) -> None:
+        self.set_crumbs()
+        self.selection_changed()
+
+    def set_crumbs(self) -> None:
+        self.query_one("#crumbs", Label).update(fmt.literal(self.stack.crumbs()))  # typed text
+
+    def selection_changed(self) -> None:
+        # Only when an action became (un)available: refresh_bindings() has every widget with
+        # bindings looked at again (and Textual 8.2's Footer kept each key widget it recomposed).
+        selection = self.selection()  # once: every action below is judged on it
+        enabled = applies(selection)
+        if enabled != self._enabled:
+            self._enabled = enabled
+            self.app.refresh_bindings()
+        self.say("#why", hint(selection))
+        words = self.stack.words()  # the selected row, whole (or why the Goals table is empty)
+        self.say("#rowline", self.empty_line() if words is None else words)
+
+    def say(self, line: str, text: str) -> None:
+        """A line of literal text (journal text), updated only on change: an update relayouts."""
+        if self._said.get(line) != text:
+            self._said[line] = text
+            widget = self.query_one(line, Static)
+            widget.update(fmt.literal(text))
+            if line == "#rowline":
+                widget.display = bool(text)
+
+    def empty_line(self) -> str:
+        """An empty Goals table says why, and what to do."""
+        journal = self.header.state.state
+        if self.stack.view != "goals" or journal not in ("live", "paused", "snapshot"):
+            return ""
+        return cells.empty_words(self.goals.filter, self.journal_label)
+
+    # --- operator actions ----------------------------------------------------------------------
+
+    def selection(self) -> Selection:
+        return self.stack.selection(
+            read_only=self.read_only or self.snapshot,  # nobody can write a snapshot
+            journal_state=self.header.state.state,
+        )
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        return check(action, self.selection())
+
+    def why_not(self, action: str) -> str | None:
+        """Why ``action`` does not apply to the selection now, in words (None: it does)."""
+        reason = why(action, self.selection())
+        return reason[1] if reason else None
+
+    def on_key(self, event: events.Key) -> None:
+        """A greyed key says why instead of doing nothing."""
+        if isinstance(self.focused, Input):
+            return
+        if (text := key_refusal(event.key, self.selection)) is not None:
+            self.app.notify(text, severity="warning")
+            event.stop()
+
+    async def run_checked(self, action: str) -> None:
+        """An action from the command palette: greyed ones say why instead."""
+        if (text := refusal(action, self.selection())) is not None:
+            self.app.notify(text, severity="warning")
+            return
+        await self.run_action(action)
+
+    def action_stop(self) -> None:
+        self.act("stop")
+
+    def action_cancel_goal(self) -> None:
+        self.act("cancel_goal")
+
+    def action_cleanup(self) -> None:
+        self.act("cleanup")
+
+    def action_release(self) -> None:
+        self.act("release")
+
+    def act(self, action: str) -> None:
+        """An operator flow on the selection, as a worker (its modals wait inside it)."""
+        if (flow := self.flows.flow(action, self.selection())) is not None:
+            self.app.run_worker(flow, group="operator", exit_on_error=False)
+
+    # --- the detail pane -----------------------------------------------------------------------
+
+    @property
+    def detail(self) -> str | None:
+        """What the detail pane shows: None, "history" or "log"."""
+        return self.detail_pane.mode if self.app.is_running else None
+
+    def action_history(self) -> None:
+        self.toggle_detail("history")
+
+    def action_log(self) -> None:
+        self.toggle_detail("log")
+
+    def on_attempts_view_opened(self) -> None:  # enter on an attempt
+        self.action_log()
+
+    def toggle_detail(self, mode: str) -> None:
+        if self.detail_pane.toggle(mode, self.stack.detail_target()):
+            self.app.add_class("with-detail")
+        else:
+            self.close_detail()
+
+    def close_detail(self) -> None:
+        self.detail_pane.close()
+        self.app.remove_class("with-detail")
+        self.stack.shown.focus()
+
+    def tell_detail(self, retarget: bool = True) -> None:
+        """Tell an open detail pane the selection (or only whether its attempt still runs)."""
+        if self.detail_pane.mode is not None:
+            target = self.stack.detail_target()
+            self.detail_pane.post_message(DetailPane.Selected(target, retarget))
+
+    # --- the view: filter, back, workers, pause, reload ----------------------------------------
+
+    def action_filter(self) -> None:
+        self.filter_box.open(self.goals.filter)
+
+    @on(Input.Submitted, "#filter")
+    def _filter_entered(self, event: Input.Submitted) -> None:
+        event.stop()
+        self.set_filter(event.value)
+
+    def set_filter(self, text: str) -> None:
+        self.goals.filter = text.strip()  # the view stops the older list and wants the new one
+        self.paint.hold(self.hold_paint_s())  # nothing painted until the new list is shown
+        # The read goes first: it is asked for (in the read task) after the view below is set,
+        # and starts before the focus change's messages are handled, beside them.
+        self.follower.wake(full=True)
+        self.filter_box.close_later()  # a frame after the new list is painted (FilterBox: why)
+        if self.stack.view != "goals":
+            self.stack.home()
+        self.set_crumbs()
+        self.goals.focus()
+
+    def action_back(self) -> None:
+        if self.filter_box.is_open:  # escape in the filter clears it (k9s)
+            self.set_filter("")
+        elif self.detail is not None:
+            self.close_detail()
+        else:
+            self.stack.back()
+
+    def action_workers(self) -> None:
+        if self.stack.view == "workers":
+            self.stack.back()
+            return
+        self.stack.show(self.stack.workers_view)
+        self.observe_processes()
+
+    def action_pause(self) -> None:
+        self.paused = not self.paused
+
+    def watch_paused(self, paused: bool) -> None:
+        self.follower.paused = self.goals.paused = self.detail_pane.paused = paused
+        self.show_header(state=self.steady_state())
+        if not paused:
+            held, self._held_updates = self._held_updates, []
+            for update in held:
+                self.take(update)
+            self.follower.wake()
+
+    def action_refresh(self) -> None:
+        self._reload_asked = True  # said once the reload is on screen (take)
+        self.follower.wake(full=True)
+
+    def action_help(self) -> None:
+        self.app.push_screen(HelpScreen())
+
+    @property
+    def goal_rows(self) -> dict[str, GoalRow]:
+        """The listed Goals, in list order (some may not be in the table yet: still filling)."""
+        return self.goals.listed

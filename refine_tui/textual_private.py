@@ -1,0 +1,277 @@
+"""The one door to Textual's private names: what refine_tui uses of Textual beyond its public
+API goes through here, and nowhere else (``lint-imports`` and tests/unit/test_textual_private.py
+keep it so). Each use has a test there that fails loudly when a Textual upgrade changes it (the
+name is gone, or its shape is not the one relied on), instead of the dashboard going wrong.
+
+Why each is used (what the public API does not offer):
+
+- ``DataTableDoor``, the base of ``KeyedTable``: writing a cell, adding a row or putting rows in
+  order without DataTable's table-wide counter that re-renders every visible cell; reusing a
+  cell's render by its content; one line of text rendered without Rich's render pipeline
+  (``widgets/keyed_table.py`` says why each is worth it, with its figures).
+- ``FooterKey`` and its enabled flag, and the Footer's "bindings ready" flag: ``KeyFooter``
+  updates key widgets in place instead of recomposing the footer.
+- ``XTermParser`` / ``ParseError``, the parser's timeout and the driver's app, loop and debug
+  flag: ``QuietLinuxDriver`` replaces ``LinuxDriver.run_input_thread`` with a loop that sleeps
+  until input comes.
+- For tests only: the notifications shown, the compositor's full render, the batch depth.
+
+Textual uses that a public API now covers are not here: a region's repaint is
+``Widget.refresh(region)``, a held paint is ``App.batch_update()`` entered and left by hand.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from rich.console import RenderableType
+from rich.segment import Segment
+from rich.style import Style
+from textual._parser import ParseError
+from textual._time import get_time
+from textual._xterm_parser import XTermParser
+from textual.app import App
+from textual.coordinate import Coordinate
+from textual.driver import Driver
+from textual.notifications import Notification
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer
+from textual.widgets._data_table import TwoWayDict
+from textual.widgets._footer import FooterKey
+from textual.widgets.data_table import ColumnKey, RowKey
+
+__all__ = [
+    "DataTableDoor",
+    "FooterKey",
+    "ParseError",
+    "XTermParser",
+    "batch_depth",
+    "driver_app",
+    "driver_debug",
+    "driver_loop",
+    "footer_ready",
+    "key_enabled",
+    "notifications",
+    "parser_timeout",
+    "render_screen",
+    "set_key_enabled",
+]
+
+Lines = list[list[Segment]]
+
+
+class DataTableDoor(DataTable[RenderableType]):
+    """DataTable with the private members ``KeyedTable`` relies on, each behind a named method.
+
+    Two private methods are overridden here only, to call public-named hooks: ``render_cell``
+    (a cell's render, DataTable's ``_render_cell``) and ``caches_cleared``.
+    """
+
+    # --- hooks ----------------------------------------------------------------------------------
+
+    def _render_cell(
+        self,
+        row_index: int,
+        column_index: int,
+        base_style: Style,
+        width: int,
+        cursor: bool = False,
+        hover: bool = False,
+    ) -> Lines:
+        return self.render_cell(row_index, column_index, base_style, width, cursor, hover)
+
+    def render_cell(
+        self,
+        row_index: int,
+        column_index: int,
+        base_style: Style,
+        width: int,
+        cursor: bool = False,
+        hover: bool = False,
+    ) -> Lines:
+        """DataTable's render of one cell: its lines of segments (override to reuse renders)."""
+        return super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
+
+    def _clear_caches(self) -> None:
+        super()._clear_caches()
+        self.caches_cleared()
+
+    def caches_cleared(self) -> None:
+        """DataTable dropped its render caches (a style, width or cursor change)."""
+
+    # --- rows -----------------------------------------------------------------------------------
+
+    def row_key_at(self, row_index: int) -> RowKey | None:
+        """The key of the row at ``row_index`` (None: no such row), without the checks and the
+        exception of ``coordinate_to_cell_key``: this is on the render path."""
+        return self._row_locations.get_key(row_index)
+
+    def set_row_order(self, keys: Iterable[str]) -> None:
+        """Put the rows (exactly ``keys``) in that order, as ``DataTable.sort`` does."""
+        self._row_locations = TwoWayDict({RowKey(k): i for i, k in enumerate(keys)})
+        self._update_count += 1
+
+    def add_row_in_place(self, cells: Iterable[RenderableType], key: str) -> None:
+        """A new last row of fixed-width columns: the rows above it keep their cached renders,
+        and its cells are not measured (``add_row`` bumps the table-wide counter and measures)."""
+        count = self._update_count
+        self.add_row(*cells, key=key)
+        self._update_count = count
+        self._offset_cache.clear()  # y → row, keyed by the counter alone
+        self._new_rows.discard(RowKey(key))
+
+    def write_cell_in_place(
+        self, row_key: RowKey, column_key: ColumnKey, value: RenderableType
+    ) -> None:
+        """Write a cell's value without ``update_cell``'s table-wide re-render; the caller
+        drops its renders (``forget_cell_renders``) and repaints its region."""
+        self._data[row_key][column_key] = value
+
+    def column_widths_changed(self) -> None:
+        """A column's ``width`` was set: measure again and re-render."""
+        self._require_update_dimensions = True
+        self._clear_caches()
+
+    @property
+    def row_label_width(self) -> int:
+        return self._row_label_column_width
+
+    # --- rendering ------------------------------------------------------------------------------
+
+    def render_state(self) -> tuple[object, ...]:
+        """What every cell's render depends on besides its place, content and style."""
+        return (self._show_hover_cursor, self._pseudo_class_state, self.show_cursor)
+
+    def row_cell(self, row_index: int, column_index: int) -> RenderableType:
+        """The renderable DataTable shows in a cell (its own cache)."""
+        return self._get_row_renderables(row_index).cells[column_index]
+
+    def cell_styles(
+        self, row_index: int, column_index: int, hover: bool, cursor: bool
+    ) -> tuple[Style, Style]:
+        """(component style, post style) DataTable renders a data cell with."""
+        return self._get_styles_to_render_cell(
+            False,
+            False,
+            row_index < self.fixed_rows or column_index < self.fixed_columns,
+            hover,
+            cursor,
+            self.show_cursor,
+            self._show_hover_cursor,
+            self.cursor_foreground_priority == "css",
+            self.cursor_background_priority == "css",
+        )
+
+    def row_style(self, row_index: int, base_style: Style) -> Style:
+        return self._get_row_style(row_index, base_style)
+
+    def forget_cell_renders(self, stale: Mapping[RowKey, set[ColumnKey]]) -> None:
+        """Drop the cached renders of the ``stale`` cells; their rows' cached renders get the
+        cells' new renders in place (the rest of each row is as it was).
+
+        Cache keys (Textual 8): cell (row_key, column_key, ...), row (row_key, line, ...),
+        row renderables (update_count, row_index); lines are keyed by y: drop them all.
+        """
+        indexes = {self._row_locations.get(row) for row in stale}
+        _discard(self._cell_render_cache, lambda k: k[1] in stale.get(k[0], ()))
+        _discard(self._row_renderable_cache, lambda k: k[1] in indexes)
+        if self.fixed_columns or self._labelled_row_exists:
+            _discard(self._row_render_cache, lambda k: k[0] in stale)
+        else:
+            self._patch_row_renders(stale)
+        self._line_cache.clear()
+
+    def _patch_row_renders(self, stale: Mapping[RowKey, set[ColumnKey]]) -> None:
+        """Put the new renders of the written cells into their rows' cached renders.
+
+        Rendering a row line from scratch looks up the header, row and background styles by
+        walking the widget's ancestors, and the other cells of the row are as they were (the
+        row's render was ≈ 30 % of a ticking elapsed cell's frame, profiled). The arguments
+        are DataTable's own (``_render_line_in_row``, Textual 8), read from the row's cache key.
+        """
+        rows = self._row_render_cache
+        for key in [k for k in rows.keys() if k[0] in stale]:  # noqa: SIM118 (LRUCache)
+            row_key, line_no, base_style, cursor, hover, cursor_type = key[:6]
+            render, row = rows.get(key), self._row_locations.get(row_key)
+            rows.discard(key)  # LRUCache.set keeps an existing key's value
+            if render is None or row is None:
+                continue
+            row_style = self._get_row_style(row, base_style)
+            cells = list(render[1])
+            for column_key in stale[row_key]:
+                column = self.get_column_index(column_key)
+                at = Coordinate(row, column)
+                cells[column] = self._render_cell(
+                    row,
+                    column,
+                    row_style,
+                    self.ordered_columns[column].get_render_width(self),
+                    cursor=self._should_highlight(cursor, at, cursor_type),
+                    hover=self._should_highlight(hover, at, cursor_type),
+                )[line_no]
+            rows.set(key, (render[0], cells))
+
+
+def _discard(cache: Any, stale: Callable[[Any], bool]) -> None:  # cache: textual LRUCache
+    for key in [k for k in cache.keys() if stale(k)]:  # noqa: SIM118 (LRUCache is not iterable)
+        cache.discard(key)
+
+
+# --- the footer's key widgets (KeyFooter) --------------------------------------------------------
+
+
+def footer_ready(footer: Footer) -> None:
+    """Tell the Footer its bindings are known (what ``Footer.bindings_changed`` sets first)."""
+    footer._bindings_ready = True
+
+
+def key_enabled(key: FooterKey) -> bool:
+    return not key._disabled
+
+
+def set_key_enabled(key: FooterKey, enabled: bool) -> None:
+    """Enable or grey a key widget in place (its click rings the bell when greyed)."""
+    key._disabled = not enabled
+    key.set_class(not enabled, "-disabled")
+
+
+# --- the Linux driver's input thread (QuietLinuxDriver) -----------------------------------------
+
+
+def parser_timeout(parser: XTermParser) -> float | None:
+    """Seconds until the parser gives up waiting for the rest of a sequence (a lone escape key
+    becomes a key then, by ``parser.tick()``); None: it is not waiting."""
+    due = parser._timeout_time
+    return None if due is None else max(0.0, due - get_time())
+
+
+def driver_app(driver: Driver) -> App[Any]:
+    return driver._app
+
+
+def driver_loop(driver: Driver) -> asyncio.AbstractEventLoop:
+    return driver._loop
+
+
+def driver_debug(driver: Driver) -> bool:
+    return driver._debug
+
+
+# --- for tests ----------------------------------------------------------------------------------
+
+
+def notifications(app: App[Any]) -> list[Notification]:
+    """The notifications the app shows now."""
+    return list(app._notifications)
+
+
+def render_screen(screen: Screen[Any]) -> Any:
+    """The screen rendered whole, as the compositor sends it to the terminal."""
+    return screen._compositor.render_full_update()
+
+
+def batch_depth(app: App[Any]) -> int:
+    """How many ``batch_update`` are open (0: the app paints)."""
+    return app._batch_count

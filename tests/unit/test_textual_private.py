@@ -1,0 +1,283 @@
+"""Each private Textual name refine_tui uses (refine_tui/textual_private.py), checked against the
+installed Textual: when an upgrade renames, removes or reshapes one, the test that names it
+fails here, before the dashboard goes wrong in a way no other test pins down.
+
+And nothing else imports Textual's private modules: the door is the only one.
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import inspect
+from pathlib import Path
+
+from rich.style import Style
+from rich.text import Text
+from textual.app import App, ComposeResult
+from textual.cache import LRUCache
+from textual.coordinate import Coordinate
+from textual.drivers.linux_driver import LinuxDriver
+from textual.widget import Widget
+from textual.widgets import DataTable, Footer
+from textual.widgets.data_table import ColumnKey, RowKey
+
+from refine_tui import textual_private as door
+from refine_tui.textual_private import DataTableDoor, FooterKey, ParseError, XTermParser
+
+ROOT = Path(__file__).resolve().parents[2]
+SIZE = (40, 10)
+
+
+class TableApp(App[None]):
+    def compose(self) -> ComposeResult:
+        yield DataTableDoor(cursor_type="row")
+
+    def on_mount(self) -> None:
+        table = self.query_one(DataTableDoor)
+        table.add_column("Id", key="id", width=4)
+        table.add_column("Status", key="status", width=8)
+        for n in range(5):
+            table.add_row(f"r{n}", Text("queued"), key=f"r{n}")
+
+
+# --- DataTable (KeyedTable's base) ---
+
+
+def test_datatable_has_the_private_members_the_door_uses() -> None:
+    table = DataTable[object]()
+    for name in (
+        "_row_locations",
+        "_update_count",
+        "_offset_cache",
+        "_new_rows",
+        "_data",
+        "_require_update_dimensions",
+        "_show_hover_cursor",
+        "_pseudo_class_state",
+        "_labelled_row_exists",
+        "_cell_render_cache",
+        "_row_renderable_cache",
+        "_row_render_cache",
+        "_line_cache",
+    ):
+        assert hasattr(table, name), name
+    assert isinstance(table._update_count, int)
+    assert isinstance(table._new_rows, set)
+    assert isinstance(table._data, dict)
+    for cache in ("_offset_cache", "_cell_render_cache", "_row_renderable_cache", "_line_cache"):
+        assert isinstance(getattr(table, cache), LRUCache), cache
+    assert isinstance(table._row_render_cache, LRUCache)
+    assert isinstance(type(table)._row_label_column_width, property)
+
+
+def test_datatable_private_methods_keep_their_signatures() -> None:
+    def params(name: str) -> list[str]:
+        return list(inspect.signature(getattr(DataTable, name)).parameters)
+
+    assert params("_render_cell") == [
+        "self",
+        "row_index",
+        "column_index",
+        "base_style",
+        "width",
+        "cursor",
+        "hover",
+    ]
+    assert params("_clear_caches") == ["self"]
+    assert params("_get_row_renderables") == ["self", "row_index"]
+    assert params("_get_row_style") == ["self", "row_index", "base_style"]
+    assert params("_should_highlight") == ["self", "cursor", "target_cell", "type_of_cursor"]
+    assert len(inspect.signature(DataTable._get_styles_to_render_cell).parameters) == 10
+
+
+async def test_the_row_locations_map_keys_and_indexes_both_ways() -> None:
+    app = TableApp()
+    async with app.run_test(size=SIZE) as pilot:
+        table = app.query_one(DataTableDoor)
+        await pilot.pause()
+        assert table.row_key_at(2) == RowKey("r2") and table.row_key_at(9) is None
+        assert table._row_locations.get(RowKey("r3")) == 3
+        count = table._update_count
+        table.set_row_order(["r4", "r3", "r2", "r1", "r0"])
+        assert table._update_count == count + 1
+        assert table.coordinate_to_cell_key(Coordinate(0, 0)).row_key == RowKey("r4")
+
+
+async def test_a_row_added_in_place_keeps_the_counter_and_is_not_measured() -> None:
+    app = TableApp()
+    async with app.run_test(size=SIZE) as pilot:
+        table = app.query_one(DataTableDoor)
+        await pilot.pause()
+        count = table._update_count
+        table.add_row_in_place(["r9", Text("new")], "r9")
+        assert table._update_count == count
+        assert RowKey("r9") not in table._new_rows
+        assert table.get_row_index("r9") == 5
+
+
+async def test_a_cell_written_in_place_is_rendered_from_the_table_data() -> None:
+    app = TableApp()
+    async with app.run_test(size=SIZE) as pilot:
+        table = app.query_one(DataTableDoor)
+        await pilot.pause()
+        table.write_cell_in_place(RowKey("r1"), ColumnKey("status"), Text("running"))
+        assert str(table.get_cell("r1", "status")) == "running"
+        table.forget_cell_renders({RowKey("r1"): {ColumnKey("status")}})
+        assert str(table.row_cell(1, 1)) == "running"
+
+
+async def test_the_render_caches_have_the_key_shapes_the_door_reads() -> None:
+    """Cell renders are keyed (row key, column key, ...), row renders (row key, line, base
+    style, cursor, hover, cursor type, ...), row renderables (update count, row index)."""
+    app = TableApp()
+    async with app.run_test(size=SIZE) as pilot:
+        table = app.query_one(DataTableDoor)
+        await pilot.pause()
+        cell = next(iter(table._cell_render_cache.keys()))
+        assert isinstance(cell[0], RowKey) and isinstance(cell[1], ColumnKey)
+        row = next(k for k in table._row_render_cache.keys() if k[0].value)  # noqa: SIM118
+        row_key, line_no, base_style, cursor, hover, cursor_type = row[:6]
+        assert isinstance(row_key, RowKey) and isinstance(line_no, int)
+        assert isinstance(base_style, Style)
+        assert isinstance(cursor, Coordinate) and isinstance(hover, Coordinate)
+        assert cursor_type == "row"
+        renders = table._row_render_cache.get(row)
+        assert renders is not None and len(renders) == 2  # (fixed, scrollable) lines
+        update_count, row_index = next(iter(table._row_renderable_cache.keys()))
+        assert isinstance(update_count, int) and isinstance(row_index, int)
+
+
+async def test_the_render_hooks_are_called_by_datatable() -> None:
+    called: list[str] = []
+
+    class Probe(DataTableDoor):
+        def render_cell(self, *args: object, **kwargs: object):  # type: ignore[no-untyped-def]
+            called.append("render_cell")
+            return super().render_cell(*args, **kwargs)  # type: ignore[arg-type]
+
+        def caches_cleared(self) -> None:
+            called.append("caches_cleared")
+
+    class ProbeApp(TableApp):
+        def compose(self) -> ComposeResult:
+            yield Probe(cursor_type="row")
+
+    app = ProbeApp()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        table = app.query_one(Probe)
+        assert "render_cell" in called
+        table.column_widths_changed()
+        assert "caches_cleared" in called
+        assert table._require_update_dimensions
+        style, post = table.cell_styles(0, 0, hover=False, cursor=True)
+        assert isinstance(style, Style) and isinstance(post, Style)
+        assert isinstance(table.row_style(0, Style()), Style)
+        assert len(table.render_state()) == 3
+        assert isinstance(table.row_label_width, int)
+
+
+# --- the footer's keys (KeyFooter) ---
+
+
+def test_footer_key_is_a_widget_with_the_fields_keyfooter_writes() -> None:
+    assert issubclass(FooterKey, Widget)
+    params = list(inspect.signature(FooterKey.__init__).parameters)
+    assert params[:7] == [
+        "self",
+        "key",
+        "key_display",
+        "description",
+        "action",
+        "disabled",
+        "tooltip",
+    ]
+    key = FooterKey("s", "s", "Stop", "stop", disabled=True)
+    assert (key.key, key.key_display, key.description, key.action) == ("s", "s", "Stop", "stop")
+    assert not door.key_enabled(key) and key.has_class("-disabled")
+    door.set_key_enabled(key, True)
+    assert door.key_enabled(key) and not key.has_class("-disabled")
+
+
+def test_footer_has_its_bindings_ready_flag() -> None:
+    assert "_bindings_ready" in Footer._reactives
+    footer = Footer()
+    door.footer_ready(footer)
+    assert footer._bindings_ready is True
+
+
+# --- the Linux driver (QuietLinuxDriver) ---
+
+
+def test_the_xterm_parser_times_out_a_lone_escape() -> None:
+    parser = XTermParser(False)
+    assert door.parser_timeout(parser) is None
+    assert list(parser.feed("\x1b")) == []  # maybe a sequence: it waits for the rest
+    waiting = door.parser_timeout(parser)
+    assert waiting is not None and 0 <= waiting <= 1
+    assert issubclass(ParseError, Exception)
+
+
+def test_the_linux_driver_runs_the_input_thread_this_one_replaces() -> None:
+    assert list(inspect.signature(LinuxDriver.run_input_thread).parameters) == ["self"]
+    assert "self.run_input_thread()" in inspect.getsource(LinuxDriver._run_input_thread)
+    init = inspect.getsource(LinuxDriver.__init__)
+    assert "self.exit_event = Event()" in init and "self.fileno" in init
+    assert "self.exit_event.set()" in inspect.getsource(LinuxDriver.disable_input)
+
+
+async def test_a_driver_knows_its_app_loop_and_debug_flag() -> None:
+    app: App[None] = App()
+    driver = LinuxDriver(app, debug=True)
+    assert door.driver_app(driver) is app
+    assert door.driver_loop(driver) is asyncio.get_running_loop()
+    assert door.driver_debug(driver) is True
+
+
+# --- for tests ---
+
+
+async def test_notifications_compositor_and_batch_depth() -> None:
+    app = TableApp()
+    async with app.run_test(size=SIZE) as pilot:
+        app.notify("hello")
+        await pilot.pause()
+        assert [n.message for n in door.notifications(app)] == ["hello"]
+        lines = ["".join(s.text for s in strip) for strip in door.render_screen(app.screen).strips]
+        assert any("r0" in line for line in lines)
+        assert door.batch_depth(app) == 0
+        with app.batch_update():
+            assert door.batch_depth(app) == 1
+
+
+# --- the door is the only one ---
+
+
+def private_textual_imports(path: Path) -> list[str]:
+    """The Textual modules with a private part (``textual._x``, ``textual.widgets._y``) that
+    ``path`` imports."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        for name in names:
+            parts = name.split(".")
+            if parts[0] == "textual" and any(p.startswith("_") for p in parts[1:]):
+                found.append(name)
+    return found
+
+
+def test_only_the_door_imports_textuals_private_modules() -> None:
+    door_file = ROOT / "refine_tui" / "textual_private.py"
+    offenders = {
+        str(path.relative_to(ROOT)): names
+        for folder in ("refine_tui", "tests", "bench", "scripts")
+        for path in sorted((ROOT / folder).rglob("*.py"))
+        if path != door_file and (names := private_textual_imports(path))
+    }
+    assert offenders == {}
+    assert private_textual_imports(door_file)  # the check itself sees them
