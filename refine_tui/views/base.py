@@ -15,8 +15,8 @@ class TableView(KeyedTable):
     Shown one at a time by the ``ViewStack``; ``VIEW`` is its name there and its id (goals,
     runs, attempts, workers), which the read request and the actions know it by. A view is its
     table rather than a container around one: bindings run once a key has bubbled up to the
-    App, and a container is one more message queue on that way for every key (measured under
-    50 commits/s: the key response's p95 grew by a third).
+    App, and a container is one more message queue on that way for every key (under 50
+    commits/s the key response looked slower with one, in noisy runs on a loaded machine).
     """
 
     VIEW: ClassVar[str]
