@@ -229,6 +229,11 @@ class Journal(Protocol):
         """Several reads that see one consistent state of the journal."""
         ...
 
+    def held(self) -> AbstractContextManager[Journal]:
+        """Keep one connection for the calls inside. A journal that shares its connections
+        (``store.journal.slots``: a worker's) otherwise connects for each call and lets go."""
+        ...
+
     def changes(self) -> ChangeSource:
         """A new change gate on this open journal, for one consumer."""
         ...

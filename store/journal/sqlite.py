@@ -534,6 +534,11 @@ class SqliteJournal(Journal):
             return int(self._connection().execute("PRAGMA data_version").fetchone()[0])
 
     @contextmanager
+    def held(self) -> Iterator[SqliteJournal]:
+        """A file journal holds no server connection: nothing to keep."""
+        yield self
+
+    @contextmanager
     def snapshot(self) -> Iterator[SqliteJournal]:
         """Several reads that see one consistent state of the journal."""
         with self._lock, _storage_errors():
