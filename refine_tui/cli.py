@@ -514,13 +514,15 @@ class ProgressLine:
 def cmd_node(args: argparse.Namespace) -> int:
     import asyncio
 
+    from store.journal.slots import named
     from store.node.scheduler import Node
 
     path = journal_path(args)
+    named(f"refine node {node_name(args)}")  # its connections say so in pg_stat_activity
     open_journal(args, write=True).close()
     # A refusal (a bad node name, a state dir that cannot be made) ends as every command's
     # does: one line, control characters made visible, the exit code of its kind.
-    with Node(path, node_name(args), args.capacity) as node:
+    with Node(path, node_name(args), args.capacity, connections=args.max_connections) as node:
         return asyncio.run(node.serve())
 
 
@@ -703,7 +705,16 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     if show := command("show", cmd_show, "one goal or run with its events"):
         show.add_argument("target")
     if node := command("node", cmd_node, "run this node's scheduler until SIGINT/SIGTERM"):
+        from store.journal.slots import MAX_CONNECTIONS_ENV
+
         node.add_argument("--capacity", type=capacity, default=4)
+        node.add_argument(
+            "--max-connections",
+            type=positive_int,
+            default=None,
+            help="journal connections this node and its workers hold at most, together"
+            f" (PostgreSQL; default ${MAX_CONNECTIONS_ENV} or 5)",
+        )
     if stop := command("stop", cmd_stop, "stop a goal's local process and requeue it"):
         stop.add_argument("goal")
         stop.add_argument("--grace", type=non_negative_float, default=5.0)

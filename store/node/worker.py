@@ -4,10 +4,15 @@
 
 It claims the Goal's Run with a fresh token (Goals.start), records itself in the node's
 process registry, runs the recipe (an argv list, no shell) into its log file and, while the
-recipe runs, rereads the Goal and Run whenever the journal changed. Whoever owns the attempt
-reports its end, and only the owner: exit 0 → completed, else failed; a pending cancellation →
-cancelled with its own cleanup confirmation; a Goal that moved on (settled, reassigned, its
-attempt ended by Stop or cleanup) → the recipe is stopped and nothing is reported.
+recipe runs, rereads the Goal and Run whenever its node says they changed (``wakeups``: the
+node relays its one LISTEN or file watcher; without a node, the worker looks by itself). On
+PostgreSQL it holds no connection while it waits: it connects to claim, to reread and to
+report, each through a slot of its node's connection limit (``store.journal.slots``).
+
+Whoever owns the attempt reports its end, and only the owner: exit 0 → completed, else
+failed; a pending cancellation → cancelled with its own cleanup confirmation; a Goal that moved
+on (settled, reassigned, its attempt ended by Stop or cleanup) → the recipe is stopped and
+nothing is reported.
 
 The recipe runs in the worker's process group (the node starts the worker as a session
 leader), so stopping the group stops both. Time never ends an attempt in the journal by itself;
@@ -23,7 +28,6 @@ import ctypes
 import hashlib
 import json
 import os
-import select
 import signal
 import subprocess
 import sys
@@ -48,10 +52,15 @@ from store.host.processes import (
     stop_group_members,
 )
 from store.journal.api import ChangeSource, Journal
+from store.journal.slots import share_from_env
+from store.journal.url import is_postgres_url
 from store.model.execution import Execution
 from store.model.goals import GoalResult, Goals
+from store.node.wakeups import Inbox
 
-POLL_S = 0.25  # how often the worker looks whether the journal changed
+POLL_S = 0.25  # without a node, how often the worker looks whether a SQLite journal changed
+# ... and a PostgreSQL one, each look a connection of its own (its node died: a rare case)
+ORPHAN_POLL_S = 5.0
 STOP_GRACE_S = 5.0  # SIGTERM → SIGKILL for its own recipe
 
 EXIT_SETTLED = 0  # the attempt was reported (completed, failed or cancelled)
@@ -100,6 +109,8 @@ def main(argv: Sequence[str] | None = None, parser_: argparse.ArgumentParser | N
     args = parser_.parse_args(argv)
     if not args.journal:
         parser_.error(f"--journal or ${JOURNAL_ENV} is required")
+    # Connect only when needed, through the node's slots (which its node names in our env).
+    share_from_env(application=f"refine worker {args.node}")
     return run_attempt(
         args.journal, node_id=args.node, goal_id=args.goal, token=args.token, round=args.round
     )
@@ -146,34 +157,45 @@ def run_attempt(
     worker's agent: it records this worker's pid, and any failure of it ends this attempt only.
     """
     owner = os.getpid()  # here, not in the helper
-    ready = _in_helper(
-        lambda send: _claim_in_helper(location, node_id, goal_id, token, round, owner, send)
-    )
-    if isinstance(ready, int):
-        return ready
-    try:
-        return _run_claimed(location, ready)
-    finally:
-        ready.registry().remove(ready.claim.run_id, ready.claim.epoch)
+    # Bound before the claim: a change committed after the claim's reread wakes us.
+    with Inbox(token, poll_s=_poll_s(location)) as inbox:
+        ready = _in_helper(
+            lambda send: _claim_in_helper(location, node_id, goal_id, token, round, owner, send)
+        )
+        if isinstance(ready, int):
+            return ready
+        inbox.follow(ready.registry().root)
+        try:
+            return _run_claimed(location, ready, inbox)
+        finally:
+            ready.registry().remove(ready.claim.run_id, ready.claim.epoch)
 
 
 def run_worker(
     journal: Journal, *, node_id: str, goal_id: str, token: str, round: int | None = None
 ) -> int:
     """Claim, run, report in this process, on ``journal``; returns the exit code (EXIT_*)."""
-    ready = _claim(journal, node_id, goal_id, token, round, owner=os.getpid())
-    if isinstance(ready, int):
-        return ready
-    try:
-        with open(ready.log_path, "ab") as log:
-            try:
-                recipe = _launch(ready, log)
-            except OSError as exc:
-                return _unlaunched(Goals(journal), ready, log, exc)
-            ready.sync_record()
-            return _own(Goals(journal), ready, recipe, log)
-    finally:
-        ready.registry().remove(ready.claim.run_id, ready.claim.epoch)
+    with Inbox(token, poll_s=_poll_s(journal.location)) as inbox:
+        with journal.held():
+            ready = _claim(journal, node_id, goal_id, token, round, owner=os.getpid())
+        if isinstance(ready, int):
+            return ready
+        inbox.follow(ready.registry().root)
+        try:
+            with open(ready.log_path, "ab") as log:
+                try:
+                    recipe = _launch(ready, log)
+                except OSError as exc:
+                    return _unlaunched(Goals(journal), ready, log, exc)
+                ready.sync_record()
+                return _own(Goals(journal), ready, recipe, log, inbox)
+        finally:
+            ready.registry().remove(ready.claim.run_id, ready.claim.epoch)
+
+
+def _poll_s(location: str) -> float:
+    """How often a worker without a node looks by itself (see ``Inbox``)."""
+    return ORPHAN_POLL_S if is_postgres_url(location) else POLL_S
 
 
 def rehearse(rounds: int = REHEARSALS) -> None:
@@ -196,12 +218,14 @@ def rehearse(rounds: int = REHEARSALS) -> None:
                 ready = _claim(journal, "z", f"r{n}", "t", None, owner=os.getpid())
                 assert isinstance(ready, Ready)
                 ready = Ready.from_json(ready.to_json())
-                with open(ready.log_path, "ab") as log:
-                    _own(goals, ready, _launch(ready, log), log)
+                with Inbox(f"rehearsal-{os.getpid()}-{n}", poll_s=POLL_S) as inbox:
+                    with open(ready.log_path, "ab") as log:
+                        _own(goals, ready, _launch(ready, log), log, inbox)
+                    changes = journal.changes()
+                    for _ in range(8):  # the waiting worker's loop, specialised
+                        inbox.wait([], 0.0)
+                        _look(goals, ready.claim, changes, True)
                 ready.registry().remove(ready.claim.run_id, ready.claim.epoch)
-                changes = journal.changes()
-                for _ in range(8):  # the waiting worker's loop, specialised
-                    _look(goals, ready.claim, changes, True)
 
 
 def _claim_in_helper(
@@ -220,7 +244,8 @@ def _claim_in_helper(
         send(EXIT_UNAVAILABLE)
         return
     with journal:  # closed after sending: the worker launches meanwhile
-        result = _claim(journal, node_id, goal_id, token, round, owner=owner)
+        with journal.held():  # one connection for the claim, its record and its reread
+            result = _claim(journal, node_id, goal_id, token, round, owner=owner)
         send(result)
         if isinstance(result, Ready):
             result.sync_record()
@@ -409,7 +434,7 @@ def _helper(
         os._exit(code)
 
 
-def _run_claimed(location: str, ready: Ready) -> int:
+def _run_claimed(location: str, ready: Ready, inbox: Inbox) -> int:
     """Launch at once (the helper has just reread), then open the journal to watch and report."""
     with open(ready.log_path, "ab") as log:
         try:
@@ -428,7 +453,7 @@ def _run_claimed(location: str, ready: Ready) -> int:
             goals = Goals(journal)
             if isinstance(recipe, OSError):
                 return _unlaunched(goals, ready, log, recipe)
-            return _own(goals, ready, recipe, log)
+            return _own(goals, ready, recipe, log, inbox)
 
 
 def _open_patiently(location: str) -> Journal | None:
@@ -453,10 +478,12 @@ def _unlaunched(goals: Goals, ready: Ready, log: IO[bytes], exc: OSError) -> int
     return _report(goals, ready.claim, exit_code=None, reason=why, log=Path(ready.log_path))
 
 
-def _own(goals: Goals, ready: Ready, recipe: subprocess.Popen[bytes], log: IO[bytes]) -> int:
+def _own(
+    goals: Goals, ready: Ready, recipe: subprocess.Popen[bytes], log: IO[bytes], inbox: Inbox
+) -> int:
     """Watch the running recipe while the attempt is ours, then report its end."""
     claim, timeout_s = ready.claim, ready.timeout_s
-    verdict, timed_out = _supervise(goals, claim, recipe, time.monotonic() + timeout_s)
+    verdict, timed_out = _supervise(goals, claim, recipe, time.monotonic() + timeout_s, inbox)
     _stop(recipe)  # whatever the recipe left running ends with the attempt
     if verdict == "superseded":
         return EXIT_SUPERSEDED
@@ -487,56 +514,56 @@ def _die_with_parent() -> None:
 
 
 def _supervise(
-    goals: Goals, claim: Claim, recipe: subprocess.Popen[bytes], deadline: float
+    goals: Goals, claim: Claim, recipe: subprocess.Popen[bytes], deadline: float, inbox: Inbox
 ) -> tuple[str, bool]:
-    """Wait for the recipe, rereading the journal when it changed.
+    """Wait for the recipe, rereading Goal and Run when woken (``inbox``).
 
     Returns (verdict, timed_out); verdict "ours" | "cancel" | "superseded" | "unknown". The
     recipe is stopped (and reaped) on "cancel" or "superseded" or when the deadline passed.
+    Waiting, the worker holds no connection and takes no CPU: it sleeps until its recipe
+    exits, its node relays a change, the deadline, or (no node) its safety poll.
     """
     changes = goals.journal.changes()
-    look = True  # first, and again after an "unknown" verdict
-    with _ExitWatch(recipe) as exited:
+    retry_at: float | None = None  # after an "unknown" verdict: look again then
+    delay = POLL_S
+    with _ExitWatch(recipe) as exit_fds:
         while True:
-            if exited(POLL_S):
+            until = deadline if retry_at is None else min(deadline, retry_at)
+            timeout = until - time.monotonic()
+            why = inbox.wait(exit_fds, timeout if exit_fds else min(timeout, POLL_S))
+            if recipe.poll() is not None:
                 return _verdict(goals, claim), False
-            verdict = _look(goals, claim, changes, look)
-            look = verdict == "unknown"
-            if verdict not in ("ours", "unknown"):
-                _stop(recipe)
-                return verdict, False
+            due = retry_at is not None and time.monotonic() >= retry_at
+            if why in ("wake", "poll") or due:
+                # A safety poll asks the change gate first (on SQLite, ≈ 5 µs); a wake-up or a
+                # retry rereads at once.
+                with goals.journal.held():
+                    verdict = _look(goals, claim, changes, why != "poll" or due)
+                retry_at = time.monotonic() + delay if verdict == "unknown" else None
+                delay = min(delay * 2, RETRY_MAX_S) if verdict == "unknown" else POLL_S
+                if verdict not in ("ours", "unknown"):
+                    _stop(recipe)
+                    return verdict, False
             if time.monotonic() >= deadline:
                 _stop(recipe)
                 return _verdict(goals, claim), True
 
 
 class _ExitWatch:
-    """``exited(timeout)``: wait up to ``timeout`` for the recipe to exit, on a pidfd (Linux):
-    one wake-up per timeout, where ``Popen.wait(timeout)`` polls every 50 ms, which 1,000
-    sleeping attempts would turn into 20,000 wake-ups a second."""
+    """The recipe's exit as a descriptor to wait on beside the wake-ups: a pidfd (Linux ≥ 5.3),
+    readable once it exited. Without one (an empty list) the worker looks every POLL_S."""
 
     def __init__(self, recipe: subprocess.Popen[bytes]) -> None:
-        self._recipe = recipe
-        self._fd: int | None = None
+        self._fds: list[int] = []
         with contextlib.suppress(AttributeError, OSError):
-            self._fd = os.pidfd_open(recipe.pid)
+            self._fds.append(os.pidfd_open(recipe.pid))
 
-    def __enter__(self) -> Callable[[float], bool]:
-        return self._exited
+    def __enter__(self) -> list[int]:
+        return self._fds
 
     def __exit__(self, *exc: object) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-
-    def _exited(self, timeout: float) -> bool:
-        if self._fd is None:
-            try:
-                self._recipe.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                return False
-            return True
-        select.select([self._fd], [], [], timeout)
-        return self._recipe.poll() is not None
+        for fd in self._fds:
+            os.close(fd)
 
 
 def _look(goals: Goals, claim: Claim, changes: ChangeSource, look: bool) -> str:
@@ -551,8 +578,9 @@ def _look(goals: Goals, claim: Claim, changes: ChangeSource, look: bool) -> str:
 def _verdict(goals: Goals, claim: Claim) -> str:
     """Reread Goal and Run: is the attempt still ours to continue and report?"""
     try:
-        goal = goals.read(claim.goal_id)
-        run = Execution(goals.journal).read(claim.run_id)
+        with goals.journal.held():  # one connection for both reads
+            goal = goals.read(claim.goal_id)
+            run = Execution(goals.journal).read(claim.run_id)
     except RefineError as exc:  # e.g. locked for a while: keep going, look again
         _say(f"{claim.goal_id}: cannot reread the journal: {exc}")
         return "unknown"
@@ -613,6 +641,15 @@ def _stop(recipe: subprocess.Popen[bytes]) -> None:
 def _report(
     goals: Goals, claim: Claim, *, exit_code: int | None, reason: str | None, log: Path
 ) -> int:
+    # One connection for the reread and the report (it is let go while the journal is
+    # unreachable: the patient loops below wait without one).
+    with goals.journal.held():
+        return _report_held(goals, claim, exit_code=exit_code, reason=reason, log=log)
+
+
+def _report_held(
+    goals: Goals, claim: Claim, *, exit_code: int | None, reason: str | None, log: Path
+) -> int:
     verdict = _reread_patiently(goals, claim)  # right before the transition
     if verdict == "cancel":
         return _report_cancel(goals, claim)
@@ -627,8 +664,9 @@ def _report(
 
 
 def _report_cancel(goals: Goals, claim: Claim) -> int:
-    _reread_patiently(goals, claim)  # wait until the journal can take the report
-    return _settle(goals, claim, outcome="cancelled", reason=None, evidence=())
+    with goals.journal.held():
+        _reread_patiently(goals, claim)  # wait until the journal can take the report
+        return _settle(goals, claim, outcome="cancelled", reason=None, evidence=())
 
 
 def _settle(
