@@ -95,6 +95,7 @@ class Backend(Protocol):
         create: bool = True,
         synchronous: Synchronous = "FULL",
         busy_timeout_ms: int = 5000,
+        journal_id: str | None = None,
     ) -> Journal: ...
 
     @classmethod
@@ -119,12 +120,17 @@ class Journal(Protocol):
         create: bool = True,
         synchronous: Synchronous = "FULL",
         busy_timeout_ms: int = 5000,
+        journal_id: str | None = None,
     ) -> Journal:
         """Open the journal at ``location``: a ``postgresql://`` URL or a SQLite file path.
 
         ``create``: make the journal when missing (never when ``read_only``). ``synchronous``
         and ``busy_timeout_ms`` are durability and lock-wait settings each backend maps to its
-        own. Raises a StorageError subclass saying why the journal cannot be opened.
+        own. ``journal_id``: the journal the caller knows is there (it opened it a moment ago);
+        another one there is refused (NotAJournalError), and a server journal whose process
+        shares its connections (``store.journal.slots``) checks it at its first connection,
+        not now: a worker's open costs no connection of its own. Raises a StorageError subclass
+        saying why the journal cannot be opened.
         """
         return backend_for(location).connect(
             str(location),
@@ -132,6 +138,7 @@ class Journal(Protocol):
             create=create,
             synchronous=synchronous,
             busy_timeout_ms=busy_timeout_ms,
+            journal_id=journal_id,
         )
 
     @staticmethod

@@ -313,6 +313,7 @@ class PostgresJournal(Journal):
         self._sharing = how or Sharing()
         self._slot: Slot | None = None
         self._depth = 0  # calls in progress (a snapshot, held(), an export): keep the connection
+        self._unchecked = False  # opened by id alone: the first connection checks the journal
         self._cursor: psycopg.ClientCursor[Any] | None = None
         self._closed = False
         self._lock = threading.RLock()
@@ -338,6 +339,7 @@ class PostgresJournal(Journal):
         busy_timeout_ms: int = 5000,
         schema: str | None = None,
         connect_timeout_s: int = 10,
+        journal_id: str | None = None,
     ) -> PostgresJournal:
         """Open the journal in the database ``location`` (a ``postgresql://`` URL) names; create
         its schema only when writable and ``create``.
@@ -346,7 +348,9 @@ class PostgresJournal(Journal):
         commits, never half of one); ``busy_timeout_ms`` is the ``lock_timeout`` of a command
         waiting for another's rows. Raises StorageUnreachableError (server down, refused,
         authentication, database missing), JournalMissingError (no journal in that database),
-        NotAJournalError (the schema holds something else, or a newer journal).
+        NotAJournalError (the schema holds something else, or a newer journal, or not the
+        journal ``journal_id`` names). With ``journal_id`` in a process whose connections are
+        transient (a worker's), nothing is checked now: the first connection checks it.
         """
         if synchronous not in ("FULL", "NORMAL"):
             raise InvalidInputError("synchronous must be FULL or NORMAL")
@@ -357,12 +361,16 @@ class PostgresJournal(Journal):
             settings.append("default_transaction_read_only=on")
         conninfo, schema = connection_info(location, settings, schema, connect_timeout_s)
         journal = cls(conninfo, redact(location), schema, read_only, "", sharing())
+        if journal_id is not None and journal._sharing.transient:
+            journal.journal_id, journal._unchecked = journal_id, True
+            return journal
         try:
             with journal._in_use(), journal._storage_errors():
                 conn = journal._connection()
-                journal.journal_id = _migrate(
-                    conn, schema, journal.location, create and not read_only
-                )
+                found = _migrate(conn, schema, journal.location, create and not read_only)
+                if journal_id is not None and found != journal_id:
+                    raise NotAJournalError(_another(journal.location, journal_id))
+                journal.journal_id = found
                 if not read_only:
                     _check_writable(conn, schema, journal.location)
             return journal
@@ -448,7 +456,22 @@ class PostgresJournal(Journal):
             # DEALLOCATE ALL, which would drop the command statements (``_PREPARE``) too.
             conn.prepare_threshold = None
             self._conn, self._slot = conn, slot
+            if self._unchecked:
+                self._check_first(conn)
         return self._conn
+
+    def _check_first(self, conn: psycopg.Connection[Any]) -> None:
+        """The checks an open by id left to the first connection (as ``connect`` makes them)."""
+        try:
+            found = _migrate(conn, self.schema, self.location, False)
+            if found != self.journal_id:
+                raise NotAJournalError(_another(self.location, self.journal_id or ""))
+            if not self.read_only:
+                _check_writable(conn, self.schema, self.location)
+        except BaseException:
+            self._let_go()
+            raise
+        self._unchecked = False
 
     @contextlib.contextmanager
     def _storage_errors(self) -> Iterator[None]:
@@ -987,6 +1010,10 @@ def _check_writable(conn: psycopg.Connection[Any], schema: str, location: str) -
             f" ({_first_line(exc)}): open it read-only (--read-only), or GRANT the role"
             " INSERT, UPDATE on its tables"
         ) from exc
+
+
+def _another(location: str, journal_id: str) -> str:
+    return f"not the journal that was opened: {location} holds another journal than {journal_id}"
 
 
 def _journal_id(conn: psycopg.Connection[Any], schema: str, location: str) -> str:

@@ -168,6 +168,12 @@ def share_from_env(*, application: str, transient: bool = True) -> Sharing:
     return how
 
 
+def keep_connections() -> None:
+    """Keep each connection until its journal closes (a short-lived process: it holds one
+    connection for a few calls, then exits)."""
+    share(replace(_sharing, transient=False))
+
+
 def named(application: str) -> None:
     """Keep how this process connects, under another ``application_name``."""
     share(replace(_sharing, application=application))

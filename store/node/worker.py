@@ -40,6 +40,7 @@ from typing import IO
 
 from store.errors import (
     JournalNotPermittedError,
+    NotAJournalError,
     RefineError,
     StorageError,
     StorageUnreachableError,
@@ -52,7 +53,7 @@ from store.host.processes import (
     stop_group_members,
 )
 from store.journal.api import ChangeSource, Journal
-from store.journal.slots import share_from_env
+from store.journal.slots import keep_connections, share_from_env
 from store.journal.url import is_postgres_url
 from store.model.execution import Execution
 from store.model.goals import GoalResult, Goals
@@ -237,6 +238,9 @@ def _claim_in_helper(
     owner: int,
     send: Callable[[int | Ready], None],
 ) -> None:
+    # One connection for the open, the claim, its record and its reread: this helper exits
+    # once it sent its answer, and the connection (and its slot) with it.
+    keep_connections()
     try:
         journal = Journal.open(location, create=False)
     except RefineError as exc:
@@ -244,11 +248,10 @@ def _claim_in_helper(
         send(EXIT_UNAVAILABLE)
         return
     with journal:  # closed after sending: the worker launches meanwhile
-        with journal.held():  # one connection for the claim, its record and its reread
-            result = _claim(journal, node_id, goal_id, token, round, owner=owner)
+        result = _claim(journal, node_id, goal_id, token, round, owner=owner)
         send(result)
-        if isinstance(result, Ready):
-            result.sync_record()
+    if isinstance(result, Ready):
+        result.sync_record()
 
 
 def _claim(
@@ -444,7 +447,7 @@ def _run_claimed(location: str, ready: Ready, inbox: Inbox) -> int:
         if ready.helper is not None:
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(ready.helper, 0)  # it only closes its journal now
-        journal = _open_patiently(location)
+        journal = _open_patiently(location, ready.journal_id)
         if journal is None:
             if not isinstance(recipe, OSError):
                 _stop(recipe)
@@ -456,15 +459,20 @@ def _run_claimed(location: str, ready: Ready, inbox: Inbox) -> int:
             return _own(goals, ready, recipe, log, inbox)
 
 
-def _open_patiently(location: str) -> Journal | None:
-    """Our journal, waiting out a short unavailability (the attempt is claimed: ours to report)."""
+def _open_patiently(location: str, journal_id: str | None) -> Journal | None:
+    """Our journal, waiting out a short unavailability (the attempt is claimed: ours to report).
+    By the id the claim found there: on PostgreSQL this costs no connection now (the first
+    reread or report checks it)."""
     deadline = time.monotonic() + REPORT_PATIENCE_S
     delay = POLL_S
     while True:
         try:
-            return Journal.open(location, create=False)
+            return Journal.open(location, create=False, journal_id=journal_id)
         except RefineError as exc:
-            if time.monotonic() >= deadline or isinstance(exc, JournalNotPermittedError):
+            # Waiting does not give back a role its rights, nor bring back our journal.
+            if time.monotonic() >= deadline or isinstance(
+                exc, JournalNotPermittedError | NotAJournalError
+            ):
                 _say(f"journal unavailable: {exc}")
                 return None
             _say(f"journal unavailable for now: {exc}")

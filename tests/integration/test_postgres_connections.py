@@ -14,8 +14,9 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from store.errors import ServerFullError
+from store.errors import NotAJournalError, ServerFullError
 from store.journal.api import Journal
+from store.journal.slots import ConnectionSlots, Sharing, share, sharing
 from tests.conftest import _unavailable
 from tests.helpers.node_env import HANG, WAIT_FOR_GO
 from tests.helpers.postgres_server import PostgresServer, ServerUnavailable
@@ -167,3 +168,59 @@ def _alive(pid: int) -> bool:
     with contextlib.suppress(OSError), open(f"/proc/{pid}/stat") as f:
         return f.read().rpartition(")")[2].split()[0] != "Z"
     return False
+
+
+@pytest.fixture
+def transient(tmp_path: Path) -> Iterator[ConnectionSlots]:
+    """This process connects as a worker does: through one slot, letting go after each call."""
+    before = sharing()
+    slots = ConnectionSlots(tmp_path / "connections", 1)
+    share(Sharing(slots=slots, transient=True, application="refine worker t1"))
+    try:
+        yield slots
+    finally:
+        share(before)
+
+
+def test_a_transient_journal_holds_no_connection_between_calls(
+    postgres_url: str, transient: ConnectionSlots
+) -> None:
+    with Journal.open(postgres_url) as journal:
+        assert _connections(postgres_url, "refine worker t1") == 0  # the open let go
+        assert journal.count("goal") == 0
+        assert _connections(postgres_url, "refine worker t1") == 0
+        with journal.held():
+            journal.count("goal")
+            journal.last_sequence()
+            assert _connections(postgres_url, "refine worker t1") == 1
+            # Its one slot is taken meanwhile: another holder waits (here: cannot take it).
+            assert transient._try(0, wait=False) is None
+        assert _connections(postgres_url, "refine worker t1") == 0
+        slot = transient._try(0, wait=False)
+        assert slot is not None
+        slot.release()
+
+
+def test_an_open_by_id_connects_only_when_used_and_refuses_another_journal(
+    postgres_url: str, transient: ConnectionSlots
+) -> None:
+    with Journal.open(postgres_url) as first:
+        journal_id = first.journal_id
+    assert journal_id
+    with Journal.open(postgres_url, create=False, journal_id=journal_id) as journal:
+        assert journal.journal_id == journal_id
+        assert journal.count("goal") == 0  # the first connection checked it: the same journal
+    with Journal.open(postgres_url, create=False, journal_id="another") as journal:
+        with pytest.raises(NotAJournalError, match="another journal than another"):
+            journal.count("goal")
+        assert _connections(postgres_url, "refine worker t1") == 0
+
+
+def test_an_open_by_id_of_a_file_refuses_another_journal(tmp_path: Path) -> None:
+    path = tmp_path / "journal.db"
+    with Journal.open(path) as journal:
+        journal_id = journal.journal_id
+    assert journal_id
+    Journal.open(path, create=False, journal_id=journal_id).close()
+    with pytest.raises(NotAJournalError, match="another journal"):
+        Journal.open(path, create=False, journal_id="another")
