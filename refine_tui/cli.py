@@ -528,7 +528,12 @@ def cmd_node(args: argparse.Namespace) -> int:
 
 def cmd_tui(args: argparse.Namespace) -> int:
     from refine_tui.app import RefineApp
+    from store.journal import slots
 
+    if os.environ.get(slots.SLOTS_ENV):  # a tab of `refine serve`: its connections, its wake-ups
+        slots.share_from_env(application="refine tui (serve)")
+    else:
+        slots.named("refine tui")
     path = journal_path(args)
     if isinstance(path, str):  # a URL that can never connect is bad input now, not a wait
         from store.journal.postgres import connection_info
@@ -540,7 +545,9 @@ def cmd_tui(args: argparse.Namespace) -> int:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from refine_tui.serve import TokenFileError, serve
+    from store.journal.slots import max_connections, named
 
+    named("refine serve")
     open_journal(args, write=False).close()  # refuse now, not in every tab
     try:
         return serve(
@@ -550,6 +557,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
             port=args.port,
             read_only=args.read_only,
             token_file=Path(args.token_file) if args.token_file else None,
+            connections=max_connections(args.max_connections),
+            location=str(journal_path(args)),
         )
     except TokenFileError as exc:
         raise UsageError(str(exc)) from None
@@ -753,6 +762,13 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         serve.add_argument("--port", type=port_number, default=8000, help="0 picks a free port")
         serve.add_argument("--read-only", action="store_true")
         serve.add_argument("--token-file", help="a file holding the token (shared by a team)")
+        serve.add_argument(
+            "--max-connections",
+            type=positive_int,
+            default=None,
+            help="journal connections all tabs together hold at most (PostgreSQL; default"
+            " $REFINE_MAX_CONNECTIONS or 5)",
+        )
     if demo := command("demo", cmd_demo, "a demo journal with live work and the dashboard"):
         demo.add_argument(
             "--dir",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
+from collections.abc import Callable
 
 import psycopg
 
@@ -27,11 +28,18 @@ def node_of(application: str) -> str | None:
 
 
 class ConnectionSampler:
-    """Samples the server's client connections every ``interval_s`` until ``stop``."""
+    """Samples the server's client connections every ``interval_s`` until ``stop``, counted
+    per group (``group_of`` an application_name; by default its node)."""
 
-    def __init__(self, url: str, interval_s: float = 0.02) -> None:
+    def __init__(
+        self,
+        url: str,
+        interval_s: float = 0.02,
+        group_of: Callable[[str], str | None] = node_of,
+    ) -> None:
         self.url = url
         self.interval_s = interval_s
+        self.group_of = group_of
         self.samples = 0
         self.peak_total = 0  # every client connection but the sampler's own
         self.peak_by_node: Counter[str] = Counter()
@@ -69,12 +77,11 @@ class ConnectionSampler:
                     self.peak_by_node[node] = max(self.peak_by_node[node], count)
                 self._stop.wait(self.interval_s)
 
-    @staticmethod
-    def _count(conn: psycopg.Connection) -> tuple[Counter[str], int]:
+    def _count(self, conn: psycopg.Connection) -> tuple[Counter[str], int]:
         rows = conn.execute(_QUERY).fetchall()
         by_node: Counter[str] = Counter()
         for (application,) in rows:
-            node = node_of(application or "")
+            node = self.group_of(application or "")
             if node is not None:
                 by_node[node] += 1
         return by_node, len(rows)
