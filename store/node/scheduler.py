@@ -212,7 +212,7 @@ class Node:
 
     def relay_wakeups(self) -> None:
         """Wake each worker whose Goal changed since the last round (it then rereads)."""
-        tokens = {goal_id: launch.token for goal_id, launch in self.launched.items()}
+        tokens = {g: launch.token for g, launch in self.launched.items() if launch.token}
         try:
             self.relay.relay(self.journal, tokens)
         except RefineError as exc:  # unreadable for now: the next round reads from there
