@@ -444,8 +444,7 @@ class PostgresJournal(Journal):
         if self._conn is not None and (self._conn.broken or self._conn.closed):
             self._let_go()
         if self._conn is None:
-            slots = self._sharing.slots
-            slot = slots.acquire() if slots is not None else None  # may wait for one
+            slot = self._take_slot()  # may wait for one
             try:
                 conn = psycopg.connect(self._conninfo, autocommit=True)
             except BaseException:
@@ -459,6 +458,18 @@ class PostgresJournal(Journal):
             if self._unchecked:
                 self._check_first(conn)
         return self._conn
+
+    def _take_slot(self) -> Slot | None:
+        """A slot of this process's connection limit (None: it has none)."""
+        slots = self._sharing.slots
+        if slots is None:
+            return None
+        try:
+            return slots.acquire()
+        except OSError as exc:  # its folder cannot be made or written (disk full, permissions)
+            raise StorageError(
+                f"cannot take a connection slot in {slots.folder}: {exc.strerror or exc}"
+            ) from None
 
     def _check_first(self, conn: psycopg.Connection[Any]) -> None:
         """The checks an open by id left to the first connection (as ``connect`` makes them)."""

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from pathlib import Path
 
 from store.errors import InvalidInputError
@@ -32,6 +33,7 @@ DEFAULT_MAX_CONNECTIONS = 5
 # ``refine serve`` keeps two as well (its LISTEN, the /metrics reader).
 KEPT = 2
 MAX_LIMIT = 1000
+WAIT_STEPS_S = (0.002, 0.004, 0.008, 0.016, 0.032, 0.05)  # then every 50 ms while all are held
 
 
 class Slot:
@@ -64,32 +66,31 @@ class ConnectionSlots:
     def acquire(self) -> Slot:
         """A free slot, waiting for one while all are held.
 
-        First every slot without waiting (from a random one, so holders spread), then a
-        blocking lock on one picked at random: the kernel wakes us when it is given back, with
-        no polling. A waiter may wait on a slot while another frees up first; holds are short
-        (one command or reread), so that costs little and never spins."""
+        Every slot is tried without waiting (from a random one, so holders spread), again and
+        again with a growing pause (``WAIT_STEPS_S``): holds are short (a command, a reread),
+        and a slot given back is taken within the pause, whichever it is. (A blocking lock on
+        one slot would wait for that one even while another is free.)"""
         self.folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-        first = self._any()
-        for i in range(self.limit):
-            slot = self._try((first + i) % self.limit, wait=False)
-            if slot is not None:
-                return slot
+        pauses = iter(WAIT_STEPS_S)
         while True:
-            slot = self._try(self._any(), wait=True)
-            if slot is not None:
-                return slot
+            first = self._any()
+            for i in range(self.limit):
+                slot = self._try((first + i) % self.limit)
+                if slot is not None:
+                    return slot
+            time.sleep(next(pauses, WAIT_STEPS_S[-1]))
 
     def _any(self) -> int:
         return int.from_bytes(os.urandom(4), "little") % self.limit
 
-    def _try(self, index: int, *, wait: bool) -> Slot | None:
+    def _try(self, index: int) -> Slot | None:
         import fcntl  # here: a quick `refine` command that only names the limit never loads it
 
         # A fresh open file per attempt: flock belongs to the open file, so two threads of one
         # process (or a holder and a thread that waits) exclude each other as two processes do.
         fd = os.open(self.folder / f"slot-{index}", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
             return None

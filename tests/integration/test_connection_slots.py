@@ -189,3 +189,35 @@ def test_the_relay_wakes_only_the_workers_whose_goal_changed(tmp_path: Path) -> 
             assert a.wait([], 5.0) == "wake"
             assert b.wait([], 0.05) == "timeout"
         relay.close()
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["--max-connections", "2"], "refine: INVALID_INPUT: max connections must be 3 to 1000"),
+        (["--max-connections", "0"], "--max-connections"),
+    ],
+)
+def test_a_node_refuses_a_limit_that_leaves_its_workers_nothing(
+    tmp_path: Path, args: list[str], words: str
+) -> None:
+    refine = [sys.executable, "-m", "refine_tui.cli", "--journal", str(tmp_path / "j.db")]
+    subprocess.run([*refine, "init"], check=True, capture_output=True, timeout=60)
+    done = subprocess.run(
+        [*refine, "--node", "n1", "node", *args], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 2
+    assert words in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_a_slot_folder_that_cannot_be_made_is_a_storage_error(tmp_path: Path) -> None:
+    from store.errors import StorageError
+    from store.journal.postgres import PostgresJournal
+    from store.journal.slots import Sharing
+
+    (tmp_path / "file").write_text("not a folder")
+    how = Sharing(slots=ConnectionSlots(tmp_path / "file" / "connections", 1), transient=True)
+    journal = PostgresJournal("", "postgresql://nowhere/db", "refine", False, "", how)
+    with pytest.raises(StorageError, match="cannot take a connection slot"):
+        journal._take_slot()

@@ -194,9 +194,9 @@ def test_a_transient_journal_holds_no_connection_between_calls(
             journal.last_sequence()
             assert _connections(postgres_url, "refine worker t1") == 1
             # Its one slot is taken meanwhile: another holder waits (here: cannot take it).
-            assert transient._try(0, wait=False) is None
+            assert transient._try(0) is None
         assert _connections(postgres_url, "refine worker t1") == 0
-        slot = transient._try(0, wait=False)
+        slot = transient._try(0)
         assert slot is not None
         slot.release()
 
