@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from store.errors import InvalidInputError
@@ -169,10 +170,16 @@ def share_from_env(*, application: str, transient: bool = True) -> Sharing:
     return how
 
 
-def keep_connections() -> None:
-    """Keep each connection until its journal closes (a short-lived process: it holds one
-    connection for a few calls, then exits)."""
-    share(replace(_sharing, transient=False))
+@contextlib.contextmanager
+def keeping_connections() -> Iterator[None]:
+    """Within: journals opened keep their connection until closed (a few calls in a row, then
+    close: a worker's claim helper)."""
+    before = _sharing
+    share(replace(before, transient=False))
+    try:
+        yield
+    finally:
+        share(before)
 
 
 def named(application: str) -> None:

@@ -53,7 +53,7 @@ from store.host.processes import (
     stop_group_members,
 )
 from store.journal.api import ChangeSource, Journal
-from store.journal.slots import keep_connections, share_from_env
+from store.journal.slots import keeping_connections, share_from_env
 from store.journal.url import is_postgres_url
 from store.model.execution import Execution
 from store.model.goals import GoalResult, Goals
@@ -238,15 +238,15 @@ def _claim_in_helper(
     owner: int,
     send: Callable[[int | Ready], None],
 ) -> None:
-    # One connection for the open, the claim, its record and its reread: this helper exits
-    # once it sent its answer, and the connection (and its slot) with it.
-    keep_connections()
-    try:
-        journal = Journal.open(location, create=False)
-    except RefineError as exc:
-        _say(f"journal unavailable: {exc}")
-        send(EXIT_UNAVAILABLE)
-        return
+    # One connection for the open, the claim, its record and its reread, closed (and its slot
+    # given back) once the answer is sent.
+    with keeping_connections():
+        try:
+            journal = Journal.open(location, create=False)
+        except RefineError as exc:
+            _say(f"journal unavailable: {exc}")
+            send(EXIT_UNAVAILABLE)
+            return
     with journal:  # closed after sending: the worker launches meanwhile
         result = _claim(journal, node_id, goal_id, token, round, owner=owner)
         send(result)

@@ -92,7 +92,9 @@ def test_a_node_waits_out_a_full_server_then_launches(small: PgEnv) -> None:
     """A worker that cannot connect to claim exits without claiming; its node launches again
     on its next round, and the goal runs once the server has room."""
     node = small.node()
-    wait_until(lambda: _connections(small.url, "refine node n1") == 2, what="the node's two")
+    wait_until(
+        lambda: _connections(small.url, "refine node n1") == 2, timeout=90, what="the node's two"
+    )
     with server_full(small.url):
         small.goal("g1", HANG)  # through this test's own connection, made before
         wait_until(
@@ -112,7 +114,7 @@ def test_a_worker_sees_a_cancel_and_reports_its_end_after_its_node_was_killed(
     pg.goal("finishing", WAIT_FOR_GO)
     node = pg.node()
     for goal in ("cancelled", "finishing"):
-        wait_until(lambda g=goal: pg.running_record(g), what=f"{goal} running")
+        wait_until(lambda g=goal: pg.running_record(g), timeout=90, what=f"{goal} running")
     wait_until(lambda: _connections(pg.url, "refine worker n1") == 0, what="idle workers")
     node.send_signal(signal.SIGKILL)  # its workers run on, with nobody to relay wake-ups
     node.wait(timeout=10)

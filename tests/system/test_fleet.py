@@ -76,7 +76,12 @@ def test_five_nodes_of_twenty_attempts_hold_at_most_five_connections_each(
     with ConnectionSampler(fleet.url) as sampler:
         for node in nodes:
             fleet.start(node, "--capacity", str(PER_NODE))
-        wait_until(lambda: sampler.now() == {n: 2 for n in nodes}, what="every node connected")
+        wait_until(
+            lambda: sampler.now() == {n: 2 for n in nodes},
+            timeout=120,
+            step=0.2,
+            what="every node connected",
+        )
         # One goal per node to cancel while the fleet launches, then the fleet's work.
         for node in nodes:
             fleet.goals.create(goal_id=f"x-{node}", title="extra", node_id=node, argv=sleep)
@@ -103,7 +108,12 @@ def test_five_nodes_of_twenty_attempts_hold_at_most_five_connections_each(
             timeout=120,
             what="the cancelled attempts ended",
         )
-        wait_until(lambda: sampler.now() == {n: 2 for n in nodes}, what="idle workers hold none")
+        wait_until(
+            lambda: sampler.now() == {n: 2 for n in nodes},
+            timeout=120,
+            step=0.2,
+            what="idle workers hold none",
+        )
         statuses = fleet.statuses()
     assert not sampler.errors
     assert sampler.samples > 100
