@@ -185,3 +185,14 @@ def test_server_cpu_never_goes_back_while_backends_come_and_go(
             worker.join()
     assert readings[-1] > readings[0]  # the churn was seen
     assert all(b >= a for a, b in itertools.pairwise(readings))
+
+
+@pytest.mark.postgres
+def test_fleet_bench_runs_nodes_on_its_own_server_within_their_connections() -> None:
+    from bench import fleet
+
+    r = fleet.measure(nodes=2, attempts=3, max_connections=20, idle_s=0.5)
+    assert r["launched"] == 6
+    assert 2 <= r["peak_node"] <= 5  # the node's two, and its workers' when sampled
+    assert r["idle_per_node"] == 2
+    assert [row[0].split(": ")[1] for row in fleet.rows(r)] == ["connections", "launch", "idle CPU"]
