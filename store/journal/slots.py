@@ -126,8 +126,8 @@ def max_connections(value: int | None = None) -> int:
         value = int(text)
     if type(value) is not int or not KEPT + 1 <= value <= MAX_LIMIT:
         raise InvalidInputError(
-            f"max connections must be {KEPT + 1} to {MAX_LIMIT} (the node keeps {KEPT},"
-            f" its workers share the rest), not {value!r}"
+            f"max connections must be {KEPT + 1} to {MAX_LIMIT} (a node or serve keeps {KEPT},"
+            f" its workers or tabs share the rest), not {value!r}"
         )
     return value
 

@@ -112,7 +112,7 @@ def test_max_connections_from_flag_or_environment(monkeypatch: pytest.MonkeyPatc
         monkeypatch.setenv("REFINE_MAX_CONNECTIONS", bad)
         with pytest.raises(InvalidInputError):
             max_connections()
-    with pytest.raises(InvalidInputError, match="the node keeps 2"):
+    with pytest.raises(InvalidInputError, match="a node or serve keeps 2"):
         max_connections(2)
 
 
