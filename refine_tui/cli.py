@@ -593,19 +593,32 @@ class ProgressLine:
 def cmd_node(args: argparse.Namespace) -> int:
     import asyncio
 
+    from store.journal.slots import named
     from store.node.scheduler import Node
 
     path = journal_path(args)
+    named(f"refine node {node_name(args)}")  # its connections say so in pg_stat_activity
     open_journal(args, write=True).close()
     # A refusal (a bad node name, a state dir that cannot be made) ends as every command's
     # does: one line, control characters made visible, the exit code of its kind.
-    with Node(path, node_name(args), args.capacity, heartbeat_s=args.heartbeat) as node:
+    with Node(
+        path,
+        node_name(args),
+        args.capacity,
+        heartbeat_s=args.heartbeat,
+        connections=args.max_connections,
+    ) as node:
         return asyncio.run(node.serve())
 
 
 def cmd_tui(args: argparse.Namespace) -> int:
     from refine_tui.app import RefineApp
+    from store.journal import slots
 
+    if os.environ.get(slots.SLOTS_ENV):  # a tab of `refine serve`: its connections, its wake-ups
+        slots.share_from_env(application="refine tui (serve)")
+    else:
+        slots.named("refine tui")
     path = journal_path(args)
     if isinstance(path, str):  # a URL that can never connect is bad input now, not a wait
         from store.journal.postgres import connection_info
@@ -617,7 +630,9 @@ def cmd_tui(args: argparse.Namespace) -> int:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from refine_tui.serve import TokenFileError, serve
+    from store.journal.slots import max_connections, named
 
+    named("refine serve")
     open_journal(args, write=False).close()  # refuse now, not in every tab
     try:
         return serve(
@@ -627,6 +642,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
             port=args.port,
             read_only=args.read_only,
             token_file=Path(args.token_file) if args.token_file else None,
+            connections=max_connections(args.max_connections),
+            location=str(journal_path(args)),
         )
     except TokenFileError as exc:
         raise UsageError(str(exc)) from None
@@ -784,12 +801,21 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     if show := command("show", cmd_show, "one goal or run with its events"):
         show.add_argument("target")
     if node := command("node", cmd_node, "run this node's scheduler until SIGINT/SIGTERM"):
+        from store.journal.slots import MAX_CONNECTIONS_ENV
+
         node.add_argument("--capacity", type=capacity, default=4)
         node.add_argument(
             "--heartbeat",
             type=heartbeat_seconds,
             metavar="SECONDS",
             help="seconds between presence beats (else $REFINE_HEARTBEAT_S, else 5)",
+        )
+        node.add_argument(
+            "--max-connections",
+            type=positive_int,
+            default=None,
+            help="journal connections this node and its workers hold at most, together"
+            f" (PostgreSQL; default ${MAX_CONNECTIONS_ENV} or 5)",
         )
     command("nodes", cmd_nodes, "the nodes: presence (live, silent, stopped) and attempts running")
     if stop := command("stop", cmd_stop, "stop goals' local processes and requeue them"):
@@ -844,6 +870,13 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         serve.add_argument("--port", type=port_number, default=8000, help="0 picks a free port")
         serve.add_argument("--read-only", action="store_true")
         serve.add_argument("--token-file", help="a file holding the token (shared by a team)")
+        serve.add_argument(
+            "--max-connections",
+            type=positive_int,
+            default=None,
+            help="journal connections all tabs together hold at most (PostgreSQL; default"
+            " $REFINE_MAX_CONNECTIONS or 5)",
+        )
     if demo := command("demo", cmd_demo, "a demo journal with live work and the dashboard"):
         demo.add_argument(
             "--dir",
