@@ -16,12 +16,12 @@ import pytest
 
 from store.errors import NotAJournalError, ServerFullError
 from store.journal.api import Journal
-from store.journal.slots import ConnectionSlots, Sharing, share, sharing
+from store.journal.slots import KEPT, SLOTS_ENV, ConnectionSlots, Sharing, share, sharing
 from tests.conftest import _unavailable
 from tests.helpers.node_env import HANG, WAIT_FOR_GO
 from tests.helpers.postgres_server import PostgresServer, ServerUnavailable
 from tests.helpers.waits import wait_until
-from tests.integration.test_postgres_operation import PgEnv
+from tests.integration.test_postgres_operation import PRINT_ENV, PgEnv
 
 pytestmark = pytest.mark.postgres
 SMALL = 8  # the small server's max_connections
@@ -136,6 +136,38 @@ def test_a_worker_sees_a_cancel_and_reports_its_end_after_its_node_was_killed(
     wait_until(lambda: pg.read("finishing")[0] == "completed", what="finishing completed")
     assert "clean" in pg.refine("check")
     pg.never_printed_a_password()
+
+
+def test_the_claim_helper_gives_its_slot_back_before_it_becomes_the_recipe(pg: PgEnv) -> None:
+    """The claim helper claims, records the worker and rereads on one connection (a slot of the
+    node's limit), then becomes the recipe by exec: it gives that connection and its slot back
+    right before, so while the recipe runs no worker connection and no slot is held. The recipe
+    is not told of the slots either (a `refine` it ran would take its node's workers' share)."""
+    node = pg.node()
+    pg.goals.create(
+        goal_id="env", title="env", node_id="n1", argv=["sh", "-c", PRINT_ENV, pg.marker]
+    )
+    wait_until((pg.dir / "printed").exists, timeout=90, what="the recipe running")
+    wait_until(lambda: _connections(pg.url, "refine worker n1") == 0, what="no worker connection")
+    slots = ConnectionSlots(pg.registry().root / "connections", 5 - KEPT)
+    wait_until(lambda: _all_free(slots), what="every worker slot free")
+    assert node.poll() is None
+    (pg.dir / "go").touch()
+    wait_until(lambda: pg.read("env")[0] == "completed", timeout=60, what="the recipe completed")
+
+    log = pg.registry().log_path("env.r1", 1).read_text()
+    assert f"REFINE_TEST_MARK={pg.marker}" in log  # the environment was printed
+    assert f"{SLOTS_ENV}=" not in log
+    pg.never_printed_a_password()
+
+
+def _all_free(slots: ConnectionSlots) -> bool:
+    """No slot is held now (each taken for a moment, then given back)."""
+    taken = [slots._try(i) for i in range(slots.limit)]
+    for slot in taken:
+        if slot is not None:
+            slot.release()
+    return None not in taken
 
 
 @pytest.fixture
