@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -59,7 +60,10 @@ async def _tab(session: aiohttp.ClientSession, url: str, screen: bytearray) -> N
     """One browser tab's websocket: everything its `refine tui` paints goes into ``screen``."""
     base, token = url.split("?", 1)[0], url.split("token=", 1)[1]
     ws = base.replace("http://", "ws://") + "ws?width=160&height=40"
-    async with session.ws_connect(ws, headers={"Cookie": f"refine_token={token}"}) as socket:
+    # This server's own cookie: ``refine_token_<id>`` for its pages under ``/refine-<id>/``.
+    server_id = urllib.parse.urlsplit(base).path.strip("/").removeprefix("refine-")
+    cookie = f"refine_token_{server_id}={token}"
+    async with session.ws_connect(ws, headers={"Cookie": cookie}) as socket:
         async for message in socket:
             if message.type == aiohttp.WSMsgType.BINARY:
                 screen += message.data
