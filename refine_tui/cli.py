@@ -626,14 +626,22 @@ class ProgressLine:
 def cmd_node(args: argparse.Namespace) -> int:
     import asyncio
 
+    from store.journal.slots import named
     from store.node.scheduler import Node
     from store.ops.node_start import claim_node_name
 
     path = journal_path(args)
+    named(f"refine node {node_name(args)}")  # its connections say so in pg_stat_activity
     open_journal(args, write=True).close()
     # A refusal (a bad node name, a state dir that cannot be made, a node of this name that
     # runs already) ends as every command's does: one line, the exit code of its kind.
-    with Node(path, node_name(args), args.capacity, heartbeat_s=args.heartbeat) as node:
+    with Node(
+        path,
+        node_name(args),
+        args.capacity,
+        heartbeat_s=args.heartbeat,
+        connections=args.max_connections,
+    ) as node:
         lock = claim_node_name(node.journal, node.node_id, force=args.force)
         try:
             print(
@@ -652,7 +660,12 @@ def cmd_node(args: argparse.Namespace) -> int:
 
 def cmd_tui(args: argparse.Namespace) -> int:
     from refine_tui.app import RefineApp
+    from store.journal import slots
 
+    if os.environ.get(slots.SLOTS_ENV):  # a tab of `refine serve`: its connections, its wake-ups
+        slots.share_from_env(application="refine tui (serve)")
+    else:
+        slots.named("refine tui")
     path = journal_path(args)
     if isinstance(path, str):  # a URL that can never connect is bad input now, not a wait
         from store.journal.postgres import connection_info
@@ -664,7 +677,9 @@ def cmd_tui(args: argparse.Namespace) -> int:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from refine_tui.serve import TokenFileError, serve
+    from store.journal.slots import max_connections, named
 
+    named("refine serve")
     open_journal(args, write=False).close()  # refuse now, not in every tab
     try:
         return serve(
@@ -674,6 +689,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
             port=args.port,
             read_only=args.read_only,
             token_file=Path(args.token_file) if args.token_file else None,
+            connections=max_connections(args.max_connections),
+            location=str(journal_path(args)),
         )
     except TokenFileError as exc:
         raise UsageError(str(exc)) from None
@@ -862,6 +879,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     if show := command("show", cmd_show, "one goal or run with its events"):
         show.add_argument("target", metavar="GOAL|RUN", help="a goal id or a run id (GOAL.rN)")
     if node := command("node", cmd_node, "run this node's scheduler until SIGINT/SIGTERM"):
+        from store.journal.slots import MAX_CONNECTIONS_ENV
+
         node.add_argument(
             "--capacity", type=capacity, default=4, metavar="N",
             help=f"attempts this node runs at once, 1 to {MAX_CAPACITY} (default 4)",
@@ -876,6 +895,13 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
             "--force",
             action="store_true",
             help="start even while a node of this name is live on the journal (default: refuse)",
+        )
+        node.add_argument(
+            "--max-connections",
+            type=positive_int,
+            default=None,
+            help="journal connections this node and its workers hold at most, together"
+            f" (PostgreSQL; default ${MAX_CONNECTIONS_ENV} or 5)",
         )
     command("nodes", cmd_nodes, "the nodes: presence (live, silent, stopped) and attempts running")
     if stop := command("stop", cmd_stop, "stop goals' local processes and requeue them"):
@@ -939,6 +965,13 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         serve.add_argument("--read-only", action="store_true", help=READ_ONLY_HELP)
         serve.add_argument(
             "--token-file", help="a file holding the token, shared by a team (default: a new one)"
+        )
+        serve.add_argument(
+            "--max-connections",
+            type=positive_int,
+            default=None,
+            help="journal connections all tabs together hold at most (PostgreSQL; default"
+            " $REFINE_MAX_CONNECTIONS or 5)",
         )
     if demo := command("demo", cmd_demo, "a demo journal with live work and the dashboard"):
         demo.add_argument(

@@ -171,6 +171,10 @@ class LiveReader:
 
         ``post``: how a new list's first screen goes out ahead of the whole list.
         """
+        with self.feed.held():  # one connection for the whole read (a served tab's: DESIGN §14)
+            return self._read(req, post)
+
+    def _read(self, req: ReadRequest, post: Callable[[Message], bool]) -> JournalUpdate | None:
         events = self.feed.poll()
         journal = self.feed.journal
         assert journal is not None

@@ -22,7 +22,8 @@ import os
 import secrets
 import signal
 import sys
-from collections.abc import Awaitable, Callable, Sequence
+import tempfile
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -344,6 +345,40 @@ class RefineServer(Server):
             await runner.cleanup()
 
 
+@contextlib.contextmanager
+def shared_connections(journal: str | None, limit: int) -> Iterator[dict[str, str]]:
+    """For a PostgreSQL journal, what makes every tab share ``limit`` connections with this
+    server (DESIGN §14): the environment naming their slots and the file that wakes them (this
+    server relays its one LISTEN there, ``relay_wakeups``); a private folder, gone after."""
+    from store.journal.slots import KEPT, SLOTS_ENV, WAKE_FILE_ENV, ConnectionSlots
+    from store.journal.url import is_postgres_url
+
+    if journal is None or not is_postgres_url(journal):
+        yield {}  # a file journal: no server connections to bound
+        return
+    with tempfile.TemporaryDirectory(prefix="refine-serve-") as folder:
+        slots = ConnectionSlots(Path(folder) / "connections", limit - KEPT)  # LISTEN, /metrics
+        wake = Path(folder) / "wake"
+        wake.write_text("0\n")
+        yield {SLOTS_ENV: slots.to_env(), WAKE_FILE_ENV: str(wake)}
+
+
+async def relay_wakeups(journal: str, wake_file: Path) -> None:
+    """This server's one LISTEN, relayed to its tabs: each batch rewrites ``wake_file``, whose
+    change each tab's watcher sees (a hint: the tab then reads what changed)."""
+    from store.journal.api import Journal
+
+    watcher = Journal.watch(journal)
+    batches = 0
+    try:
+        async for _ in watcher:
+            batches += 1
+            with contextlib.suppress(OSError):
+                wake_file.write_text(f"{batches}\n")
+    finally:
+        watcher.stop()
+
+
 def tui_command(
     journal: str | None, node: str, read_only: bool
 ) -> tuple[list[str], dict[str, str]]:
@@ -369,10 +404,29 @@ def serve(
     port: int,
     read_only: bool,
     token_file: Path | None,
+    connections: int = 5,
+    location: str | None = None,
 ) -> int:
+    """``location``: where the journal is (``journal``, else the environment's): a server
+    journal's tabs share ``connections`` with this process."""
     token = read_token_file(token_file) if token_file else secrets.token_urlsafe(32)
     argv, env = tui_command(journal, node, read_only)
-    server = RefineServer(argv, env, host=host, port=port, token=token)
+    location = location or journal
+    with shared_connections(location, connections) as shared:
+        server = RefineServer(argv, {**env, **shared}, host=host, port=port, token=token)
+        return _serve(server, shared, location, node, host, read_only, token, token_file)
+
+
+def _serve(
+    server: RefineServer,
+    shared: dict[str, str],
+    journal: str | None,
+    node: str,
+    host: str,
+    read_only: bool,
+    token: str,
+    token_file: Path | None,
+) -> int:
 
     def announce(bound_port: int) -> None:
         base = f"http://{url_host(host)}:{bound_port}{server.prefix}"
@@ -389,5 +443,19 @@ def serve(
             )
         print("refine serve: Ctrl+C stops it and every tab's dashboard", flush=True)
 
-    asyncio.run(server.run(announce))
+    async def run() -> None:
+        from store.journal.slots import WAKE_FILE_ENV
+
+        relay = None
+        if journal is not None and WAKE_FILE_ENV in shared:
+            relay = asyncio.create_task(relay_wakeups(journal, Path(shared[WAKE_FILE_ENV])))
+        try:
+            await server.run(announce)
+        finally:
+            if relay is not None:
+                relay.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await relay
+
+    asyncio.run(run())
     return 0

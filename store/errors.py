@@ -86,6 +86,11 @@ class StorageUnreachableError(StorageError):
     no permission to open the file."""
 
 
+class ServerFullError(StorageUnreachableError):
+    """The server is at its connection limit (SQLSTATE 53300: ``max_connections``, or a role's
+    or database's own limit): unreachable for now, retried as any unreachable server is."""
+
+
 class JournalNotPermittedError(StorageError):
     """The role may not do this (SQLSTATE 42501, or authorization refused: class 28): waiting
     does not help, so it is never retried; a writable open by a role that may only read is

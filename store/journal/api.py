@@ -97,6 +97,7 @@ class Backend(Protocol):
         create: bool = True,
         synchronous: Synchronous = "FULL",
         busy_timeout_ms: int = 5000,
+        journal_id: str | None = None,
     ) -> Journal: ...
 
     @classmethod
@@ -121,12 +122,17 @@ class Journal(Protocol):
         create: bool = True,
         synchronous: Synchronous = "FULL",
         busy_timeout_ms: int = 5000,
+        journal_id: str | None = None,
     ) -> Journal:
         """Open the journal at ``location``: a ``postgresql://`` URL or a SQLite file path.
 
         ``create``: make the journal when missing (never when ``read_only``). ``synchronous``
         and ``busy_timeout_ms`` are durability and lock-wait settings each backend maps to its
-        own. Raises a StorageError subclass saying why the journal cannot be opened.
+        own. ``journal_id``: the journal the caller knows is there (it opened it a moment ago);
+        another one there is refused (NotAJournalError), and a server journal whose process
+        shares its connections (``store.journal.slots``) checks it at its first connection,
+        not now: a worker's open costs no connection of its own. Raises a StorageError subclass
+        saying why the journal cannot be opened.
         """
         return backend_for(location).connect(
             str(location),
@@ -134,6 +140,7 @@ class Journal(Protocol):
             create=create,
             synchronous=synchronous,
             busy_timeout_ms=busy_timeout_ms,
+            journal_id=journal_id,
         )
 
     @staticmethod
@@ -241,6 +248,11 @@ class Journal(Protocol):
         (it is run again), and act outside on what it committed (signal a process) only after
         the block. By default the backend's commits are durable one by one."""
         return contextlib.nullcontext()
+
+    def held(self) -> AbstractContextManager[Journal]:
+        """Keep one connection for the calls inside. A journal that shares its connections
+        (``store.journal.slots``: a worker's) otherwise connects for each call and lets go."""
+        ...
 
     def changes(self) -> ChangeSource:
         """A new change gate on this open journal, for one consumer."""

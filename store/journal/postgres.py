@@ -42,6 +42,7 @@ from store.errors import (
     JournalNotPermittedError,
     JournalReadOnlyError,
     NotAJournalError,
+    ServerFullError,
     StorageError,
     StorageUnreachableError,
     TargetNotEmptyError,
@@ -67,6 +68,7 @@ from store.journal.core import (
 )
 from store.journal.locations import server_journal_dir
 from store.journal.presence import PRESENCE_COLUMNS, Beat, Presence, beat_row, presence_row
+from store.journal.slots import Sharing, Slot, sharing
 from store.journal.sqlite import ACTIVE_STATUSES, ACTIVE_TERM, GOAL_TERM
 from store.journal.url import DEFAULT_SCHEMA, check_ports, parse_url, redact, valid_schema
 
@@ -285,7 +287,8 @@ def connection_info(
     The conninfo is built from ``parse_url``'s reading of the URL, the one the printable form
     (``redact``) is drawn from. A peer lost without a word (a network cut, a machine switched
     off) is an error on both ends within about half a minute (``LOST_PEER``), rather than a read
-    that hangs forever."""
+    that hangs forever. The ``application_name`` is this process's (``slots.sharing``: e.g.
+    ``refine node n1``), so ``pg_stat_activity`` says which node holds which connection."""
     url = parse_url(location)  # InvalidInputError, never quoting the URL
     if schema is None:  # an empty ``?schema=`` is refused below, never the default in disguise
         schema = DEFAULT_SCHEMA if url.schema is None else url.schema
@@ -297,7 +300,7 @@ def connection_info(
     server = [f"tcp_{name.removeprefix('tcp_')}={value}" for name, value in LOST_PEER.items()]
     options.update(
         connect_timeout=str(connect_timeout_s),
-        application_name="refine",
+        application_name=sharing().application,
         keepalives="1",
         options=" ".join("-c " + setting for setting in [*server, *settings]),
         **{name: str(value) for name, value in LOST_PEER.items()},
@@ -333,10 +336,22 @@ class PostgresJournal(Journal):
     """A PostgreSQL command journal. Open with :meth:`open`; use as a context manager."""
 
     def __init__(
-        self, conninfo: str, location: str, schema: str, read_only: bool, journal_id: str
+        self,
+        conninfo: str,
+        location: str,
+        schema: str,
+        read_only: bool,
+        journal_id: str,
+        how: Sharing | None = None,
     ) -> None:
         self._conninfo = conninfo
         self._conn: psycopg.Connection[Any] | None = None
+        # A connection holds a slot of the shared limit while open (``how.slots``), and a
+        # transient journal gives both back once a call is done (``_in_use``).
+        self._sharing = how or Sharing()
+        self._slot: Slot | None = None
+        self._depth = 0  # calls in progress (a snapshot, held(), an export): keep the connection
+        self._unchecked = False  # opened by id alone: the first connection checks the journal
         self._cursor: psycopg.ClientCursor[Any] | None = None
         self._closed = False
         self._lock = threading.RLock()
@@ -362,6 +377,7 @@ class PostgresJournal(Journal):
         busy_timeout_ms: int = 5000,
         schema: str | None = None,
         connect_timeout_s: int = 10,
+        journal_id: str | None = None,
     ) -> PostgresJournal:
         """Open the journal in the database ``location`` (a ``postgresql://`` URL) names; create
         its schema only when writable and ``create``.
@@ -370,7 +386,9 @@ class PostgresJournal(Journal):
         commits, never half of one); ``busy_timeout_ms`` is the ``lock_timeout`` of a command
         waiting for another's rows. Raises StorageUnreachableError (server down, refused,
         authentication, database missing), JournalMissingError (no journal in that database),
-        NotAJournalError (the schema holds something else, or a newer journal).
+        NotAJournalError (the schema holds something else, or a newer journal, or not the
+        journal ``journal_id`` names). With ``journal_id`` in a process whose connections are
+        transient (a worker's), nothing is checked now: the first connection checks it.
         """
         if synchronous not in ("FULL", "NORMAL"):
             raise InvalidInputError("synchronous must be FULL or NORMAL")
@@ -380,13 +398,17 @@ class PostgresJournal(Journal):
         if read_only:
             settings.append("default_transaction_read_only=on")
         conninfo, schema = connection_info(location, settings, schema, connect_timeout_s)
-        journal = cls(conninfo, redact(location), schema, read_only, "")
+        journal = cls(conninfo, redact(location), schema, read_only, "", sharing())
+        if journal_id is not None and journal._sharing.transient:
+            journal.journal_id, journal._unchecked = journal_id, True
+            return journal
         try:
-            with journal._lock, journal._storage_errors():
+            with journal._in_use(), journal._storage_errors():
                 conn = journal._connection()
-                journal.journal_id = _migrate(
-                    conn, schema, journal.location, create and not read_only
-                )
+                found = _migrate(conn, schema, journal.location, create and not read_only)
+                if journal_id is not None and found != journal_id:
+                    raise NotAJournalError(_another(journal.location, journal_id))
+                journal.journal_id = found
                 if not read_only:
                     _check_writable(conn, schema, journal.location)
             return journal
@@ -405,7 +427,7 @@ class PostgresJournal(Journal):
         conninfo, schema = connection_info(location, [f"lock_timeout={int(busy_timeout_ms)}"])
         journal = cls(conninfo, redact(location), schema, False, "")
         try:
-            with journal._lock, journal._storage_errors():
+            with journal._in_use(), journal._storage_errors():
                 conn = journal._connection()
                 with conn.transaction():  # the migration's and the import's are savepoints
                     journal.journal_id = _migrate(conn, schema, journal.location, True)
@@ -415,7 +437,14 @@ class PostgresJournal(Journal):
 
     @classmethod
     def wakeups(cls, location: str) -> WakeUps:
-        """``LISTEN`` on a dedicated connection, with a slow safety poll and reconnection."""
+        """``LISTEN`` on a dedicated connection, with a slow safety poll and reconnection; or,
+        in a process that shares its connections (a served tab), the changes of the file its
+        parent relays its own LISTEN to: no connection of ours at all."""
+        wake_file = sharing().wake_file
+        if wake_file is not None:
+            from store.journal.watch import JournalWatcher
+
+            return JournalWatcher(wake_file)
         from store.journal.listen import ListenWakeUps
 
         return ListenWakeUps(location)
@@ -423,10 +452,37 @@ class PostgresJournal(Journal):
     def close(self) -> None:
         with self._lock:
             self._closed = True
-            if self._conn is not None:
-                with contextlib.suppress(psycopg.Error):
-                    self._conn.close()
-                self._conn = None
+            self._let_go()
+
+    def _let_go(self) -> None:
+        """Close the connection, if any, and give its slot back."""
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(psycopg.Error):
+                conn.close()
+        slot, self._slot = self._slot, None
+        if slot is not None:
+            slot.release()
+
+    @contextlib.contextmanager
+    def _in_use(self) -> Iterator[None]:
+        """One call (or several, nested): a transient journal lets its connection go after
+        the outermost, so a worker waiting for its recipe holds none."""
+        with self._lock:
+            self._depth += 1
+            try:
+                yield
+            finally:
+                self._depth -= 1
+                if self._depth == 0 and self._sharing.transient:
+                    self._let_go()
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[PostgresJournal]:
+        """Keep one connection for every call inside (a claim and its reread, a reread of
+        Goal and Run): a transient journal would otherwise connect for each."""
+        with self._in_use():
+            yield self
 
     @property
     def closed(self) -> bool:
@@ -443,13 +499,47 @@ class PostgresJournal(Journal):
         if self._closed:
             raise JournalClosedError("journal is closed")
         if self._conn is not None and (self._conn.broken or self._conn.closed):
-            self._conn = None
+            self._let_go()
         if self._conn is None:
-            self._conn = psycopg.connect(self._conninfo, autocommit=True)
+            slot = self._take_slot()  # may wait for one
+            try:
+                conn = psycopg.connect(self._conninfo, autocommit=True)
+            except BaseException:
+                if slot is not None:
+                    slot.release()
+                raise
             # psycopg prepares repeated statements itself and then answers any ROLLBACK with
             # DEALLOCATE ALL, which would drop the command statements (``_PREPARE``) too.
-            self._conn.prepare_threshold = None
+            conn.prepare_threshold = None
+            self._conn, self._slot = conn, slot
+            if self._unchecked:
+                self._check_first(conn)
         return self._conn
+
+    def _take_slot(self) -> Slot | None:
+        """A slot of this process's connection limit (None: it has none)."""
+        slots = self._sharing.slots
+        if slots is None:
+            return None
+        try:
+            return slots.acquire()
+        except OSError as exc:  # its folder cannot be made or written (disk full, permissions)
+            raise StorageError(
+                f"cannot take a connection slot in {slots.folder}: {exc.strerror or exc}"
+            ) from None
+
+    def _check_first(self, conn: psycopg.Connection[Any]) -> None:
+        """The checks an open by id left to the first connection (as ``connect`` makes them)."""
+        try:
+            found = _migrate(conn, self.schema, self.location, False)
+            if found != self.journal_id:
+                raise NotAJournalError(_another(self.location, self.journal_id or ""))
+            if not self.read_only:
+                _check_writable(conn, self.schema, self.location)
+        except BaseException:
+            self._let_go()
+            raise
+        self._unchecked = False
 
     @contextlib.contextmanager
     def _storage_errors(self) -> Iterator[None]:
@@ -458,7 +548,7 @@ class PostgresJournal(Journal):
             yield
         except psycopg.Error as exc:
             if self._conn is not None and self._conn.broken:
-                self._conn = None
+                self._let_go()
             raise _storage_error(exc, self.location) from exc
 
     # --- commands ------------------------------------------------------------------------------
@@ -477,7 +567,7 @@ class PostgresJournal(Journal):
         if self.read_only:
             raise JournalReadOnlyError("journal is open read-only", **first_ids(expected))
         key = command_key(payload, expected)
-        with self._lock:
+        with self._in_use():
             reconnected = reprepared = False
             for attempt in range(_RETRIES):
                 reused = self._conn is not None
@@ -533,7 +623,7 @@ class PostgresJournal(Journal):
     # --- reads ---------------------------------------------------------------------------------
 
     def _rows(self, query: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        with self._lock:
+        with self._in_use():
             for retry in (False, True):
                 reused = self._conn is not None
                 try:
@@ -719,7 +809,7 @@ class PostgresJournal(Journal):
         """Every row of one stored table (``COPY_TABLES``' columns), in batches, in key order.
         Call inside :meth:`snapshot` (a server-side cursor needs its transaction)."""
         columns, key = copy_table(table)
-        with self._lock, self._storage_errors():
+        with self._in_use(), self._storage_errors():
             conn = self._connection()
             with conn.cursor(name=f"refine_export_{table}") as cur:
                 cur.execute(f"SELECT {', '.join(columns)} FROM {self._s}.{table} ORDER BY {key}")
@@ -732,7 +822,7 @@ class PostgresJournal(Journal):
         if self.read_only:
             raise JournalReadOnlyError("journal is open read-only")
         count = 0
-        with self._lock, self._storage_errors():
+        with self._in_use(), self._storage_errors():
             conn = self._connection()
             with conn.transaction():
                 head = conn.execute(f"SELECT sequence FROM {self._s}.head FOR UPDATE").fetchone()
@@ -779,7 +869,7 @@ class PostgresJournal(Journal):
     @contextlib.contextmanager
     def snapshot(self) -> Iterator[PostgresJournal]:
         """Several reads that see one consistent state of the journal."""
-        with self._lock, self._storage_errors():
+        with self._in_use(), self._storage_errors():
             conn = self._connection()
             if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
                 yield self
@@ -1019,6 +1109,10 @@ def _check_writable(conn: psycopg.Connection[Any], schema: str, location: str) -
         ) from exc
 
 
+def _another(location: str, journal_id: str) -> str:
+    return f"not the journal that was opened: {location} holds another journal than {journal_id}"
+
+
 def _journal_id(conn: psycopg.Connection[Any], schema: str, location: str) -> str:
     row = conn.execute(f"SELECT journal_id, application FROM {quoted(schema)}.journal").fetchone()
     if row is None or row[1] != APPLICATION:
@@ -1035,6 +1129,8 @@ def _storage_error(exc: psycopg.Error, location: str) -> StorageError:
         return DiskFullError(f"journal disk is full ({why})")
     if _denied(exc):
         return JournalNotPermittedError(f"journal not permitted: {why}")
+    if _server_full(exc):
+        return ServerFullError(f"journal server is at its connection limit ({why})")
     if isinstance(exc, psycopg.OperationalError):
         return StorageUnreachableError(f"journal unreachable: {why}")
     return StorageError(f"journal unavailable: {why}")
@@ -1046,6 +1142,21 @@ def _denied(exc: psycopg.Error) -> bool:
     connect stays "unreachable", and is not retried by a worker's claim either.)"""
     state = exc.sqlstate or ""
     return state == "42501" or state.startswith("28")
+
+
+# The server's words for SQLSTATE 53300 (too_many_connections), which libpq does not give a
+# failed connection as a SQLSTATE: only its message says so (in English, the server's default).
+_FULL_WORDS = (
+    "too many clients already",
+    "remaining connection slots are reserved",
+    "too many connections for",
+)
+
+
+def _server_full(exc: psycopg.Error) -> bool:
+    """The server refused a connection for want of room (53300), not for being down."""
+    text = str(exc)
+    return exc.sqlstate == "53300" or any(words in text for words in _FULL_WORDS)
 
 
 def _transient(cause: BaseException | None) -> bool:

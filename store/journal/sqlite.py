@@ -294,12 +294,13 @@ class SqliteJournal(Journal):
         create: bool = True,
         synchronous: Synchronous = "FULL",
         busy_timeout_ms: int = 5000,
+        journal_id: str | None = None,
     ) -> SqliteJournal:
         """Open (and, when writable and ``create``, create) the journal file at ``location``.
 
         Raises JournalMissingError when the file is missing (and may not be created),
-        NotAJournalError when it is not SQLite, another application's database or has a
-        newer schema.
+        NotAJournalError when it is not SQLite, another application's database, has a
+        newer schema, or is not the journal ``journal_id`` names (when given).
         """
         if synchronous not in ("FULL", "NORMAL"):
             raise InvalidInputError("synchronous must be FULL or NORMAL")
@@ -334,8 +335,10 @@ class SqliteJournal(Journal):
                         conn.execute(f"PRAGMA synchronous = {synchronous}")
                         if version < SCHEMA_VERSION:
                             _migrate(conn)
-                    journal_id = _journal_id(conn)
-                journal = cls(conn, file, read_only, journal_id=journal_id)
+                    found = _journal_id(conn)
+                if journal_id is not None and found != journal_id:
+                    raise NotAJournalError(f"another journal than {journal_id} is there now")
+                journal = cls(conn, file, read_only, journal_id=found)
                 journal.immutable = immutable
                 journal.synchronous = synchronous
                 return journal
@@ -590,6 +593,11 @@ class SqliteJournal(Journal):
             os.fsync(fd)
         finally:
             os.close(fd)
+
+    @contextmanager
+    def held(self) -> Iterator[SqliteJournal]:
+        """A file journal holds no server connection: nothing to keep."""
+        yield self
 
     @contextmanager
     def snapshot(self) -> Iterator[SqliteJournal]:

@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import os
 from collections.abc import AsyncIterator, Coroutine
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 from store.errors import StorageError
@@ -302,6 +303,12 @@ class ChangeFeed:
         except StorageError:
             self.close()
             raise
+
+    def held(self) -> AbstractContextManager[object]:
+        """Keep the read handle's connection for several reads (a refresh): a journal that
+        shares its connections (a served tab's, ``store.journal.slots``) connects for each."""
+        journal = self.journal
+        return journal.held() if journal is not None else contextlib.nullcontext()
 
     def close(self) -> None:
         self._handle.close()

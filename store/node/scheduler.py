@@ -14,6 +14,10 @@ and cleans up after work the journal says has ended:
 The launched set and the process records are efficiency controls, never authority: a start
 that loses a race is simply refused by the journal. A restarted node rebuilds the set from live
 records, so it does not launch a Goal twice; its workers outlive it.
+
+Connections (PostgreSQL, DESIGN §14): the node keeps two (its reads and commands, its LISTEN);
+its workers share the rest of ``max_connections`` through slots in its folder
+(``store.journal.slots``), and learn of changes from the node (``wakeups``), not a LISTEN each.
 """
 
 from __future__ import annotations
@@ -45,12 +49,15 @@ from store.host.processes import (
 from store.journal.api import ChangeSource, Journal, JournalHandle, relay
 from store.journal.locations import resolve_location
 from store.journal.presence import Heartbeat, heartbeat_interval
+from store.journal.slots import KEPT, SLOTS_ENV, ConnectionSlots, max_connections, named
+from store.journal.url import is_postgres_url
 from store.journal.watch import JournalWatcher
 from store.model.execution import Execution
 from store.model.goal import MAX_NAME, PROCESS_GONE_METHOD
 from store.model.goals import Goal, GoalResult, Goals, check_name, goal_id_of_run
 from store.model.run import Run
 from store.node.forkserver import Forkserver, cmdline
+from store.node.wakeups import Relay, write_node_file
 from store.node.worker import EXIT_REFUSED, JOURNAL_ENV
 
 # Workers are forked from the warm forkserver unless this is "0" (then each is a fresh process,
@@ -80,6 +87,7 @@ class _Launch:
     record: ProcessRecord | None = None
     pidfd: int | None = None  # readable once the worker exited: wakes the loop to reap it
     forked: tuple[int, float] | None = None
+    token: str = ""  # the worker's: where its wake-ups go (``wakeups.Relay``)
 
     def alive(self) -> bool:
         if self.proc is not None:
@@ -104,12 +112,16 @@ class Node:
         *,
         grace_s: float = STOP_GRACE_S,
         heartbeat_s: float | None = None,
+        connections: int | None = None,
     ) -> None:
+        """``connections``: the most journal connections this node and its workers hold at
+        once (else ``$REFINE_MAX_CONNECTIONS``, else 5; PostgreSQL only)."""
         self.node_id = check_name(node_id, "node_id")
         if type(capacity) is not int or capacity < 1:
             raise InvalidInputError("capacity must be a positive integer")
         self.capacity = capacity
         self.heartbeat_s = heartbeat_interval(heartbeat_s)  # node presence (store.journal.presence)
+        self.max_connections = max_connections(connections)
         self.grace_s = grace_s
         self.journal_path = resolve_location(journal_path)  # once: folders derive from it
         self._handle = JournalHandle(self.journal_path)
@@ -123,6 +135,7 @@ class Node:
             self._handle.close()
             raise
         self.confirmed_by = f"scheduler@{node_id}"
+        self.relay = Relay()
         self.launched: dict[str, _Launch] = {}
         self._refused: dict[str, int] = {}  # goal → version whose start was refused
         self._gone_since: dict[tuple[str, int], float] = {}
@@ -136,12 +149,13 @@ class Node:
         for rec in self.registry.all():  # workers of a previous run of this node
             goal_id = goal_id_of_run(rec.run_id)
             if goal_id and same_process(rec):
-                self.launched[goal_id] = _Launch(goal_id, 0, record=rec)
+                self.launched[goal_id] = _recorded(goal_id, rec)
 
     def close(self) -> None:
         """Close the journal, the forkserver and the node log; running workers run on."""
         if self._forkserver is not None:
             self._forkserver.close()
+        self.relay.close()
         for launch in self.launched.values():
             if launch.pidfd is not None:
                 os.close(launch.pidfd)
@@ -168,6 +182,7 @@ class Node:
         """
         self.follow_replaced_file()
         self.reap()
+        self.relay_wakeups()
         started = self.schedule()
         if housekeeping:
             self.reconcile(settle_s=GONE_GRACE_S)
@@ -200,6 +215,14 @@ class Node:
             if self._exit_code(launch) == EXIT_REFUSED:
                 self._refused[goal_id] = launch.goal_version
 
+    def relay_wakeups(self) -> None:
+        """Wake each worker whose Goal changed since the last round (it then rereads)."""
+        tokens = {g: launch.token for g, launch in self.launched.items() if launch.token}
+        try:
+            self.relay.relay(self.journal, tokens)
+        except RefineError as exc:  # unreadable for now: the next round reads from there
+            self._say(f"wake-ups not relayed: {exc}")
+
     def reconcile(self, *, settle_s: float = 0.0) -> list[GoalResult]:
         """Interrupt running attempts whose recorded process is gone; drop stale records.
 
@@ -213,6 +236,7 @@ class Node:
             key = (rec.run_id, rec.epoch)
             if same_process(rec):
                 self._gone_since.pop(key, None)
+                self._adopt(rec)
                 continue
             if self.registry.stopping(rec.run_id, rec.epoch):
                 continue  # an operator's Stop owns this ending (until its deadline)
@@ -290,13 +314,17 @@ class Node:
         if not goals:
             return
         env = self._worker_env()
-        argvs = [self._worker_argv(g.goal_id, uuid.uuid4().hex, g.round) for g in goals]
+        tokens = [uuid.uuid4().hex for _ in goals]
+        argvs = [
+            self._worker_argv(g.goal_id, token, g.round)
+            for g, token in zip(goals, tokens, strict=True)
+        ]
         log = self._node_log()
         if _forking():
             forks = self._forkserver_for(env, log).launch_all(argvs)
         else:
             forks = [None] * len(goals)
-        for goal, argv, forked in zip(goals, argvs, forks, strict=True):
+        for goal, argv, forked, token in zip(goals, argvs, forks, tokens, strict=True):
             if forked is not None:
                 launch = _Launch(goal.goal_id, goal.version, forked=forked, pidfd=_pidfd(forked[0]))
             else:  # no forkserver for now: a fresh process (the same worker, only slower)
@@ -309,6 +337,7 @@ class Node:
                     env=env,
                 )
                 launch = _Launch(goal.goal_id, goal.version, proc=proc, pidfd=_pidfd(proc.pid))
+            launch.token = token
             self.launched[goal.goal_id] = launch
             if launch.pidfd is not None:
                 self.watch_fd(launch.pidfd)
@@ -332,7 +361,12 @@ class Node:
 
     def _worker_env(self) -> dict[str, str]:
         # A URL goes by the environment, never argv: it may hold a password (ps shows argv).
-        return {**os.environ, JOURNAL_ENV: str(self.journal_path)}
+        env = {**os.environ, JOURNAL_ENV: str(self.journal_path)}
+        env.pop(SLOTS_ENV, None)
+        if is_postgres_url(self.journal_path):  # the workers share what the node does not keep
+            folder = self.registry.root / "connections"
+            env[SLOTS_ENV] = ConnectionSlots(folder, self.max_connections - KEPT).to_env()
+        return env
 
     def _forkserver_for(self, env: dict[str, str], log: IO[bytes]) -> Forkserver:
         if self._forkserver is None:
@@ -386,6 +420,13 @@ class Node:
             command_id=f"op:{kind}:{uuid.uuid4()}",
         )
 
+    def _adopt(self, rec: ProcessRecord) -> None:
+        """A live worker of this node not launched by this run (its launcher died before it
+        recorded itself): counted, and woken, as the ones found at startup."""
+        goal_id = goal_id_of_run(rec.run_id)
+        if goal_id is not None and goal_id not in self.launched:
+            self.launched[goal_id] = _recorded(goal_id, rec)
+
     def _forget(self, rec: ProcessRecord) -> None:
         self.registry.remove(rec.run_id, rec.epoch)
         self._gone_since.pop((rec.run_id, rec.epoch), None)
@@ -420,6 +461,9 @@ class Node:
         for launch in self.launched.values():
             if launch.pidfd is not None:
                 self.watch_fd(launch.pidfd)
+        # Our workers follow this process (wakeups.Inbox): it relays their wake-ups.
+        with contextlib.suppress(OSError):
+            write_node_file(self.registry.root)
         # Warm the forkserver now, so the first Goal does not wait for it.
         if _forking():
             self._forkserver_for(self._worker_env(), self._node_log()).start()
@@ -529,6 +573,12 @@ def _reserve_state_dir(registry: ProcessRegistry) -> None:
         ) from None
 
 
+def _recorded(goal_id: str, rec: ProcessRecord) -> _Launch:
+    """A worker known by its process record (a previous run of this node launched it)."""
+    token = rec.worker.rpartition("/")[2]  # worker_name: "<node>/<token>"
+    return _Launch(goal_id, 0, record=rec, token=token)
+
+
 def _forking() -> bool:
     return os.environ.get(FORKSERVER_ENV) != "0"
 
@@ -542,11 +592,19 @@ def _pidfd(pid: int) -> int | None:
 
 
 def run_node(
-    journal_path: str | Path, node_id: str, *, capacity: int = 4, heartbeat_s: float | None = None
+    journal_path: str | Path,
+    node_id: str,
+    *,
+    capacity: int = 4,
+    heartbeat_s: float | None = None,
+    connections: int | None = None,
 ) -> int:
     """Run this node's scheduler in the foreground until SIGINT/SIGTERM; the exit code."""
+    named(f"refine node {node_id}")
     try:
-        node = Node(journal_path, node_id, capacity, heartbeat_s=heartbeat_s)
+        node = Node(
+            journal_path, node_id, capacity, heartbeat_s=heartbeat_s, connections=connections
+        )
     except RefineError as exc:
         print(f"refine node: {exc}", file=sys.stderr)
         return 2 if isinstance(exc, InvalidInputError) else 3
@@ -560,8 +618,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--node", required=True)
     parser.add_argument("--capacity", type=int, default=4)
     parser.add_argument("--heartbeat", type=float, default=None)  # seconds (store.journal.presence)
+    parser.add_argument("--max-connections", type=int, default=None)
     args = parser.parse_args(argv)
-    return run_node(args.journal, args.node, capacity=args.capacity, heartbeat_s=args.heartbeat)
+    return run_node(
+        args.journal,
+        args.node,
+        capacity=args.capacity,
+        heartbeat_s=args.heartbeat,
+        connections=args.max_connections,
+    )
 
 
 if __name__ == "__main__":

@@ -4,16 +4,22 @@
 
 It claims the Goal's Run with a fresh token (Goals.start), records itself in the node's
 process registry, runs the recipe (an argv list, no shell) into its log file and, while the
-recipe runs, rereads the Goal and Run whenever the journal changed. Whoever owns the attempt
-reports its end, and only the owner: exit 0 → completed, else failed; a pending cancellation →
-cancelled with its own cleanup confirmation; a Goal that moved on (settled, reassigned, its
-attempt ended by Stop or cleanup) → the recipe is stopped and nothing is reported.
+recipe runs, rereads the Goal and Run whenever its node says they changed (``wakeups``: the
+node relays its one LISTEN or file watcher; without a node, the worker looks by itself). On
+PostgreSQL it holds no connection while it waits: it connects to claim, to reread and to
+report, each through a slot of its node's connection limit (``store.journal.slots``).
+
+Whoever owns the attempt reports its end, and only the owner: exit 0 → completed, else
+failed; a pending cancellation → cancelled with its own cleanup confirmation; a Goal that moved
+on (settled, reassigned, its attempt ended by Stop or cleanup) → the recipe is stopped and
+nothing is reported.
 
 The recipe is started by the claim helper, a child of the worker that claims, records the
 worker, rereads Goal and Run and then becomes the recipe (``exec``): no cancellation committed
-before that last reread lets the recipe start. Its environment is the worker's without the
-journal's location and credentials (``RECIPE_HIDDEN``): a recipe's output is shown in the log
-pane and the browser, and it is the operator's code, not the journal's.
+before that last reread lets the recipe start. All of that is one connection, given back right
+before the exec. Its environment is the worker's without the journal's location and
+credentials, nor its node's connection slots (``RECIPE_HIDDEN``): a recipe's output is shown in
+the log pane and the browser, and it is the operator's code, not the journal's.
 
 The recipe runs in the worker's process group (the node starts the worker as a session
 leader), so stopping the group stops both. Time never ends an attempt in the journal by itself;
@@ -29,19 +35,19 @@ import ctypes
 import hashlib
 import json
 import os
-import select
 import signal
 import subprocess
 import sys
 import time
 import traceback
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import IO
 
 from store.errors import (
     JournalNotPermittedError,
+    NotAJournalError,
     RefineError,
     StorageError,
     StorageUnreachableError,
@@ -55,10 +61,15 @@ from store.host.processes import (
 )
 from store.journal.api import ChangeSource, Journal
 from store.journal.locations import STATE_DIR_ENV
+from store.journal.slots import SLOTS_ENV, WAKE_FILE_ENV, keeping_connections, share_from_env
+from store.journal.url import is_postgres_url
 from store.model.execution import Execution
 from store.model.goals import GoalResult, Goals
+from store.node.wakeups import Inbox
 
-POLL_S = 0.25  # how often the worker looks whether the journal changed
+POLL_S = 0.25  # without a node, how often the worker looks whether a SQLite journal changed
+# ... and a PostgreSQL one, each look a connection of its own (its node died: a rare case)
+ORPHAN_POLL_S = 5.0
 STOP_GRACE_S = 5.0  # SIGTERM → SIGKILL for its own recipe
 
 EXIT_SETTLED = 0  # the attempt was reported (completed, failed or cancelled)
@@ -70,9 +81,19 @@ EXIT_CRASHED = 70  # the worker (or its claim helper) raised: its traceback is i
 
 JOURNAL_ENV = "REFINE_JOURNAL"
 # Never handed to a recipe: the journal's location (a URL may hold its password) and libpq's
-# credentials (the worker needs them to report; the recipe's output goes to logs people see).
+# credentials (the worker needs them to report; the recipe's output goes to logs people see),
+# nor the node's connection slots (a `refine` the recipe runs would take its workers' share).
 RECIPE_HIDDEN = frozenset(
-    {JOURNAL_ENV, "PGPASSWORD", "PGPASSFILE", "PGSERVICEFILE", "PGSSLKEY", "PGSSLCERT"}
+    {
+        JOURNAL_ENV,
+        "PGPASSWORD",
+        "PGPASSFILE",
+        "PGSERVICEFILE",
+        "PGSSLKEY",
+        "PGSSLCERT",
+        SLOTS_ENV,
+        WAKE_FILE_ENV,
+    }
 )
 WAIT_POLL_S = 0.02  # how often Recipe.wait looks whether the recipe exited
 # While the journal is unreachable (a server restart), the owner keeps trying to learn its
@@ -114,6 +135,8 @@ def main(argv: Sequence[str] | None = None, parser_: argparse.ArgumentParser | N
     args = parser_.parse_args(argv)
     if not args.journal:
         parser_.error(f"--journal or ${JOURNAL_ENV} is required")
+    # Connect only when needed, through the node's slots (which its node names in our env).
+    share_from_env(application=f"refine worker {args.node}")
     return run_attempt(
         args.journal, node_id=args.node, goal_id=args.goal, token=args.token, round=args.round
     )
@@ -210,22 +233,29 @@ def run_attempt(
     its exec, and the worker that waits out the recipe stays a few MB (issue 14). The helper is
     this worker's agent: it records this worker's pid, and any failure of it ends this attempt
     only.
+
+    On PostgreSQL the helper does all that on one connection (a slot of the node's limit),
+    given back right before its exec; the worker then opens the journal by the id the claim
+    found, which costs no connection until it rereads (woken by its node) or reports.
     """
-    launched = _launch_in_helper(location, node_id, goal_id, token, round)
-    if isinstance(launched, int):
-        return launched
-    ready = launched.ready
-    try:
-        with open(ready.log_path, "ab") as log:
-            journal = _open_patiently(location)
-            if journal is None:
-                if launched.recipe is not None:
-                    _stop(launched.recipe)
-                return EXIT_UNAVAILABLE
-            with journal:
-                return _supervised(Goals(journal), launched, log)
-    finally:
-        ready.registry().remove(ready.claim.run_id, ready.claim.epoch)
+    # Bound before the claim: a change committed after the helper's reread wakes us.
+    with Inbox(token, poll_s=_poll_s(location)) as inbox:
+        launched = _launch_in_helper(location, node_id, goal_id, token, round)
+        if isinstance(launched, int):
+            return launched
+        ready = launched.ready
+        inbox.follow(ready.registry().root)
+        try:
+            with open(ready.log_path, "ab") as log:
+                journal = _open_patiently(location, ready.journal_id)
+                if journal is None:
+                    if launched.recipe is not None:
+                        _stop(launched.recipe)
+                    return EXIT_UNAVAILABLE
+                with journal:
+                    return _supervised(Goals(journal), launched, log, inbox)
+        finally:
+            ready.registry().remove(ready.claim.run_id, ready.claim.epoch)
 
 
 def run_worker(
@@ -233,15 +263,22 @@ def run_worker(
 ) -> int:
     """``run_attempt`` with ``journal``, open here, to supervise and report on (the claim helper
     opens its own: no connection is used across a fork); returns the exit code (EXIT_*)."""
-    launched = _launch_in_helper(journal.location, node_id, goal_id, token, round)
-    if isinstance(launched, int):
-        return launched
-    ready = launched.ready
-    try:
-        with open(ready.log_path, "ab") as log:
-            return _supervised(Goals(journal), launched, log)
-    finally:
-        ready.registry().remove(ready.claim.run_id, ready.claim.epoch)
+    with Inbox(token, poll_s=_poll_s(journal.location)) as inbox:
+        launched = _launch_in_helper(journal.location, node_id, goal_id, token, round)
+        if isinstance(launched, int):
+            return launched
+        ready = launched.ready
+        inbox.follow(ready.registry().root)
+        try:
+            with open(ready.log_path, "ab") as log:
+                return _supervised(Goals(journal), launched, log, inbox)
+        finally:
+            ready.registry().remove(ready.claim.run_id, ready.claim.epoch)
+
+
+def _poll_s(location: str) -> float:
+    """How often a worker without a node looks by itself (see ``Inbox``)."""
+    return ORPHAN_POLL_S if is_postgres_url(location) else POLL_S
 
 
 def rehearse(rounds: int = REHEARSALS) -> None:
@@ -262,14 +299,19 @@ def rehearse(rounds: int = REHEARSALS) -> None:
         location = os.path.join(scratch, "rehearsal.db")
         Journal.open(location).close()
         for n in range(rounds):
+            # A token of this process's own: its wake-up socket's name is free (another
+            # node's forkserver may rehearse meanwhile).
+            token = f"rehearsal-{os.getpid()}-{n}"
             with Journal.open(location, create=False) as journal:
                 goals = Goals(journal)
                 goals.create(goal_id=f"r{n}", title="rehearsal", node_id="z", argv=["true"])
-                run_worker(journal, node_id="z", goal_id=f"r{n}", token="t")
-                claim = Claim(f"r{n}", "z", f"r{n}.r1", 1, 1, worker_name("z", "t"))
+                run_worker(journal, node_id="z", goal_id=f"r{n}", token=token)
+                claim = Claim(f"r{n}", "z", f"r{n}.r1", 1, 1, worker_name("z", token))
                 changes = journal.changes()
-                for _ in range(8):  # the waiting worker's loop, specialised
-                    _look(goals, claim, changes, True)
+                with Inbox(token, poll_s=POLL_S) as inbox:
+                    for _ in range(8):  # the waiting worker's loop, specialised
+                        inbox.wait([], 0.0)
+                        _look(goals, claim, changes, True)
 
 
 @contextlib.contextmanager
@@ -377,9 +419,15 @@ def _claim_and_launch(
     pipe: IO[str],
 ) -> int | str:
     """Claim, record ``owner``, tell it the Ready, then reread and exec the recipe. Returns
-    only when the recipe was not launched: an exit code, or why it could not be started."""
+    only when the recipe was not launched: an exit code, or why it could not be started.
+
+    One connection for it all (the open, the claim, its record, the reread, a report when not
+    launching), kept from the open on although this process's connections are otherwise
+    transient (``keeping_connections``), and given back by ``_exec_if_ours`` right before the
+    exec (or when the journal closes)."""
     try:
-        journal = Journal.open(location, create=False)
+        with keeping_connections():
+            journal = Journal.open(location, create=False)
     except RefineError as exc:
         _say(f"journal unavailable: {exc}")
         return EXIT_UNAVAILABLE
@@ -415,7 +463,9 @@ def _exec_if_ours(goals: Goals, ready: Ready, owner: int) -> int | str:
         os.close(log)
         os.close(devnull)
         return _not_launching(goals, claim, verdict)
-    goals.journal.close()  # cleanly (a server would log a lost connection at the exec)
+    # Cleanly (a server would log a lost connection at the exec), and its connection slot is
+    # free again for the node's other workers while this recipe runs.
+    goals.journal.close()
     try:
         if ready.cwd is not None:
             os.chdir(ready.cwd)
@@ -570,22 +620,27 @@ def _record_of(owner: int, claim: Claim, log_path: Path, journal_id: str | None)
     return replace(rec, pid=owner, create_time=created)
 
 
-def _supervised(goals: Goals, launched: Launched, log: IO[bytes]) -> int:
+def _supervised(goals: Goals, launched: Launched, log: IO[bytes], inbox: Inbox) -> int:
     """Watch the launched recipe and report its end, or report that it could not start."""
     if launched.recipe is None:
         return _unlaunched(goals, launched.ready, log, launched.failure)
-    return _own(goals, launched.ready, launched.recipe, log)
+    return _own(goals, launched.ready, launched.recipe, log, inbox)
 
 
-def _open_patiently(location: str) -> Journal | None:
-    """Our journal, waiting out a short unavailability (the attempt is claimed: ours to report)."""
+def _open_patiently(location: str, journal_id: str | None) -> Journal | None:
+    """Our journal, waiting out a short unavailability (the attempt is claimed: ours to report).
+    By the id the claim found there: on PostgreSQL this costs no connection now (the first
+    reread or report checks it)."""
     deadline = time.monotonic() + REPORT_PATIENCE_S
     delay = POLL_S
     while True:
         try:
-            return Journal.open(location, create=False)
+            return Journal.open(location, create=False, journal_id=journal_id)
         except RefineError as exc:
-            if time.monotonic() >= deadline or isinstance(exc, JournalNotPermittedError):
+            # Waiting does not give back a role its rights, nor bring back our journal.
+            if time.monotonic() >= deadline or isinstance(
+                exc, JournalNotPermittedError | NotAJournalError
+            ):
                 _say(f"journal unavailable: {exc}")
                 return None
             _say(f"journal unavailable for now: {exc}")
@@ -599,10 +654,10 @@ def _unlaunched(goals: Goals, ready: Ready, log: IO[bytes], failure: str) -> int
     return _report(goals, ready.claim, exit_code=None, reason=why, log=Path(ready.log_path))
 
 
-def _own(goals: Goals, ready: Ready, recipe: Recipe, log: IO[bytes]) -> int:
+def _own(goals: Goals, ready: Ready, recipe: Recipe, log: IO[bytes], inbox: Inbox) -> int:
     """Watch the running recipe while the attempt is ours, then report its end."""
     claim, timeout_s = ready.claim, ready.timeout_s
-    verdict, timed_out = _supervise(goals, claim, recipe, time.monotonic() + timeout_s)
+    verdict, timed_out = _supervise(goals, claim, recipe, time.monotonic() + timeout_s, inbox)
     _stop(recipe)  # whatever the recipe left running ends with the attempt
     if verdict == "superseded":
         return EXIT_SUPERSEDED
@@ -621,55 +676,57 @@ def _die_with_parent() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
-def _supervise(goals: Goals, claim: Claim, recipe: Recipe, deadline: float) -> tuple[str, bool]:
-    """Wait for the recipe, rereading the journal when it changed.
+def _supervise(
+    goals: Goals, claim: Claim, recipe: Recipe, deadline: float, inbox: Inbox
+) -> tuple[str, bool]:
+    """Wait for the recipe, rereading Goal and Run when woken (``inbox``).
 
     Returns (verdict, timed_out); verdict "ours" | "cancel" | "superseded" | "unknown". The
     recipe is stopped (and reaped) on "cancel" or "superseded" or when the deadline passed.
+    Waiting, the worker holds no connection and takes no CPU: it sleeps until its recipe
+    exits, its node relays a change, the deadline, or (no node) its safety poll.
     """
     changes = goals.journal.changes()
-    look = True  # first, and again after an "unknown" verdict
-    with _ExitWatch(recipe) as exited:
+    retry_at: float | None = None  # after an "unknown" verdict: look again then
+    delay = POLL_S
+    with _ExitWatch(recipe) as exit_fds:
         while True:
-            if exited(POLL_S):
+            until = deadline if retry_at is None else min(deadline, retry_at)
+            timeout = until - time.monotonic()
+            why = inbox.wait(exit_fds, timeout if exit_fds else min(timeout, POLL_S))
+            if recipe.poll() is not None:
                 return _verdict(goals, claim), False
-            verdict = _look(goals, claim, changes, look)
-            look = verdict == "unknown"
-            if verdict not in ("ours", "unknown"):
-                _stop(recipe)
-                return verdict, False
+            due = retry_at is not None and time.monotonic() >= retry_at
+            if why in ("wake", "poll") or due:
+                # A safety poll asks the change gate first (on SQLite, ≈ 5 µs); a wake-up or a
+                # retry rereads at once.
+                with goals.journal.held():
+                    verdict = _look(goals, claim, changes, why != "poll" or due)
+                retry_at = time.monotonic() + delay if verdict == "unknown" else None
+                delay = min(delay * 2, RETRY_MAX_S) if verdict == "unknown" else POLL_S
+                if verdict not in ("ours", "unknown"):
+                    _stop(recipe)
+                    return verdict, False
             if time.monotonic() >= deadline:
                 _stop(recipe)
                 return _verdict(goals, claim), True
 
 
 class _ExitWatch:
-    """``exited(timeout)``: wait up to ``timeout`` for the recipe to exit, on a pidfd (Linux):
-    one wake-up per timeout, where ``Popen.wait(timeout)`` polls every 50 ms, which 1,000
-    sleeping attempts would turn into 20,000 wake-ups a second."""
+    """The recipe's exit as a descriptor to wait on beside the wake-ups: a pidfd (Linux ≥ 5.3),
+    readable once it exited. Without one (an empty list) the worker looks every POLL_S."""
 
     def __init__(self, recipe: Recipe) -> None:
-        self._recipe = recipe
-        self._fd: int | None = None
+        self._fds: list[int] = []
         with contextlib.suppress(AttributeError, OSError):
-            self._fd = os.pidfd_open(recipe.pid)
+            self._fds.append(os.pidfd_open(recipe.pid))
 
-    def __enter__(self) -> Callable[[float], bool]:
-        return self._exited
+    def __enter__(self) -> list[int]:
+        return self._fds
 
     def __exit__(self, *exc: object) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-
-    def _exited(self, timeout: float) -> bool:
-        if self._fd is None:
-            try:
-                self._recipe.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                return False
-            return True
-        select.select([self._fd], [], [], timeout)
-        return self._recipe.poll() is not None
+        for fd in self._fds:
+            os.close(fd)
 
 
 def _look(goals: Goals, claim: Claim, changes: ChangeSource, look: bool) -> str:
@@ -684,8 +741,9 @@ def _look(goals: Goals, claim: Claim, changes: ChangeSource, look: bool) -> str:
 def _verdict(goals: Goals, claim: Claim) -> str:
     """Reread Goal and Run: is the attempt still ours to continue and report?"""
     try:
-        goal = goals.read(claim.goal_id)
-        run = Execution(goals.journal).read(claim.run_id)
+        with goals.journal.held():  # one connection for both reads
+            goal = goals.read(claim.goal_id)
+            run = Execution(goals.journal).read(claim.run_id)
     except RefineError as exc:  # e.g. locked for a while: keep going, look again
         _say(f"{claim.goal_id}: cannot reread the journal: {exc}")
         return "unknown"
@@ -746,6 +804,15 @@ def _stop(recipe: Recipe) -> None:
 def _report(
     goals: Goals, claim: Claim, *, exit_code: int | None, reason: str | None, log: Path
 ) -> int:
+    # One connection for the reread and the report (it is let go while the journal is
+    # unreachable: the patient loops below wait without one).
+    with goals.journal.held():
+        return _report_held(goals, claim, exit_code=exit_code, reason=reason, log=log)
+
+
+def _report_held(
+    goals: Goals, claim: Claim, *, exit_code: int | None, reason: str | None, log: Path
+) -> int:
     verdict = _reread_patiently(goals, claim)  # right before the transition
     if verdict == "cancel":
         return _report_cancel(goals, claim)
@@ -760,8 +827,9 @@ def _report(
 
 
 def _report_cancel(goals: Goals, claim: Claim) -> int:
-    _reread_patiently(goals, claim)  # wait until the journal can take the report
-    return _settle(goals, claim, outcome="cancelled", reason=None, evidence=())
+    with goals.journal.held():
+        _reread_patiently(goals, claim)  # wait until the journal can take the report
+        return _settle(goals, claim, outcome="cancelled", reason=None, evidence=())
 
 
 def _settle(

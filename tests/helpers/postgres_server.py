@@ -152,16 +152,19 @@ class PostgresServer:
     # --- the server process (owned servers only) ---------------------------------------------
 
     @classmethod
-    def start_new(cls, *, fsync: bool = False) -> PostgresServer:
-        """initdb a fresh cluster in a temp dir and start it; ServerUnavailable if impossible."""
+    def start_new(cls, *, fsync: bool = False, max_connections: int = 200) -> PostgresServer:
+        """initdb a fresh cluster in a temp dir and start it; ServerUnavailable if impossible.
+        ``max_connections``: the server's limit (a small one: a fleet at the server's limit)."""
         bin_dir = pg_bin()
         if bin_dir is None:
             raise ServerUnavailable("PostgreSQL is not installed (no /usr/lib/postgresql/*/bin)")
         server = cls("", root=Path(tempfile.mkdtemp(prefix="refine-pg-")), bin_dir=bin_dir)
-        server.create_cluster(fsync=fsync)
+        server.create_cluster(fsync=fsync, max_connections=max_connections)
         return server
 
-    def create_cluster(self, *, fsync: bool = False, allow: str | None = None) -> None:
+    def create_cluster(
+        self, *, fsync: bool = False, allow: str | None = None, max_connections: int = 200
+    ) -> None:
         """initdb in ``self.root``, start, prepare; ``allow``: a CIDR also let in by password."""
         root = self.root
         assert root is not None
@@ -180,7 +183,7 @@ class PostgresServer:
                 hba.write(f"host all all {allow} scram-sha-256\n")
         settings = [
             "-k", str(root / "sock"), "-c", f"listen_addresses={self.listen}",
-            "-c", "max_connections=200", "-c", "fsync=" + ("on" if fsync else "off"),
+            "-c", f"max_connections={max_connections}", "-c", "fsync=" + ("on" if fsync else "off"),
         ]  # fmt: skip
         (root / "options").write_text("\n".join(settings))
         self.start()

@@ -196,3 +196,14 @@ def test_bulk_bench_cancels_by_selection_on_both_backends() -> None:
         "cancel 5 goals by selection, SQLite (synchronous=FULL)",
         "cancel 5 goals by selection, PostgreSQL (fsync off)",
     ]
+
+
+@pytest.mark.postgres
+def test_fleet_bench_runs_nodes_on_its_own_server_within_their_connections() -> None:
+    from bench import fleet
+
+    r = fleet.measure(nodes=2, attempts=3, max_connections=20, idle_s=0.5)
+    assert r["launched"] == 6
+    assert 2 <= r["peak_node"] <= 5  # the node's two, and its workers' when sampled
+    assert r["idle_per_node"] == 2
+    assert [row[0].split(": ")[1] for row in fleet.rows(r)] == ["connections", "launch", "idle CPU"]

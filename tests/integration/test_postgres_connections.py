@@ -1,0 +1,263 @@
+"""Journal connections on PostgreSQL (issue 22 item 1, DESIGN §14): a server at its limit, and
+workers that hold no connection while they wait, seeing a cancellation and reporting their end
+after their node was SIGKILLed. Real server, real node, workers, recipes and signals."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from store.errors import NotAJournalError, ServerFullError
+from store.journal.api import Journal
+from store.journal.slots import KEPT, SLOTS_ENV, ConnectionSlots, Sharing, share, sharing
+from tests.conftest import _unavailable
+from tests.helpers.node_env import HANG, WAIT_FOR_GO
+from tests.helpers.postgres_server import PostgresServer, ServerUnavailable
+from tests.helpers.waits import wait_until
+from tests.integration.test_postgres_operation import PRINT_ENV, PgEnv
+
+pytestmark = pytest.mark.postgres
+SMALL = 8  # the small server's max_connections
+
+
+@pytest.fixture(scope="module")
+def small_server() -> Iterator[PostgresServer]:
+    """A server of its own with room for only a few connections."""
+    try:
+        server = PostgresServer.start_new(max_connections=SMALL)
+    except ServerUnavailable as exc:
+        _unavailable(str(exc))
+    try:
+        yield server
+    finally:
+        server.destroy()
+
+
+@pytest.fixture
+def small(small_server: PostgresServer, tmp_path: Path) -> Iterator[PgEnv]:
+    url = small_server.create_database()
+    env = PgEnv(url, tmp_path)
+    try:
+        yield env
+    finally:
+        env.cleanup()
+        small_server.drop_database(url)
+
+
+@contextlib.contextmanager
+def server_full(url: str) -> Iterator[list[psycopg.Connection]]:
+    """Every connection the server has left, held by us (others are refused meanwhile)."""
+    held: list[psycopg.Connection] = []
+    try:
+        while True:
+            try:
+                held.append(psycopg.connect(url, autocommit=True, connect_timeout=10))
+            except psycopg.OperationalError as exc:
+                assert "too many clients" in str(exc)
+                break
+        yield held
+    finally:
+        for conn in held:
+            conn.close()
+
+
+def test_commands_fail_typed_when_the_server_is_full_and_write_nothing(small: PgEnv) -> None:
+    with server_full(small.url):
+        with pytest.raises(ServerFullError, match=r"connection limit.*too many clients"):
+            Journal.open(small.url, create=False)
+        for args in (
+            ("goals",),
+            ("goals", "--json"),
+            ("goal", "add", "--title", "t", "--id", "g1", "--", "true"),
+            ("cancel", "g1", "--reason", "r"),
+        ):
+            small.refine(*args, code=3)
+            out, err = small.outputs[-2:]
+            if "--json" in args:  # a refusal is also a JSON object on stdout
+                assert json.loads(out)["error"]["code"] == "STORAGE"
+            else:
+                assert out == ""
+            assert err.count("\n") == 1, err  # one line, never a traceback
+            assert err.startswith("refine: STORAGE: journal server is at its connection limit")
+            assert "too many clients already" in err
+    assert json.loads(small.refine("goals", "--json")) == []  # the add wrote nothing
+    small.never_printed_a_password()
+
+
+def test_a_node_waits_out_a_full_server_then_launches(small: PgEnv) -> None:
+    """A worker that cannot connect to claim exits without claiming; its node launches again
+    on its next round, and the goal runs once the server has room."""
+    node = small.node()
+    wait_until(
+        lambda: _connections(small.url, "refine node n1") == 2, timeout=90, what="the node's two"
+    )
+    with server_full(small.url):
+        small.goal("g1", HANG)  # through this test's own connection, made before
+        wait_until(
+            lambda: "connection limit" in _text(small.state_dir("n1") / "node.log"),
+            what="a worker refused by the full server",
+        )
+        assert small.read("g1")[0] == "queued"  # no claim was made
+        assert node.poll() is None
+    wait_until(lambda: small.read("g1")[0] == "running", timeout=60, what="g1 running")
+    small.never_printed_a_password()
+
+
+def test_a_worker_sees_a_cancel_and_reports_its_end_after_its_node_was_killed(
+    pg: PgEnv,
+) -> None:
+    pg.goal("cancelled", HANG)
+    pg.goal("finishing", WAIT_FOR_GO)
+    node = pg.node()
+    for goal in ("cancelled", "finishing"):
+        wait_until(lambda g=goal: pg.running_record(g), timeout=90, what=f"{goal} running")
+    wait_until(lambda: _connections(pg.url, "refine worker n1") == 0, what="idle workers")
+    node.send_signal(signal.SIGKILL)  # its workers run on, with nobody to relay wake-ups
+    node.wait(timeout=10)
+
+    # A cancellation committed by another process: the worker looks by itself, stops its
+    # recipe and reports the cancellation with its own cleanup.
+    rec = pg.running_record("cancelled")
+    assert rec is not None
+    pg.refine("cancel", "cancelled", "--reason", "not needed", node="elsewhere")
+    _, run = wait_until(
+        lambda: (r := pg.read("cancelled"))[1].status == "cancelled" and r, what="cancelled"
+    )
+    assert run.attempts[-1].cleanup is not None
+    assert run.attempts[-1].cleanup["confirmed_by"] == rec.worker
+    wait_until(lambda: not _alive(rec.pid), what="the worker gone")
+
+    # A recipe that ends by itself: reported completed without the node.
+    (pg.dir / "go").touch()
+    wait_until(lambda: pg.read("finishing")[0] == "completed", what="finishing completed")
+    assert "clean" in pg.refine("check")
+    pg.never_printed_a_password()
+
+
+def test_the_claim_helper_gives_its_slot_back_before_it_becomes_the_recipe(pg: PgEnv) -> None:
+    """The claim helper claims, records the worker and rereads on one connection (a slot of the
+    node's limit), then becomes the recipe by exec: it gives that connection and its slot back
+    right before, so while the recipe runs no worker connection and no slot is held. The recipe
+    is not told of the slots either (a `refine` it ran would take its node's workers' share)."""
+    node = pg.node()
+    pg.goals.create(
+        goal_id="env", title="env", node_id="n1", argv=["sh", "-c", PRINT_ENV, pg.marker]
+    )
+    wait_until((pg.dir / "printed").exists, timeout=90, what="the recipe running")
+    wait_until(lambda: _connections(pg.url, "refine worker n1") == 0, what="no worker connection")
+    slots = ConnectionSlots(pg.registry().root / "connections", 5 - KEPT)
+    wait_until(lambda: _all_free(slots), what="every worker slot free")
+    assert node.poll() is None
+    (pg.dir / "go").touch()
+    wait_until(lambda: pg.read("env")[0] == "completed", timeout=60, what="the recipe completed")
+
+    log = pg.registry().log_path("env.r1", 1).read_text()
+    assert f"REFINE_TEST_MARK={pg.marker}" in log  # the environment was printed
+    assert f"{SLOTS_ENV}=" not in log
+    pg.never_printed_a_password()
+
+
+def _all_free(slots: ConnectionSlots) -> bool:
+    """No slot is held now (each taken for a moment, then given back)."""
+    taken = [slots._try(i) for i in range(slots.limit)]
+    for slot in taken:
+        if slot is not None:
+            slot.release()
+    return None not in taken
+
+
+@pytest.fixture
+def pg(postgres_url: str, tmp_path: Path) -> Iterator[PgEnv]:
+    env = PgEnv(postgres_url, tmp_path)
+    try:
+        yield env
+    finally:
+        env.cleanup()
+
+
+def _connections(url: str, application: str) -> int:
+    """How many connections to ``url``'s database carry ``application`` as their name."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND application_name = %s",
+            (application,),
+        ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def _text(path: Path) -> str:
+    return path.read_text(errors="replace") if path.exists() else ""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with contextlib.suppress(OSError), open(f"/proc/{pid}/stat") as f:
+        return f.read().rpartition(")")[2].split()[0] != "Z"
+    return False
+
+
+@pytest.fixture
+def transient(tmp_path: Path) -> Iterator[ConnectionSlots]:
+    """This process connects as a worker does: through one slot, letting go after each call."""
+    before = sharing()
+    slots = ConnectionSlots(tmp_path / "connections", 1)
+    share(Sharing(slots=slots, transient=True, application="refine worker t1"))
+    try:
+        yield slots
+    finally:
+        share(before)
+
+
+def test_a_transient_journal_holds_no_connection_between_calls(
+    postgres_url: str, transient: ConnectionSlots
+) -> None:
+    with Journal.open(postgres_url) as journal:
+        assert _connections(postgres_url, "refine worker t1") == 0  # the open let go
+        assert journal.count("goal") == 0
+        assert _connections(postgres_url, "refine worker t1") == 0
+        with journal.held():
+            journal.count("goal")
+            journal.last_sequence()
+            assert _connections(postgres_url, "refine worker t1") == 1
+            # Its one slot is taken meanwhile: another holder waits (here: cannot take it).
+            assert transient._try(0) is None
+        assert _connections(postgres_url, "refine worker t1") == 0
+        slot = transient._try(0)
+        assert slot is not None
+        slot.release()
+
+
+def test_an_open_by_id_connects_only_when_used_and_refuses_another_journal(
+    postgres_url: str, transient: ConnectionSlots
+) -> None:
+    with Journal.open(postgres_url) as first:
+        journal_id = first.journal_id
+    assert journal_id
+    with Journal.open(postgres_url, create=False, journal_id=journal_id) as journal:
+        assert journal.journal_id == journal_id
+        assert journal.count("goal") == 0  # the first connection checked it: the same journal
+    with Journal.open(postgres_url, create=False, journal_id="another") as journal:
+        with pytest.raises(NotAJournalError, match="another journal than another"):
+            journal.count("goal")
+        assert _connections(postgres_url, "refine worker t1") == 0
+
+
+def test_an_open_by_id_of_a_file_refuses_another_journal(tmp_path: Path) -> None:
+    path = tmp_path / "journal.db"
+    with Journal.open(path) as journal:
+        journal_id = journal.journal_id
+    assert journal_id
+    Journal.open(path, create=False, journal_id=journal_id).close()
+    with pytest.raises(NotAJournalError, match="another journal"):
+        Journal.open(path, create=False, journal_id="another")
