@@ -650,6 +650,9 @@ def cmd_node(args: argparse.Namespace) -> int:
             lock.release()
 
 
+QUIET_HELP = "alerts (goal exhausted, attempt needs cleanup) notify without the terminal bell"
+
+
 def cmd_tui(args: argparse.Namespace) -> int:
     from refine_tui.app import RefineApp
 
@@ -658,7 +661,7 @@ def cmd_tui(args: argparse.Namespace) -> int:
         from store.journal.postgres import connection_info
 
         connection_info(path)
-    RefineApp(journal=path, node=node_name(args), read_only=args.read_only).run()
+    RefineApp(journal=path, node=node_name(args), read_only=args.read_only, quiet=args.quiet).run()
     return EXIT_OK
 
 
@@ -704,7 +707,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from refine_tui.demo import run_demo
 
-    return run_demo(Path(args.dir) if args.dir else None)
+    return run_demo(Path(args.dir) if args.dir else None, quiet=args.quiet)
 
 
 # --- parser ------------------------------------------------------------------------------------
@@ -927,6 +930,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         copy.add_argument("target", help="an empty or new journal to copy into")
     if tui := command("tui", cmd_tui, "the dashboard"):
         tui.add_argument("--read-only", action="store_true", help=READ_ONLY_HELP)
+        tui.add_argument("--quiet", action="store_true", help=QUIET_HELP)
     if serve := command(
         "serve", cmd_serve, "the dashboard in a browser (prints a URL with a token)"
     ):
@@ -941,6 +945,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
             "--token-file", help="a file holding the token, shared by a team (default: a new one)"
         )
     if demo := command("demo", cmd_demo, "a demo journal with live work and the dashboard"):
+        demo.add_argument("--quiet", action="store_true", help=QUIET_HELP)
         demo.add_argument(
             "--dir",
             metavar="DIR",
