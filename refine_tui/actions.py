@@ -25,6 +25,7 @@ from refine_tui.screens.confirm import CancelModal, ConfirmModal
 from store.errors import RefineError, StorageError
 from store.journal.api import Journal, JournalHandle
 from store.model.goal import goal_id_of_run
+from store.ops.bulk import plan_bulk, run_bulk
 from store.ops.operator import (
     ActionReport,
     CleanupEvidence,
@@ -54,6 +55,15 @@ KEYS: list[BindingType] = [
     Binding("r", "refresh", "Refresh", show=False),
     Binding("escape,backspace", "back", "Back", show=False),
 ]
+# Marks (DESIGN §15): with marks, s c R act on the marked Goals.
+KEYS += [
+    Binding("space", "mark", "Mark", show=False),
+    Binding("asterisk", "mark_all", "Mark all", show=False),
+    Binding("u", "unmark", "Unmark", show=False),
+]
+MARK_ACTIONS = ("mark", "mark_all", "unmark")
+# The operator actions a batch does (store.ops.bulk's names), with marks.
+BULK = {"stop": "stop", "cancel_goal": "cancel", "release": "release"}
 OPERATOR_ACTIONS = ("stop", "cancel_goal", "cleanup", "release")
 SELECTION_ACTIONS = ("log", "history")
 ACTION_TITLES = {
@@ -63,6 +73,9 @@ ACTION_TITLES = {
     "release": "Release",
     "log": "Log",
     "history": "History",
+    "mark": "Mark",
+    "mark_all": "Mark all",
+    "unmark": "Unmark",
 }
 ACTION_KEYS = {"stop": "s", "cancel_goal": "c", "cleanup": "x", "release": "R"}
 SYSTEM_COMMANDS = (
@@ -77,6 +90,9 @@ SYSTEM_COMMANDS = (
     ("Pause / resume", "Pause live updates (p)", "pause"),
     ("Refresh", "Reload everything from the journal (r)", "refresh"),
     ("Help", "All keys (?)", "help"),
+    ("Mark / unmark", "Mark the selected goal: s c R act on the marked (space)", "mark"),
+    ("Mark all shown", "Mark every goal the filter shows (*)", "mark_all"),
+    ("Clear marks", "Unmark every goal (u)", "unmark"),
 )
 
 T = TypeVar("T")
@@ -96,6 +112,13 @@ class Selection:
     goal: GoalRow | None
     attempt: tuple[str, int] | None  # (run_id, epoch) the attempt-level actions apply to
     run_id: str | None
+    marked: int = 0  # marked Goals (s c R act on them in the Goals view)
+    hidden_marks: int = 0  # of which the filter does not show
+
+    @property
+    def bulk(self) -> bool:
+        """s c R act on the marked Goals rather than the selected row."""
+        return self.marked > 0 and self.view == "goals"
 
 
 def why(action: str, sel: Selection) -> tuple[str, str] | None:
@@ -105,6 +128,10 @@ def why(action: str, sel: Selection) -> tuple[str, str] | None:
             return "read-only", "the journal is open read-only"
         if sel.journal_state in ("missing", "broken", "connecting"):
             return "no journal", "the journal is unavailable"
+    if sel.bulk and action in BULK:
+        return None  # the plan says what it does to each marked Goal
+    if action in MARK_ACTIONS:
+        return why_mark(action, sel)
     if sel.view == "workers":
         return "n/a here", "not in the Workers view (escape goes back)"
     goal = sel.goal
@@ -137,14 +164,33 @@ def why(action: str, sel: Selection) -> tuple[str, str] | None:
     return None
 
 
+def why_mark(action: str, sel: Selection) -> tuple[str, str] | None:
+    if action == "unmark":
+        return None if sel.marked else ("no marks", "no goal is marked")
+    if sel.view != "goals":
+        return "goals only", "marks are made in the Goals view (escape goes back)"
+    if action == "mark" and sel.goal is None:
+        return "no goal", "no goal selected"
+    return None
+
+
+def marks_words(sel: Selection) -> str:
+    """The marks in words: "3 marked (1 hidden by the filter)" ("" without marks)."""
+    if not sel.marked:
+        return ""
+    hidden = f" ({sel.hidden_marks} hidden by the filter)" if sel.hidden_marks else ""
+    return f"{sel.marked} marked{hidden}"
+
+
 def applies(sel: Selection) -> tuple[bool, ...]:
     """Which of the operator and selection actions apply (the footer greys the others)."""
-    return tuple(why(a, sel) is None for a in (*OPERATOR_ACTIONS, *SELECTION_ACTIONS))
+    actions = (*OPERATOR_ACTIONS, *SELECTION_ACTIONS, *MARK_ACTIONS)
+    return tuple(why(a, sel) is None for a in actions)
 
 
 def check(action: str, sel: Selection) -> bool | None:
     """As ``App.check_action``: True (applies), None (shown greyed: it does not, now)."""
-    if action in OPERATOR_ACTIONS or action in SELECTION_ACTIONS:
+    if action in OPERATOR_ACTIONS or action in SELECTION_ACTIONS or action in MARK_ACTIONS:
         return True if why(action, sel) is None else None
     return True
 
@@ -170,10 +216,16 @@ def hint(sel: Selection) -> str:
         return "read-only: s c x R are disabled"
     if sel.journal_state in ("missing", "broken"):
         return "journal unavailable: actions are disabled until it is back"
+    if sel.bulk:
+        return f"{marks_words(sel)} · s c R act on them · u clears"
+    marks = [marks_words(sel)] if sel.marked else []
     return " · ".join(
-        f"{ACTION_KEYS[a]}: {short}"
-        for a in OPERATOR_ACTIONS
-        if (short := (why(a, sel) or ("", ""))[0])
+        marks
+        + [
+            f"{ACTION_KEYS[a]}: {short}"
+            for a in OPERATOR_ACTIONS
+            if (short := (why(a, sel) or ("", ""))[0])
+        ]
     )
 
 
@@ -337,6 +389,45 @@ class OperatorFlows:
             lambda: release_goal(self.writer(), goal.goal_id, operator=self.operator)
         )
         self.notify_report(report)
+
+    async def bulk(self, action: str, goal_ids: list[str]) -> bool:
+        """s c R on the marked Goals (DESIGN §15): the plan's sentence in one confirmation (and
+        one reason, for Cancel), the batch in a thread, one summary. True: it ran."""
+        plan = await self.call_store(
+            lambda: plan_bulk(
+                self.writer(), action, node=self.node, goal_ids=goal_ids, grace_s=self.grace_s
+            )
+        )
+        if plan is None:
+            return False
+        reason: str | None = None
+        title = f"{action.capitalize()} {len(plan.goals)} marked goals"
+        if action == "cancel":
+            reason = await self.ui.push_screen_wait(
+                CancelModal(title=title, body=plan.summary(), confirm="Cancel goals")
+            )
+            if reason is None:
+                return False
+        elif not await self.ui.push_screen_wait(
+            ConfirmModal(title, plan.summary(), action.capitalize())
+        ):
+            return False
+        report = await self.call_store(
+            lambda: run_bulk(
+                self.writer(),
+                plan,
+                reason=reason,
+                operator=self.operator,
+                grace_s=self.grace_s,
+            )
+        )
+        if report is None:
+            return False
+        failed = "".join(f"\n{g.text()}" for g in report.failed[:5])  # the first few, named
+        severity: SeverityLevel = "information" if report.ok else "warning"
+        self.ui.notify(report.summary() + failed, title=title, severity=severity, timeout=10)
+        self.ui.wake()
+        return True
 
     async def call_store(self, fn: Callable[[], T], busy: str | None = None) -> T | None:
         """Run a blocking store call in a thread; a refusal becomes a notification, in words."""

@@ -38,7 +38,8 @@ HOLD_PAINT_S = 0.5
 
 
 class RefineApp(App[None]):
-    """The dashboard. ``RefineApp(journal=PATH, node=NAME, read_only=False)``."""
+    """The dashboard. ``RefineApp(journal=PATH, node=NAME, read_only=False)``; ``quiet``:
+    alerts notify without ringing the terminal bell."""
 
     CSS_PATH = "app.tcss"
     TITLE = "refine"
@@ -53,6 +54,7 @@ class RefineApp(App[None]):
         grace_s: float = 5.0,
         clock: Callable[[], float] = time.time,
         watch: bool = True,
+        quiet: bool = False,
     ) -> None:
         super().__init__()
         self.journal_path = location = resolve_location(journal)  # once: watches derive from it
@@ -83,6 +85,7 @@ class RefineApp(App[None]):
             flows=flows,
             clock=clock,
             hold_paint_s=lambda: HOLD_PAINT_S,  # read when held (a test lengthens it)
+            quiet=quiet,  # alerts without the terminal bell
         )
 
     def get_default_screen(self) -> Screen[Any]:

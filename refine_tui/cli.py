@@ -658,6 +658,9 @@ def cmd_node(args: argparse.Namespace) -> int:
             lock.release()
 
 
+QUIET_HELP = "alerts (goal exhausted, attempt needs cleanup) notify without the terminal bell"
+
+
 def cmd_tui(args: argparse.Namespace) -> int:
     from refine_tui.app import RefineApp
     from store.journal import slots
@@ -671,7 +674,7 @@ def cmd_tui(args: argparse.Namespace) -> int:
         from store.journal.postgres import connection_info
 
         connection_info(path)
-    RefineApp(journal=path, node=node_name(args), read_only=args.read_only).run()
+    RefineApp(journal=path, node=node_name(args), read_only=args.read_only, quiet=args.quiet).run()
     return EXIT_OK
 
 
@@ -721,7 +724,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from refine_tui.demo import run_demo
 
-    return run_demo(Path(args.dir) if args.dir else None)
+    return run_demo(Path(args.dir) if args.dir else None, quiet=args.quiet)
 
 
 # --- parser ------------------------------------------------------------------------------------
@@ -953,6 +956,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         copy.add_argument("target", help="an empty or new journal to copy into")
     if tui := command("tui", cmd_tui, "the dashboard"):
         tui.add_argument("--read-only", action="store_true", help=READ_ONLY_HELP)
+        tui.add_argument("--quiet", action="store_true", help=QUIET_HELP)
     if serve := command(
         "serve", cmd_serve, "the dashboard in a browser (prints a URL with a token)"
     ):
@@ -974,6 +978,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
             " $REFINE_MAX_CONNECTIONS or 5)",
         )
     if demo := command("demo", cmd_demo, "a demo journal with live work and the dashboard"):
+        demo.add_argument("--quiet", action="store_true", help=QUIET_HELP)
         demo.add_argument(
             "--dir",
             metavar="DIR",

@@ -11,6 +11,7 @@ reloads. ``RefineApp`` composes it with the journal and the follower (``refine_t
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any, ClassVar
 
 from textual import events, on, work
@@ -24,6 +25,7 @@ from textual.widgets import DataTable, Input, Label, Static
 from refine_tui import cells
 from refine_tui import format as fmt
 from refine_tui.actions import (
+    BULK,
     KEYS,
     OperatorFlows,
     Selection,
@@ -34,6 +36,7 @@ from refine_tui.actions import (
     refusal,
     why,
 )
+from refine_tui.alerts import Alerts
 from refine_tui.detail import DetailPane
 from refine_tui.follow import JournalFollower
 from refine_tui.live import LiveReader
@@ -68,8 +71,10 @@ class Dashboard(Screen[None]):
         flows: OperatorFlows,
         clock: Callable[[], float],
         hold_paint_s: Callable[[], float],
+        quiet: bool = False,
     ) -> None:
         super().__init__()
+        self.alerts, self.quiet = Alerts(), quiet  # quiet: alerts ring no bell
         self.node, self.read_only = header.node, header.read_only
         self.journal_label = header.journal
         self.follower, self.live, self.flows = follower, live, flows
@@ -147,6 +152,7 @@ class Dashboard(Screen[None]):
             detail="",
         )
         self.selection_changed()
+        self.alert(self.alerts.take(update.goals, update.full))
         self.tell_detail(retarget=False)  # the attempt in the log pane may have ended
         if update.painted is not None:
             self.app.call_after_refresh(update.painted.set)
@@ -248,9 +254,14 @@ class Dashboard(Screen[None]):
     # --- operator actions ----------------------------------------------------------------------
 
     def selection(self) -> Selection:
-        return self.stack.selection(
+        selection = self.stack.selection(
             read_only=self.read_only or self.snapshot,  # nobody can write a snapshot
             journal_state=self.header.state.state,
+        )
+        if not self.goals.marked:
+            return selection
+        return replace(
+            selection, marked=len(self.goals.marked), hidden_marks=self.goals.hidden_marks()
         )
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
@@ -290,8 +301,41 @@ class Dashboard(Screen[None]):
 
     def act(self, action: str) -> None:
         """An operator flow on the selection, as a worker (its modals wait inside it)."""
-        if (flow := self.flows.flow(action, self.selection())) is not None:
+        selection = self.selection()
+        if selection.bulk and action in BULK:
+            self.app.run_worker(
+                self.act_on_marks(BULK[action]), group="operator", exit_on_error=False
+            )
+        elif (flow := self.flows.flow(action, selection)) is not None:
             self.app.run_worker(flow, group="operator", exit_on_error=False)
+
+    # --- alerts (DESIGN §16) -------------------------------------------------------------------
+
+    def alert(self, said: list[str]) -> None:
+        """One notification each, and the terminal bell (unless quiet)."""
+        for words in said:
+            self.app.notify(words, title="Alert", severity="warning", timeout=15)
+        if said and not self.quiet:
+            self.app.bell()
+
+    # --- marks (DESIGN §15) --------------------------------------------------------------------
+
+    async def act_on_marks(self, action: str) -> None:
+        """A batch on the marked Goals; the marks are cleared once it ran."""
+        if await self.flows.bulk(action, list(self.goals.marked)):
+            self.action_unmark()
+
+    def action_mark(self) -> None:
+        self.goals.toggle_mark()
+        self.selection_changed()
+
+    def action_mark_all(self) -> None:
+        self.goals.mark_listed()
+        self.selection_changed()
+
+    def action_unmark(self) -> None:
+        self.goals.clear_marks()
+        self.selection_changed()
 
     # --- the detail pane -----------------------------------------------------------------------
 

@@ -258,7 +258,7 @@ def _end_unrecorded(path: Path, node: str, exc: RefineError) -> list[str]:
     return [f"{exc.message}: nothing recorded; its node's workers were ended"]
 
 
-def run_demo(directory: Path | None = None) -> int:
+def run_demo(directory: Path | None = None, *, quiet: bool = False) -> int:
     """Create the demo journal, start a node, open the dashboard; stop the node on exit."""
     from refine_tui.app import RefineApp
 
@@ -269,7 +269,7 @@ def run_demo(directory: Path | None = None) -> int:
     else:
         populate(path)
     node = start_node(path, DEMO_NODE)
-    app = RefineApp(journal=path, node=DEMO_NODE)
+    app = RefineApp(journal=path, node=DEMO_NODE, quiet=quiet)
     # A closed terminal (SIGHUP) must still stop the node and its workers.
     previous = signal.signal(signal.SIGHUP, lambda *_: app.exit())
     try:

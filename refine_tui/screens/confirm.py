@@ -84,21 +84,30 @@ class CancelModal(_Fitted, ModalScreen[str | None]):
     BINDINGS: ClassVar = [Binding("escape", "back", "Back")]
     RESERVED = 11  # and the reason field and its error line
 
-    def __init__(self, goal_id: str, body: str) -> None:
+    def __init__(
+        self,
+        goal_id: str = "",
+        body: str = "",
+        *,
+        title: str | None = None,
+        confirm: str = "Cancel goal",
+    ) -> None:
         super().__init__()
         self.goal_id = goal_id
         self.body = body
+        self.title_text = title if title is not None else f"Cancel goal {goal_id}"
+        self.confirm_label = confirm  # several goals: "Cancel goals"
 
     def compose(self) -> ComposeResult:
         with Vertical(id="dialog", classes="destructive"):
-            yield Label(literal(f"Cancel goal {self.goal_id}"), id="dialog-title")
+            yield Label(literal(self.title_text), id="dialog-title")
             with VerticalScroll(id="dialog-body"):
                 yield Static(literal(self.body), id="dialog-text")
             yield Input(placeholder="reason (required), enter to cancel the goal", id="reason")
             yield Label("", id="dialog-error")
             with Horizontal(id="dialog-buttons"):
                 yield Button("Back (esc)", id="back", variant="primary")
-                yield Button("Cancel goal (enter)", id="confirm", variant="error")
+                yield Button(f"{self.confirm_label} (enter)", id="confirm", variant="error")
 
     def on_mount(self) -> None:
         self.fit_body()

@@ -26,6 +26,9 @@ from refine_tui.observe import LaunchWindows
 from refine_tui.rows import GoalRow
 from refine_tui.views.base import TableView
 
+# A marked Goal's id cell starts with this (a glyph, not a colour: it reads in monochrome).
+MARK = "●"
+
 # A long list (a filter's ~1,200 rows) goes into the table this many rows per turn of the event
 # loop, keys handled between turns: all at once it held them for 40–400 ms at 100,000 Goals.
 FILL_CHUNK = 200
@@ -53,6 +56,7 @@ class GoalsView(TableView):
         self.listed: dict[str, GoalRow] = {}  # the listed Goals: the table's and unfilled
         self.unfilled: dict[str, None] = {}  # listed Goals not in the table yet, in list order
         self.generation = 0  # a newer list cancels the chunks an older one has left
+        self.marked: dict[str, None] = {}  # marked Goals (§15), in the order marked
         self.launches = LaunchWindows(self, paused=lambda: self.paused, recheck=follower.read)
         follower.wants.first_screen = first_screen(0)  # not laid out yet
 
@@ -76,7 +80,10 @@ class GoalsView(TableView):
         return f"Goals — filter “{self.filter}”" if self.filter else "Goals"
 
     def cells(self, row: GoalRow) -> Cells:
-        return cells.goal_cells(row, self.widths, self.clock)
+        shown = cells.goal_cells(row, self.widths, self.clock)
+        if row.goal_id in self.marked:
+            return (f"{MARK} {fmt.clip(row.goal_id, 12)}", *shown[1:])
+        return shown
 
     def matches(self, row: GoalRow) -> bool:
         return matches(row, self.filter)
@@ -156,6 +163,40 @@ class GoalsView(TableView):
                     self.unfilled[key] = None  # shown in its turn: the order holds
                 else:
                     self.upsert(key, self.cells(row))
+
+    # --- marks (DESIGN §15): the Goals c, s and R act on together ----------------------------
+
+    def toggle_mark(self) -> None:
+        """Mark the selected Goal, or unmark it."""
+        key = self.selected_key
+        if key is None or key not in self.listed:
+            return
+        if key in self.marked:
+            del self.marked[key]
+        else:
+            self.marked[key] = None
+        self.repaint(key)
+
+    def mark_listed(self) -> None:
+        """Mark every Goal the filter shows."""
+        for key in self.listed:
+            if key not in self.marked:
+                self.marked[key] = None
+                self.repaint(key)
+
+    def clear_marks(self) -> None:
+        marked, self.marked = self.marked, {}
+        for key in marked:
+            self.repaint(key)
+
+    def hidden_marks(self) -> int:
+        """Marked Goals the filter does not show."""
+        return sum(1 for key in self.marked if key not in self.listed)
+
+    def repaint(self, key: str) -> None:
+        row = self.listed.get(key)
+        if row is not None and key not in self.unfilled:
+            self.upsert(key, self.cells(row))
 
     # --- what changes without a commit ------------------------------------------------------
 

@@ -1,0 +1,57 @@
+"""Alerts for the operator at the dashboard (DESIGN §16): a Goal that becomes ``exhausted``, an
+attempt that becomes ``needs cleanup``: one notification each, never twice for the same thing,
+never for what was already so when the dashboard opened.
+
+``Alerts.take`` sees each journal update's Goal rows (on the UI thread: a dict look-up a row).
+A full read (the first one, a new filter, a reload) only learns what is so; a row that a commit
+touched since (a partial update carries only those) and now is exhausted or needs cleanup
+became so while the dashboard watched, unless it was known to be so already.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+
+from refine_tui.rows import GoalRow
+
+Key = tuple[str, ...]
+
+
+class Alerts:
+    """What has been seen, and what was said."""
+
+    def __init__(self) -> None:
+        self._known: dict[Key, bool] = {}  # a condition's last known state
+        self._said: set[Key] = set()
+
+    def take(self, goals: Mapping[str, GoalRow | None], full: bool) -> list[str]:
+        """The alerts an update raises, in words."""
+        said = []
+        for row in goals.values():
+            if row is None:
+                continue
+            for key, holds, words in conditions(row):
+                was = self._known.get(key)
+                self._known[key] = holds
+                if holds and key not in self._said and (was is False or (was is None and not full)):
+                    self._said.add(key)
+                    said.append(words)
+                elif holds:
+                    self._said.add(key)  # so from the start: never said
+        return said
+
+
+def conditions(row: GoalRow) -> Iterator[tuple[Key, bool, str]]:
+    """(key, holds, words) for each condition an alert is about."""
+    yield (
+        ("exhausted", row.goal_id),
+        row.status == "exhausted",
+        f"goal {row.goal_id} is exhausted ({row.attempts} attempts): {row.title}",
+    )
+    if row.run_id is not None and row.running_epoch is not None:
+        yield (
+            ("cleanup", row.run_id, str(row.running_epoch)),
+            row.needs_cleanup,
+            f"attempt {row.running_epoch} of {row.run_id} needs cleanup "
+            f"(goal {row.goal_id}: its process is gone; x confirms)",
+        )

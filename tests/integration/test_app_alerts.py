@@ -1,0 +1,89 @@
+"""Alerts at the dashboard (issue 25 part 3, DESIGN §16): a goal that becomes exhausted and an
+attempt that becomes `needs cleanup` notify once and ring the bell (not with `quiet`); what was
+already so when the dashboard opened (the demo journal has both) raises nothing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import refine_tui.app
+from refine_tui.app import RefineApp
+from refine_tui.demo import _finish
+from refine_tui.textual_private import notifications
+from store.journal.sqlite import Journal
+from store.model.goals import Goals
+from tests.helpers.dashboard import end, loaded
+from tests.helpers.waits import until
+from tests.integration.test_app import start_loop_goal
+
+NODE = "n1"
+SIZE = (100, 30)
+
+
+class BellCounting(RefineApp):
+    CSS_PATH = str(Path(refine_tui.app.__file__).with_name("app.tcss"))  # not beside this file
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.bells = 0
+
+    def bell(self) -> None:
+        self.bells += 1
+
+
+def alerts(app: RefineApp) -> list[str]:
+    return [n.message for n in notifications(app) if n.title == "Alert"]
+
+
+def exhaust(path: Path, goal_id: str) -> None:
+    with Journal.open(path) as journal:
+        goals = Goals(journal)
+        goals.create(
+            goal_id=goal_id, title="flaky deploy", argv=["false"], node_id="n9", max_attempts=2
+        )
+        _finish(goals, goal_id, "w-x", [("failed", "exit 1")] * 2)
+
+
+async def test_a_goal_becoming_exhausted_alerts_once_and_rings(journal_path: Path) -> None:
+    app = BellCounting(journal=journal_path, node=NODE)
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        await pilot.pause(0.5)
+        assert alerts(app) == [] and app.bells == 0  # deploy-stage was exhausted already
+        exhaust(journal_path, "deploy-prod")
+        await until(pilot, lambda: "deploy-prod" in app.goal_rows)
+        await until(pilot, lambda: app.goal_rows["deploy-prod"].status == "exhausted")
+        await until(pilot, lambda: len(alerts(app)) == 1)
+        assert "goal deploy-prod is exhausted" in alerts(app)[0] and app.bells == 1
+        await pilot.press("r")  # a full reload sees it again: said once
+        await until(pilot, lambda: any("reloaded" in n.message for n in notifications(app)))
+        assert len(alerts(app)) == 1 and app.bells == 1
+
+
+async def test_quiet_alerts_without_the_bell(journal_path: Path) -> None:
+    app = BellCounting(journal=journal_path, node=NODE, quiet=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        exhaust(journal_path, "deploy-prod")
+        await until(pilot, lambda: len(alerts(app)) == 1)
+        assert app.bells == 0
+
+
+async def test_an_attempt_needing_cleanup_alerts_once(journal_path: Path) -> None:
+    proc = start_loop_goal(journal_path)
+    app = BellCounting(journal=journal_path, node=NODE)
+    try:
+        async with app.run_test(size=SIZE) as pilot:
+            await loaded(pilot)
+            assert app.goal_rows["nightly-report"].needs_cleanup  # already so: no alert
+            assert not app.goal_rows["loop"].needs_cleanup
+            end(proc)  # dies without a commit
+            await until(pilot, lambda: app.goal_rows["loop"].needs_cleanup, timeout=15)
+            await until(pilot, lambda: len(alerts(app)) == 1)
+            assert "needs cleanup" in alerts(app)[0] and "loop" in alerts(app)[0]
+            assert app.bells == 1
+            await pilot.pause(6)  # another liveness round: still once
+            assert len(alerts(app)) == 1 and app.bells == 1
+    finally:
+        end(proc)

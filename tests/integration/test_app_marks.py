@@ -1,0 +1,122 @@
+"""Marks (issue 23, DESIGN §15): space, `*` and `u` in the Goals view; with marks, `c` `s` `R`
+act on the marked goals through one confirmation. Real journal, real dashboard under Pilot."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from textual.widgets import Label
+
+from refine_tui.app import RefineApp
+from refine_tui.screens.confirm import CancelModal, ConfirmModal
+from refine_tui.textual_private import notifications
+from refine_tui.views.goals import MARK
+from store.journal.sqlite import Journal
+from store.model.goals import Goals
+from tests.helpers.dashboard import goals_table, loaded, select
+from tests.helpers.waits import until
+
+NODE = "n1"
+SIZE = (100, 30)
+
+
+def hint_line(app: RefineApp) -> str:
+    return str(app.query_one("#why", Label).render())
+
+
+def notes(app: RefineApp) -> list[str]:
+    return [n.message for n in notifications(app)]
+
+
+def goal_cell(app: RefineApp, goal_id: str) -> str:
+    return str(goals_table(app).get_cell(goal_id, "goal"))
+
+
+def add_queued(path: Path, *goal_ids: str) -> None:
+    with Journal.open(path) as journal:
+        for goal_id in goal_ids:
+            Goals(journal).create(
+                goal_id=goal_id, title=f"batch {goal_id}", argv=["true"], node_id="n9"
+            )
+
+
+async def test_space_marks_and_unmarks_with_a_glyph(journal_path: Path) -> None:
+    app = RefineApp(journal=journal_path, node=NODE)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await loaded(pilot)
+        await select(pilot, "migrate-db")
+        await pilot.press("space")
+        assert goal_cell(app, "migrate-db").startswith(f"{MARK} migrate")
+        assert not goal_cell(app, "lint").startswith(MARK)
+        assert "1 marked" in hint_line(app)
+        await pilot.press("space")
+        assert not goal_cell(app, "migrate-db").startswith(MARK)
+        assert "marked" not in hint_line(app)
+
+
+async def test_star_marks_what_the_filter_shows_and_hidden_marks_are_counted(
+    journal_path: Path,
+) -> None:
+    add_queued(journal_path, "batch-a", "batch-b", "batch-c")
+    app = RefineApp(journal=journal_path, node=NODE)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await loaded(pilot)
+        await select(pilot, "lint")
+        await pilot.press("space")
+        app.dashboard.set_filter("batch")
+        await until(pilot, lambda: set(app.goal_rows) == {"batch-a", "batch-b", "batch-c"})
+        await pilot.press("asterisk")
+        await until(pilot, lambda: "4 marked (1 hidden by the filter)" in hint_line(app))
+        assert all(goal_cell(app, g).startswith(MARK) for g in app.goal_rows)
+        await pilot.press("u")
+        await until(pilot, lambda: "marked" not in hint_line(app))
+        assert not any(goal_cell(app, g).startswith(MARK) for g in app.goal_rows)
+
+
+async def test_cancel_on_three_marked_goals(journal_path: Path) -> None:
+    add_queued(journal_path, "batch-a", "batch-b", "batch-c")
+    app = RefineApp(journal=journal_path, node=NODE, operator="dana")
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        for goal_id in ("batch-a", "batch-b", "batch-c"):
+            await select(pilot, goal_id)
+            await pilot.press("space")
+        await select(pilot, "lint")  # the selected row is not what c acts on: the marks are
+        before = len(notes(app))
+        await pilot.press("c")
+        await until(pilot, lambda: isinstance(app.screen, CancelModal))
+        body = str(app.screen.query_one("#dialog-text").render())
+        assert body.startswith("Cancel 3 goals: 3 queued")
+        assert "3 marked goals" in str(app.screen.query_one("#dialog-title").render())
+        await pilot.press(*"retired", "enter")
+        await until(pilot, lambda: len(notes(app)) > before)  # the batch's summary
+        with Journal.open(journal_path, read_only=True) as journal:
+            for goal_id in ("batch-a", "batch-b", "batch-c"):
+                goal = Goals(journal).read(goal_id)
+                assert goal.status == "cancelled" and goal.cancel_reason == "retired"
+            assert Goals(journal).read("lint").status == "completed"
+        new = notes(app)[before:]
+        assert len(new) == 1 and new[0].startswith("cancel: 3 of 3 goals done (3 cancelled)")
+        await until(pilot, lambda: "marked" not in hint_line(app))  # cleared after
+        await until(pilot, lambda: app.goal_rows["batch-a"].status == "cancelled")
+
+
+async def test_marks_survive_backing_out_and_without_marks_keys_act_on_the_row(
+    journal_path: Path,
+) -> None:
+    app = RefineApp(journal=journal_path, node=NODE)
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        await select(pilot, "migrate-db")  # held
+        await pilot.press("space")
+        await pilot.press("R")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmModal))
+        body = str(app.screen.query_one("#dialog-body Static").render())
+        assert body.startswith("Release 1 goal: 1 held")
+        await pilot.press("n")
+        await until(pilot, lambda: not isinstance(app.screen, ConfirmModal))
+        assert "1 marked" in hint_line(app)
+        await pilot.press("u")
+        await pilot.press("R")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmModal))
+        assert "Release goal migrate-db" in str(app.screen.query_one("#dialog-title").render())
