@@ -41,13 +41,21 @@ from refine_tui.messages import JournalTrouble, JournalUpdate
 from refine_tui.paint_hold import PaintHold
 from refine_tui.rows import GoalRow
 from refine_tui.screens.help import HelpScreen
-from refine_tui.views import AttemptsView, GoalsView, RunsView, ViewStack, WorkersView
+from refine_tui.views import (
+    AttemptsView,
+    GoalsView,
+    NodesView,
+    RunsView,
+    ViewStack,
+    WorkersView,
+)
 from refine_tui.widgets.filter_box import FilterBox
 from refine_tui.widgets.key_footer import KeyFooter
 from refine_tui.widgets.status_header import HeaderState, StatusHeader
 from refine_tui.widgets.trouble import TroubleNotice
 
 OBSERVE_INTERVAL_S = 5.0  # CPU/memory/liveness of this node's processes (they change silently)
+PRESENCE_INTERVAL_S = 2.0  # the Nodes view reads presence again (beats commit nothing)
 
 
 class Dashboard(Screen[None]):
@@ -78,7 +86,8 @@ class Dashboard(Screen[None]):
         self.goals = GoalsView(follower, clock)
         self.attempts = AttemptsView(follower, clock)
         runs, workers = RunsView(follower), WorkersView(follower)
-        self.stack = ViewStack(self.goals, runs, self.attempts, workers, node=self.node)
+        self.nodes = NodesView(follower)
+        self.stack = ViewStack(self.goals, runs, self.attempts, workers, self.nodes, node=self.node)
         self.detail_pane = DetailPane(live.find_log, follower, id="detail", max_lines=5000)
         self.filter_box = FilterBox(id="filter")
         box = self.filter_box
@@ -108,6 +117,7 @@ class Dashboard(Screen[None]):
         self.goals.focus()
         self.set_interval(1.0, self.tick)
         self.set_interval(OBSERVE_INTERVAL_S, self.observe_processes)
+        self.set_interval(PRESENCE_INTERVAL_S, self.read_presence)
         self.post_message(self.Ready())
 
     def on_resize(self, event: events.Resize) -> None:
@@ -134,7 +144,9 @@ class Dashboard(Screen[None]):
             if update.runs is not None:
                 self.stack.runs.show(update.runs)
             if update.attempts is not None:
-                self.attempts.show(update.attempts)
+                self.attempts.show(update.attempts, update.presence)
+            if update.nodes is not None:
+                self.nodes.show(update.nodes)
             if update.history:
                 self.detail_pane.append_history(update.history)
         seq, shown = update.last_sequence, len(self.goals.listed)
@@ -362,6 +374,20 @@ class Dashboard(Screen[None]):
             return
         self.stack.show(self.stack.workers_view)
         self.observe_processes()
+
+    # --- the Nodes view (its own block: other views' keys land beside it) -----------------------
+
+    def action_nodes(self) -> None:
+        if self.stack.view == "nodes":
+            self.stack.back()
+            return
+        self.stack.show(self.nodes)
+        self.follower.wake()  # its rows come with the next read
+
+    def read_presence(self) -> None:
+        """Presence changes without a commit: the Nodes view, while shown, reads it again."""
+        if self.stack.view == "nodes" and not self.paused and self.is_running:
+            self.follower.wake()
 
     def action_pause(self) -> None:
         self.paused = not self.paused

@@ -21,6 +21,7 @@ from refine_tui.rows import ACTIVE_LIMIT, RECENT_LIMIT, Reader, WorkerRow
 from store.errors import StorageError
 from store.journal.api import Event, Journal
 from store.journal.watch import ChangeFeed
+from store.ops.nodes import list_nodes, node_view
 from store.ops.reads import goals_touched
 
 FIRST_SCREEN = 100  # a full read shows this many rows first when the height is not known
@@ -186,7 +187,8 @@ class LiveReader:
         reader.learn(events)
         changed = goals_touched(events)
         touched = set(changed) | set(req.recheck)
-        if not full and not touched:
+        # Presence changes without a commit: the Nodes view reads it on every wake-up.
+        if not full and not touched and req.view != "nodes":
             return None
         index = self._index[1] if self._index is not None else None
         if full and index is not None:
@@ -229,6 +231,10 @@ class LiveReader:
                 goal = goals.get(req.goal_id)
                 node = goal.node_id if goal else req.goal_node
                 update.attempts = reader.attempt_rows(req.run_id, node or "")
+                if node and node != self.node:  # its processes are seen there: its presence
+                    update.presence = node_view(journal, node, count=False)
+        if req.view == "nodes":
+            update.nodes = list_nodes(journal)
         if req.history_run:
             after = 0 if full else req.history_after
             update.history = [e for e in reader.history(req.history_run) if e.sequence > after]
