@@ -51,10 +51,13 @@ from refine_tui.views import (
 )
 from refine_tui.widgets.filter_box import FilterBox
 from refine_tui.widgets.key_footer import KeyFooter
+from refine_tui.widgets.pulses import Pulses as PulsesLine
 from refine_tui.widgets.status_header import HeaderState, StatusHeader
 from refine_tui.widgets.trouble import TroubleNotice
+from store.ops.pulses import Pulses
 
 OBSERVE_INTERVAL_S = 5.0  # CPU/memory/liveness of this node's processes (they change silently)
+PULSES_MIN_HEIGHT = 20  # a shorter terminal has no line to spare for the pulses
 PRESENCE_INTERVAL_S = 2.0  # the Nodes view reads presence again (beats commit nothing)
 
 
@@ -81,6 +84,7 @@ class Dashboard(Screen[None]):
         self.node, self.read_only = header.node, header.read_only
         self.journal_label = header.journal
         self.follower, self.live, self.flows = follower, live, flows
+        self.clock = clock  # the pulses' minutes
         self.hold_paint_s = hold_paint_s  # how long a new filter's list may hold the paint
         self.header = StatusHeader(header, id="header")
         self.goals = GoalsView(follower, clock)
@@ -90,6 +94,8 @@ class Dashboard(Screen[None]):
         self.stack = ViewStack(self.goals, runs, self.attempts, workers, self.nodes, node=self.node)
         self.detail_pane = DetailPane(live.find_log, follower, id="detail", max_lines=5000)
         self.filter_box = FilterBox(id="filter")
+        self.pulses_line = PulsesLine(id="pulses")
+        self._pulses: Pulses | None = None  # the last read's counts, drawn by the tick
         box = self.filter_box
         self.paint = PaintHold(self, lambda: box if box.is_attached else None)
         self._said: dict[str, str] = {}  # what the hint line and the row line last said
@@ -102,6 +108,7 @@ class Dashboard(Screen[None]):
         yield Label("Goals", id="crumbs")
         with Vertical(id="body"):
             yield TroubleNotice("", id="trouble")
+            yield self.pulses_line
             yield self.stack
             yield Static("", id="rowline")
             yield self.detail_pane
@@ -145,6 +152,8 @@ class Dashboard(Screen[None]):
                 self.stack.runs.show(update.runs)
             if update.attempts is not None:
                 self.attempts.show(update.attempts, update.presence)
+            if update.pulses is not None:
+                self._pulses = update.pulses  # drawn by the next tick: one repaint a second
             if update.nodes is not None:
                 self.nodes.show(update.nodes)
             if update.history:
@@ -192,8 +201,18 @@ class Dashboard(Screen[None]):
         if self.paused or not self.is_running or not self.app.is_running:  # closing
             return
         self.goals.tick()
+        self.draw_pulses()
         if self.stack.view == "attempts":
             self.attempts.tick()
+
+    def draw_pulses(self) -> None:
+        """The pulses in the Goals view, if the terminal has a line for them (their minute
+        moves on with the clock: only a changed sparkline repaints)."""
+        shown = self.stack.view == "goals" and self.app.size.height >= PULSES_MIN_HEIGHT
+        if self.pulses_line.display != shown:
+            self.pulses_line.display = shown
+        if shown and self._pulses is not None:
+            self.pulses_line.show(self._pulses.series(self.clock()))
 
     # --- around the views ----------------------------------------------------------------------
 

@@ -15,6 +15,7 @@ from textual.message import Message
 from refine_tui.rows import AttemptRow, GoalRow, RunRow, WorkerRow
 from store.journal.api import Event
 from store.ops.nodes import NodeView
+from store.ops.pulses import Pulses
 
 
 @dataclass
@@ -35,6 +36,7 @@ class JournalUpdate(Message):
     snapshot: bool = False  # the journal is a frozen snapshot (read-only folder): never changes
     nodes: list[NodeView] | None = None  # every node's presence (the Nodes view is shown)
     presence: NodeView | None = None  # the drilled-into attempts' node, when it is another one
+    pulses: Pulses | None = None  # the last hour's attempt counts per minute (when they changed)
 
 
 @dataclass
