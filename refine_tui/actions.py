@@ -26,6 +26,8 @@ from store.errors import RefineError, StorageError
 from store.journal.api import Journal, JournalHandle
 from store.model.goal import goal_id_of_run
 from store.ops.bulk import plan_bulk, run_bulk
+from store.ops.node_cleanup import NodeCleanup, cleanup_node
+from store.ops.nodes import NodeView, active_attempts
 from store.ops.operator import (
     ActionReport,
     CleanupEvidence,
@@ -64,6 +66,8 @@ KEYS += [
 MARK_ACTIONS = ("mark", "mark_all", "unmark")
 # The operator actions a batch does (store.ops.bulk's names), with marks.
 BULK = {"stop": "stop", "cancel_goal": "cancel", "release": "release"}
+# The Nodes view (DESIGN §14): its own block, so other keys land beside it without conflict.
+KEYS.append(Binding("n", "nodes", "Nodes", show=False))
 OPERATOR_ACTIONS = ("stop", "cancel_goal", "cleanup", "release")
 SELECTION_ACTIONS = ("log", "history")
 ACTION_TITLES = {
@@ -86,6 +90,7 @@ SYSTEM_COMMANDS = (
     ("Log", "Show / hide the attempt's log (l)", "log"),
     ("History", "Show / hide the run's event history (h)", "history"),
     ("Workers", "This node's worker processes (w)", "workers"),
+    ("Nodes", "Every node's presence; x confirms a silent node's attempts (n)", "nodes"),
     ("Filter goals", "Filter by id, title, status or node (/)", "filter"),
     ("Pause / resume", "Pause live updates (p)", "pause"),
     ("Refresh", "Reload everything from the journal (r)", "refresh"),
@@ -120,6 +125,8 @@ class Selection:
         """s c R act on the marked Goals rather than the selected row."""
         return self.marked > 0 and self.view == "goals"
 
+    presence: NodeView | None = None  # the node selected in the Nodes view
+
 
 def why(action: str, sel: Selection) -> tuple[str, str] | None:
     """(short, long) reason ``action`` is greyed: short for the hint line, long to notify."""
@@ -128,6 +135,8 @@ def why(action: str, sel: Selection) -> tuple[str, str] | None:
             return "read-only", "the journal is open read-only"
         if sel.journal_state in ("missing", "broken", "connecting"):
             return "no journal", "the journal is unavailable"
+    if sel.view == "nodes":
+        return why_node(action, sel.presence)
     if sel.bulk and action in BULK:
         return None  # the plan says what it does to each marked Goal
     if action in MARK_ACTIONS:
@@ -180,6 +189,21 @@ def marks_words(sel: Selection) -> str:
         return ""
     hidden = f" ({sel.hidden_marks} hidden by the filter)" if sel.hidden_marks else ""
     return f"{sel.marked} marked{hidden}"
+
+
+def why_node(action: str, node: NodeView | None) -> tuple[str, str] | None:
+    """In the Nodes view only `x` applies: to a silent or stopped node that runs attempts."""
+    if action != "cleanup":
+        return "n/a here", "not in the Nodes view (escape goes back)"
+    if node is None:
+        return "no node", "no node selected"
+    if node.state == "live":
+        return "node live", f"node {node.node_id} is live: its attempts are its own to end"
+    if node.state == "unknown":
+        return "never beat", f"node {node.node_id} never beat: nothing says it is gone"
+    if not node.running:
+        return "nothing running", f"no attempt runs on node {node.node_id}"
+    return None
 
 
 def applies(sel: Selection) -> tuple[bool, ...]:
@@ -280,6 +304,8 @@ class OperatorFlows:
     def flow(self, action: str, sel: Selection) -> Coroutine[Any, Any, None] | None:
         """The flow an operator action starts on the selection (None: nothing to act on)."""
         goal, attempt = sel.goal, sel.attempt
+        if action == "cleanup" and sel.view == "nodes":
+            return self.cleanup_node(sel.presence.node_id) if sel.presence else None
         if action == "cleanup":
             return self.cleanup(*attempt) if attempt is not None else None
         if goal is None:
@@ -376,6 +402,29 @@ class OperatorFlows:
         )
         self.notify_report(report)
 
+    async def cleanup_node(self, node_id: str) -> None:
+        """One confirmation with the counts, then every attempt of the node, one summary."""
+        attempts = await self.call_store(lambda: active_attempts(self.writer(), node_id))
+        if attempts is None:
+            return
+        goals = len({a.goal.goal_id for a in attempts})
+        body = (
+            f"Node {node_id} runs {len(attempts)} attempt(s) of {goals} goal(s) as the journal"
+            " says. Confirming records each as ended (its evidence names the node's last beat)"
+            " and each goal follows its redelivery rule (queued or held). Refused if the node"
+            " is live again. Confirm only if that machine's work has really ended."
+        )
+        modal = ConfirmModal(f"Confirm cleanup of node {node_id}", body, "Confirm cleanup")
+        if not await self.ui.push_screen_wait(modal):
+            return
+        done = await self.call_store(
+            lambda: cleanup_node(self.writer(), node_id, here=self.node, operator=self.operator),
+            busy=f"Confirming node {node_id}'s attempts…",
+        )
+        if done is not None:
+            self.ui.notify(node_summary(done), title="Cleanup", timeout=8)
+            self.ui.wake()
+
     async def release(self, goal: GoalRow) -> None:
         body = (
             f"Release goal {goal.goal_id}: it becomes queued and node {goal.node_id} starts its "
@@ -451,6 +500,18 @@ class OperatorFlows:
 def refusal_text(exc: RefineError) -> str:
     """A refusal in words, with its code for the curious (never a traceback)."""
     return f"{exc.message} ({exc.code})"
+
+
+def node_summary(done: NodeCleanup) -> str:
+    """A node's cleanup in one line: how many attempts were confirmed, skipped, refused."""
+    if not done.reports:
+        return f"node {done.node.node_id}: nothing left to confirm (no attempt runs there)"
+    counts: dict[str, int] = {}
+    for report in done.reports:
+        counts[report.outcome] = counts.get(report.outcome, 0) + 1
+    said = ", ".join(f"{n} {outcome}" for outcome, n in sorted(counts.items()))
+    refusals = "".join(f"; {e.code}: {e.message}" for e in done.errors[:1])
+    return f"node {done.node.node_id}: {len(done.reports)} attempt(s): {said}{refusals}"
 
 
 def describe(attempt: tuple[str, str | None, int | None] | None) -> str:

@@ -12,6 +12,7 @@ from rich.text import Text
 from refine_tui import format as fmt
 from refine_tui.rows import AttemptRow, GoalRow, RunRow, WorkerRow
 from refine_tui.widgets.keyed_table import Column
+from store.ops.nodes import NodeView
 
 Clock = Callable[[], float]
 Cells = tuple[Any, ...]
@@ -48,6 +49,14 @@ ATTEMPT_COLUMNS = (
     Column("cpu", "CPU", 4),
     Column("memory", "Mem", 5),
 )
+NODE_COLUMNS = (
+    Column("node", "Node", 14),
+    Column("state", "State", 7),
+    Column("seen", "Seen", 7),
+    Column("running", "Running", 13),
+    Column("host", "Host", None),
+)
+BAR_CELLS = 6  # the running/capacity bar's width, in cells
 WORKER_COLUMNS = (
     Column("run", "Run", 16),
     Column("epoch", "#", 2),
@@ -107,22 +116,88 @@ def run_cells(r: RunRow) -> Cells:
     )
 
 
-def attempt_cells(a: AttemptRow, widths: Mapping[str, int], clock: Clock) -> Cells:
+def attempt_cells(
+    a: AttemptRow, widths: Mapping[str, int], clock: Clock, presence: NodeView | None = None
+) -> Cells:
+    """``presence``: the attempt's node when it is another one (its PID is not seen here:
+    the PID and Alive columns show that node and its state instead)."""
     end = a.ended_at if a.ended_at is not None else (clock() if a.running else None)
     alive = {True: Text("yes", "green"), False: Text("no", "red"), None: Text("")}[a.alive]
     if a.pid is not None and not a.running:  # an ended attempt: its last observation
         alive.stylize("dim")
+    if presence is not None and a.pid is None and a.running:
+        node = fmt.clip(f"@{presence.node_id}", 7)
+        return (*_attempt_start(a, widths, end), node, state_text(presence.state), "", "")
+    return (
+        *_attempt_start(a, widths, end),
+        str(a.pid) if a.pid else "",
+        alive,
+        fmt.percent(a.cpu_percent),
+        fmt.size(a.rss_bytes),
+    )
+
+
+def _attempt_start(a: AttemptRow, widths: Mapping[str, int], end: float | None) -> Cells:
     return (
         str(a.epoch),
         fmt.clip(a.worker, widths["worker"]),
         fmt.status_text(fmt.clip(a.state, widths["state"])),
         fmt.clock(a.started_at),
         fmt.duration(end - a.started_at) if a.started_at and end else "",
-        str(a.pid) if a.pid else "",
-        alive,
-        fmt.percent(a.cpu_percent),
-        fmt.size(a.rss_bytes),
     )
+
+
+STATE_STYLES = {"live": "green", "silent": "bold red", "stopped": "dim", "unknown": "dim"}
+
+
+def state_text(state: str) -> Text:
+    """A node's presence state: the word says it, the colour only repeats it."""
+    return Text(state, STATE_STYLES.get(state, ""))
+
+
+def bar(used: int, capacity: int | None, cells: int = BAR_CELLS) -> str:
+    """``████░░ 4/6``: running out of capacity, readable without colour (no capacity known:
+    the count alone)."""
+    if not capacity:
+        return f"{used}/?"
+    full = min(cells, round(cells * used / capacity))
+    if used and not full:
+        full = 1  # one running attempt is never drawn as none
+    return "█" * full + "░" * (cells - full) + f" {used}/{capacity}"
+
+
+def node_cells(n: NodeView) -> Cells:
+    p = n.presence
+    return (
+        fmt.clip(n.node_id, 14),
+        state_text(n.state),
+        fmt.duration(n.age_s) if n.age_s is not None else "never",
+        bar(n.running, p.capacity if p else None),
+        p.host if p else "",
+    )
+
+
+def node_words(n: NodeView) -> str:
+    """A node in words: its presence, what runs there, and what `x` would do."""
+    text = f"node {n.node_id} — {presence_words(n)} · {n.running} running"
+    if n.presence is not None:
+        p = n.presence
+        text += f" of {p.capacity} · host {p.host} · version {p.version}"
+    if n.state in ("silent", "stopped") and n.running:
+        text += " · x: confirm cleanup of its attempts"
+    return text
+
+
+def presence_words(n: NodeView) -> str:
+    """``live, seen 2s ago`` / ``silent for 4m00s`` / ``stopped 1m ago`` / ``never beat``."""
+    if n.age_s is None:
+        return "unknown: it never beat"
+    age = fmt.duration(n.age_s)
+    if n.state == "live":
+        return f"live, seen {age} ago"
+    if n.state == "silent":
+        return f"silent for {age}"
+    return f"{n.state}, last seen {age} ago"
 
 
 def worker_cells(w: WorkerRow) -> Cells:
@@ -156,12 +231,20 @@ def run_words(r: RunRow) -> str:
     return f"{r.run_id} — {r.status} · attempts {r.attempts}{cancel}"
 
 
-def attempt_words(a: AttemptRow, elsewhere: str | None = None) -> str:
+def attempt_words(
+    a: AttemptRow, elsewhere: str | None = None, presence: NodeView | None = None
+) -> str:
     """``elsewhere``: the node the attempt's Goal names, when it is not this dashboard's (its
-    process record and log are on that machine: the PID and Alive columns stay empty)."""
+    process record and log are on that machine: the PID and Alive columns show its presence,
+    ``presence``, when it is known)."""
     text = f"attempt {a.epoch} — {a.state} · worker {a.worker}"
     if elsewhere is not None and a.pid is None:
-        return text + f" · on node {elsewhere}: its process is not observed from here"
+        if presence is None or not a.running:
+            return text + f" · on node {elsewhere}: its process is not observed from here"
+        text += f" · on node {elsewhere}, {presence_words(presence)}"
+        if presence.state in ("silent", "stopped"):
+            text += " · needs cleanup? n: Nodes, x there confirms its attempts"
+        return text
     if a.pid is not None:
         seen = {True: "alive", False: "not alive", None: "not observed"}[a.alive]
         text += f" · pid {a.pid} {seen}"

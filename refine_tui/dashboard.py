@@ -44,13 +44,24 @@ from refine_tui.messages import JournalTrouble, JournalUpdate
 from refine_tui.paint_hold import PaintHold
 from refine_tui.rows import GoalRow
 from refine_tui.screens.help import HelpScreen
-from refine_tui.views import AttemptsView, GoalsView, RunsView, ViewStack, WorkersView
+from refine_tui.views import (
+    AttemptsView,
+    GoalsView,
+    NodesView,
+    RunsView,
+    ViewStack,
+    WorkersView,
+)
 from refine_tui.widgets.filter_box import FilterBox
 from refine_tui.widgets.key_footer import KeyFooter
+from refine_tui.widgets.pulses import Pulses as PulsesLine
 from refine_tui.widgets.status_header import HeaderState, StatusHeader
 from refine_tui.widgets.trouble import TroubleNotice
+from store.ops.pulses import Pulses
 
 OBSERVE_INTERVAL_S = 5.0  # CPU/memory/liveness of this node's processes (they change silently)
+PULSES_MIN_HEIGHT = 20  # a shorter terminal has no line to spare for the pulses
+PRESENCE_INTERVAL_S = 2.0  # the Nodes view reads presence again (beats commit nothing)
 
 
 class Dashboard(Screen[None]):
@@ -78,14 +89,18 @@ class Dashboard(Screen[None]):
         self.node, self.read_only = header.node, header.read_only
         self.journal_label = header.journal
         self.follower, self.live, self.flows = follower, live, flows
+        self.clock = clock  # the pulses' minutes
         self.hold_paint_s = hold_paint_s  # how long a new filter's list may hold the paint
         self.header = StatusHeader(header, id="header")
         self.goals = GoalsView(follower, clock)
         self.attempts = AttemptsView(follower, clock)
         runs, workers = RunsView(follower), WorkersView(follower)
-        self.stack = ViewStack(self.goals, runs, self.attempts, workers, node=self.node)
+        self.nodes = NodesView(follower)
+        self.stack = ViewStack(self.goals, runs, self.attempts, workers, self.nodes, node=self.node)
         self.detail_pane = DetailPane(live.find_log, follower, id="detail", max_lines=5000)
         self.filter_box = FilterBox(id="filter")
+        self.pulses_line = PulsesLine(id="pulses")
+        self._pulses: Pulses | None = None  # the last read's counts, drawn by the tick
         box = self.filter_box
         self.paint = PaintHold(self, lambda: box if box.is_attached else None)
         self._said: dict[str, str] = {}  # what the hint line and the row line last said
@@ -98,6 +113,7 @@ class Dashboard(Screen[None]):
         yield Label("Goals", id="crumbs")
         with Vertical(id="body"):
             yield TroubleNotice("", id="trouble")
+            yield self.pulses_line
             yield self.stack
             yield Static("", id="rowline")
             yield self.detail_pane
@@ -113,6 +129,7 @@ class Dashboard(Screen[None]):
         self.goals.focus()
         self.set_interval(1.0, self.tick)
         self.set_interval(OBSERVE_INTERVAL_S, self.observe_processes)
+        self.set_interval(PRESENCE_INTERVAL_S, self.read_presence)
         self.post_message(self.Ready())
 
     def on_resize(self, event: events.Resize) -> None:
@@ -139,7 +156,11 @@ class Dashboard(Screen[None]):
             if update.runs is not None:
                 self.stack.runs.show(update.runs)
             if update.attempts is not None:
-                self.attempts.show(update.attempts)
+                self.attempts.show(update.attempts, update.presence)
+            if update.pulses is not None:
+                self._pulses = update.pulses  # drawn by the next tick: one repaint a second
+            if update.nodes is not None:
+                self.nodes.show(update.nodes)
             if update.history:
                 self.detail_pane.append_history(update.history)
         seq, shown = update.last_sequence, len(self.goals.listed)
@@ -186,8 +207,18 @@ class Dashboard(Screen[None]):
         if self.paused or not self.is_running or not self.app.is_running:  # closing
             return
         self.goals.tick()
+        self.draw_pulses()
         if self.stack.view == "attempts":
             self.attempts.tick()
+
+    def draw_pulses(self) -> None:
+        """The pulses in the Goals view, if the terminal has a line for them (their minute
+        moves on with the clock: only a changed sparkline repaints)."""
+        shown = self.stack.view == "goals" and self.app.size.height >= PULSES_MIN_HEIGHT
+        if self.pulses_line.display != shown:
+            self.pulses_line.display = shown
+        if shown and self._pulses is not None:
+            self.pulses_line.show(self._pulses.series(self.clock()))
 
     # --- around the views ----------------------------------------------------------------------
 
@@ -218,6 +249,7 @@ class Dashboard(Screen[None]):
 
     def on_view_stack_moved(self) -> None:
         self.set_crumbs()
+        self.draw_pulses()  # shown in the Goals view only: hidden at once, not at the next tick
         self.selection_changed()
 
     def set_crumbs(self) -> None:
@@ -406,6 +438,20 @@ class Dashboard(Screen[None]):
             return
         self.stack.show(self.stack.workers_view)
         self.observe_processes()
+
+    # --- the Nodes view (its own block: other views' keys land beside it) -----------------------
+
+    def action_nodes(self) -> None:
+        if self.stack.view == "nodes":
+            self.stack.back()
+            return
+        self.stack.show(self.nodes)
+        self.follower.wake()  # its rows come with the next read
+
+    def read_presence(self) -> None:
+        """Presence changes without a commit: the Nodes view, while shown, reads it again."""
+        if self.stack.view == "nodes" and not self.paused and self.is_running:
+            self.follower.wake()
 
     def action_pause(self) -> None:
         self.paused = not self.paused

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -21,6 +22,8 @@ from refine_tui.rows import ACTIVE_LIMIT, RECENT_LIMIT, Reader, WorkerRow
 from store.errors import StorageError
 from store.journal.api import Event, Journal
 from store.journal.watch import ChangeFeed
+from store.ops.nodes import list_nodes, node_view
+from store.ops.pulses import Pulses, read_pulses
 from store.ops.reads import goals_touched
 
 FIRST_SCREEN = 100  # a full read shows this many rows first when the height is not known
@@ -115,6 +118,8 @@ class LiveReader:
         self._goal_total: int | None = None  # the last count of Goals
         self._index: tuple[int, GoalIndex] | None = None  # feed generation, filter index
         self._listed: str | None = None  # the filter of the last full read
+        self.pulses: Pulses | None = None  # the last hour's, read once per journal then kept
+        self._pulsed_generation = -1
 
     @property
     def indexed(self) -> bool:
@@ -188,9 +193,11 @@ class LiveReader:
         reader = self.reader
         self._generation = self.feed.generation
         reader.learn(events)
+        pulsed = self._pulse(journal, events)
         changed = goals_touched(events)
         touched = set(changed) | set(req.recheck)
-        if not full and not touched:
+        # Presence changes without a commit: the Nodes view reads it on every wake-up.
+        if not full and not touched and req.view != "nodes" and not pulsed:
             return None
         index = self._index[1] if self._index is not None else None
         if full and index is not None:
@@ -233,7 +240,21 @@ class LiveReader:
                 goal = goals.get(req.goal_id)
                 node = goal.node_id if goal else req.goal_node
                 update.attempts = reader.attempt_rows(req.run_id, node or "")
+                if node and node != self.node:  # its processes are seen there: its presence
+                    update.presence = node_view(journal, node, count=False)
         if req.history_run:
             after = 0 if full else req.history_after
             update.history = [e for e in reader.history(req.history_run) if e.sequence > after]
+        if req.view == "nodes":
+            update.nodes = list_nodes(journal)
+        if pulsed or full:
+            update.pulses = self.pulses.copy() if self.pulses else None  # the UI's own
         return update
+
+    def _pulse(self, journal: Journal, events: list[Event]) -> bool:
+        """(thread) The pulses: the last hour's read once per journal, then these events."""
+        if self.pulses is None or self.feed.generation != self._pulsed_generation:
+            self.pulses = read_pulses(journal, time.time())  # includes ``events``
+            self._pulsed_generation = self.feed.generation
+            return True
+        return self.pulses.note((e.type, e.committed_at) for e in events)

@@ -14,6 +14,8 @@ from textual.message import Message
 
 from refine_tui.rows import AttemptRow, GoalRow, RunRow, WorkerRow
 from store.journal.api import Event
+from store.ops.nodes import NodeView
+from store.ops.pulses import Pulses
 
 
 @dataclass
@@ -32,6 +34,9 @@ class JournalUpdate(Message):
     partial: bool = False  # a full read's first screen: the whole set follows at once
     painted: threading.Event | None = None  # (partial) set once the first screen is painted
     snapshot: bool = False  # the journal is a frozen snapshot (read-only folder): never changes
+    nodes: list[NodeView] | None = None  # every node's presence (the Nodes view is shown)
+    presence: NodeView | None = None  # the drilled-into attempts' node, when it is another one
+    pulses: Pulses | None = None  # the last hour's attempt counts per minute (when they changed)
 
 
 @dataclass

@@ -6,8 +6,17 @@ between views go up as messages."""
 from refine_tui.views.attempts import AttemptsView
 from refine_tui.views.base import TableView
 from refine_tui.views.goals import GoalsView
+from refine_tui.views.nodes import NodesView
 from refine_tui.views.runs import RunsView
 from refine_tui.views.stack import ViewStack
 from refine_tui.views.workers import WorkersView
 
-__all__ = ["AttemptsView", "GoalsView", "RunsView", "TableView", "ViewStack", "WorkersView"]
+__all__ = [
+    "AttemptsView",
+    "GoalsView",
+    "NodesView",
+    "RunsView",
+    "TableView",
+    "ViewStack",
+    "WorkersView",
+]

@@ -19,6 +19,7 @@ from refine_tui.follow import JournalFollower
 from refine_tui.observe import LastObservations
 from refine_tui.rows import AttemptRow
 from refine_tui.views.base import TableView
+from store.ops.nodes import NodeView
 
 
 class AttemptsView(TableView):
@@ -37,13 +38,14 @@ class AttemptsView(TableView):
         # Grown on wide terminals; the State fits "interrupted (… by dana@n1)".
         self.widths = {k: BASE_WIDTHS[k] for k in ("state", "worker")}
         self.run_id: str | None = None
+        self.presence: NodeView | None = None  # the attempts' node, when it is another one
 
     def cells(self, a: AttemptRow) -> Cells:
-        return cells.attempt_cells(a, self.widths, self.clock)
+        return cells.attempt_cells(a, self.widths, self.clock, self.presence)
 
     def open(self, run_id: str) -> None:
         """Show ``run_id``'s Attempts (read from the journal next)."""
-        self.run_id = run_id
+        self.run_id, self.presence = run_id, None
         self.sync({})
         self.follower.wants.run_id = run_id
         self.follower.wake(full=True)
@@ -51,8 +53,9 @@ class AttemptsView(TableView):
     def close(self) -> None:
         self.run_id = self.follower.wants.run_id = None
 
-    def show(self, attempts: list[AttemptRow]) -> None:
-        """The Attempts slice of a journal update."""
+    def show(self, attempts: list[AttemptRow], presence: NodeView | None = None) -> None:
+        """The Attempts slice of a journal update (``presence``: their node's, another one)."""
+        self.presence = presence
         attempts = [self.last_observed(a) for a in attempts]
         self.attempts = {str(a.epoch): a for a in attempts}
         opening = not self.keys()
@@ -92,7 +95,7 @@ class AttemptsView(TableView):
         if self.selected_key is None:
             return None
         row = self.selected_row()
-        return cells.attempt_words(row, elsewhere) if row else ""
+        return cells.attempt_words(row, elsewhere, self.presence) if row else ""
 
     @on(DataTable.RowSelected)
     def _opened(self, event: DataTable.RowSelected) -> None:

@@ -20,6 +20,7 @@ from refine_tui.rows import GoalRow, Reader
 from refine_tui.views.attempts import AttemptsView
 from refine_tui.views.base import TableView
 from refine_tui.views.goals import GoalsView
+from refine_tui.views.nodes import NodesView
 from refine_tui.views.runs import RunsView, last_attempt
 from refine_tui.views.workers import WorkersView
 
@@ -36,10 +37,12 @@ class ViewStack(ContentSwitcher):
         runs: RunsView,
         attempts: AttemptsView,
         workers: WorkersView,
+        nodes: NodesView,
         *,
         node: str,
     ) -> None:
-        super().__init__(goals, runs, attempts, workers, id="views", initial=goals.id)
+        super().__init__(goals, runs, attempts, workers, nodes, id="views", initial=goals.id)
+        self.nodes = nodes
         self.goals, self.runs, self.attempts = goals, runs, attempts
         self.workers_view = workers  # (DOMNode.workers is its worker manager)
         self.node = node
@@ -47,7 +50,7 @@ class ViewStack(ContentSwitcher):
 
     @property
     def view(self) -> str:
-        """The view shown: goals, runs, attempts or workers."""
+        """The view shown: goals, runs, attempts, workers or nodes."""
         return self.shown.VIEW
 
     def show(self, view: TableView) -> None:
@@ -72,7 +75,7 @@ class ViewStack(ContentSwitcher):
         self.show(self.attempts)
 
     def back(self) -> None:
-        """One view up: Attempts → Runs → Goals; Workers → Goals."""
+        """One view up: Attempts → Runs → Goals; Workers, Nodes → Goals."""
         if self.shown is self.attempts:
             self.show(self.runs)
             self.attempts.close()
@@ -93,6 +96,8 @@ class ViewStack(ContentSwitcher):
             return self.attempts.crumbs(self.runs.goal_id)
         if self.shown is self.workers_view:
             return self.workers_view.crumbs(self.node)
+        if self.shown is self.nodes:
+            return self.nodes.crumbs()
         return self.goals.crumbs()
 
     # --- what is selected -------------------------------------------------------------------
@@ -107,6 +112,7 @@ class ViewStack(ContentSwitcher):
             goal=self.selected_goal(),
             attempt=self.selected_attempt(),
             run_id=self.selected_run(),
+            presence=self.nodes.selected_row() if self.shown is self.nodes else None,
         )
 
     def focused_goal(self) -> GoalRow | None:

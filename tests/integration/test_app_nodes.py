@@ -1,0 +1,138 @@
+"""The Nodes view through Pilot (DESIGN §14): presence read in the read thread and refreshed
+without a commit, `x` on a silent node confirming its attempts, and another node's presence in
+the Attempts view. The demo's journal: gpu-train runs on node n2, the others belong to n1."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from refine_tui.app import RefineApp
+from refine_tui.cells import bar
+from refine_tui.screens.confirm import ConfirmModal
+from refine_tui.textual_private import notifications
+from refine_tui.widgets.keyed_table import KeyedTable
+from store.journal.presence import MISSED_BEATS, Beat
+from store.journal.sqlite import Journal
+from tests.helpers.dashboard import loaded, row_line, select
+from tests.helpers.waits import until
+
+NODE = "n1"
+SIZE = (100, 30)
+FAST_S = 0.05  # a heartbeat interval that goes silent at once
+
+
+def write_beat(path: Path, node_id: str, kind: str = "start", interval_s: float = 3600) -> None:
+    with Journal.open(path) as journal:
+        beat = Beat(node_id, kind, f"host-{node_id}", 4, "0.1.0", interval_s)  # type: ignore[arg-type]
+        journal.write_presence(beat)
+
+
+def silent(path: Path, node_id: str) -> None:
+    """``node_id`` beat once, quickly, and then nothing more: silent."""
+    write_beat(path, node_id, interval_s=FAST_S)
+    time.sleep(FAST_S * (MISSED_BEATS + 1))
+
+
+def nodes_table(app: RefineApp) -> KeyedTable:
+    return app.query_one("#nodes", KeyedTable)
+
+
+def cell(app: RefineApp, node_id: str, column: str) -> str:
+    return str(nodes_table(app).get_cell(node_id, column))
+
+
+def notes(app: RefineApp) -> list[str]:
+    return [n.message for n in notifications(app)]
+
+
+def test_the_bar_reads_without_colour() -> None:
+    assert bar(4, 6) == "████░░ 4/6"
+    assert bar(0, 4) == "░░░░░░ 0/4"
+    assert bar(1, 40) == "█░░░░░ 1/40"  # one running attempt is never drawn as none
+    assert bar(9, 6) == "██████ 9/6"
+    assert bar(2, None) == "2/?"
+
+
+async def test_nodes_view_lists_each_node_with_its_presence(journal_path: Path) -> None:
+    write_beat(journal_path, NODE)
+    silent(journal_path, "n2")
+    write_beat(journal_path, "n3", "stop")
+    app = RefineApp(journal=journal_path, node=NODE)
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        await pilot.press("n")
+        await until(pilot, lambda: set(nodes_table(app).keys()) == {"n1", "n2", "n3"})
+        assert app.dashboard.stack.view == "nodes"
+        assert cell(app, "n1", "state") == "live"
+        assert cell(app, "n2", "state") == "silent"
+        assert cell(app, "n3", "state") == "stopped"
+        assert cell(app, "n2", "running") == "██░░░░ 1/4"  # gpu-train
+        assert cell(app, "n2", "host") == "host-n2"
+        nodes_table(app).select("n2")
+        await pilot.pause()
+        assert "silent for" in row_line(app) and "x: confirm cleanup" in row_line(app)
+        await pilot.press("escape")
+        assert app.dashboard.stack.view == "goals"
+
+
+async def test_presence_is_read_again_without_a_commit(journal_path: Path) -> None:
+    silent(journal_path, "n2")
+    app = RefineApp(journal=journal_path, node=NODE)
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        await pilot.press("n")
+        await until(pilot, lambda: "n2" in set(nodes_table(app).keys()))
+        assert cell(app, "n2", "state") == "silent"
+        write_beat(journal_path, "n2", "beat")  # a beat: no event, no sequence, no wake-up
+        await until(pilot, lambda: cell(app, "n2", "state") == "live")
+
+
+async def test_x_on_a_silent_node_confirms_its_attempts_after_one_confirmation(
+    journal_path: Path,
+) -> None:
+    silent(journal_path, "n2")
+    app = RefineApp(journal=journal_path, node=NODE)
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        await pilot.press("n")
+        await until(pilot, lambda: "n2" in set(nodes_table(app).keys()))
+        nodes_table(app).select("n2")
+        await pilot.pause()
+        await pilot.press("x")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmModal))
+        assert "1 attempt(s) of 1 goal(s)" in str(app.screen.body)
+        await pilot.press("y")
+        await until(pilot, lambda: any(n.startswith("node n2: 1 attempt(s)") for n in notes(app)))
+        await until(pilot, lambda: app.goal_rows["gpu-train"].status != "running")
+        await until(pilot, lambda: cell(app, "n2", "running") == "░░░░░░ 0/4")
+
+
+async def test_x_on_a_live_node_is_refused_in_words(journal_path: Path) -> None:
+    write_beat(journal_path, "n2")
+    app = RefineApp(journal=journal_path, node=NODE)
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        await pilot.press("n")
+        await until(pilot, lambda: "n2" in set(nodes_table(app).keys()))
+        nodes_table(app).select("n2")
+        await pilot.pause()
+        await pilot.press("x")
+        await until(pilot, lambda: any("n2 is live" in n for n in notes(app)))
+        assert not isinstance(app.screen, ConfirmModal)
+        assert app.goal_rows["gpu-train"].status == "running"
+
+
+async def test_another_nodes_attempt_shows_that_nodes_presence(journal_path: Path) -> None:
+    silent(journal_path, "n2")
+    app = RefineApp(journal=journal_path, node=NODE)
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        await select(pilot, "gpu-train")
+        await pilot.press("enter", "enter")
+        await until(pilot, lambda: app.dashboard.stack.view == "attempts")
+        attempts = app.query_one("#attempts", KeyedTable)
+        await until(pilot, lambda: "1" in set(attempts.keys()) and "silent" in row_line(app))
+        assert "on node n2, silent for" in row_line(app)
+        assert str(attempts.get_cell("1", "pid")) == "@n2"
+        assert str(attempts.get_cell("1", "alive")) == "silent"

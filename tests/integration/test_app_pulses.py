@@ -1,0 +1,68 @@
+"""Pulses above the Goals table (DESIGN §17), through Pilot: they count what the journal holds
+for the last hour, follow a new completion, and are drawn (all zero) for a new journal."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from textual.widgets import Label, Sparkline
+
+from refine_tui.app import RefineApp
+from store.journal.sqlite import Journal
+from store.ops.pulses import read_pulses
+from tests.helpers.dashboard import commit_in_process, loaded
+from tests.helpers.waits import until
+
+SIZE = (100, 30)
+
+
+def total(app: RefineApp, kind: str) -> int:
+    return sum(app.dashboard.query_one(f"#pulse-{kind}", Sparkline).data or [])
+
+
+def expected(path: Path) -> dict[str, int]:
+    with Journal.open(path, read_only=True) as journal:
+        series = read_pulses(journal, time.time()).series(time.time())
+    return {kind: sum(counts) for kind, counts in series.items()}
+
+
+async def test_pulses_count_the_last_hour_and_follow_a_completion(journal_path: Path) -> None:
+    want = expected(journal_path)
+    # The demo: 7 claims; build-docs, lint, unit-tests' second: completed; 4 failed or interrupted
+    assert want["starts"] > 0 and want["completions"] == 3 and want["failures"] > 0
+    app = RefineApp(journal=journal_path, node="n1")
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        await until(pilot, lambda: {k: total(app, k) for k in want} == want)
+        now = app.dashboard.query_one("#pulse-completions-now", Label)
+        assert "completed" in str(now.render())
+        commit_in_process(
+            journal_path,
+            "goals.create(goal_id='quick', title='q', argv=['true'], node_id='n1')\n"
+            "s = goals.start(goal_id='quick', node_id='n1', worker='w', token='t')\n"
+            "g = goals.read('quick')\n"
+            "goals.settle(goal_id='quick', run_id=g.run_id, epoch=s.attempt.epoch,"
+            " outcome='completed')\n",
+        )
+        await until(pilot, lambda: total(app, "completions") == 4)
+        assert total(app, "starts") == want["starts"] + 1
+
+
+async def test_pulses_are_drawn_empty_for_a_new_journal(tmp_path: Path) -> None:
+    path = tmp_path / "new.db"
+    Journal.open(path).close()
+    app = RefineApp(journal=path, node="n1")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await until(pilot, lambda: app.header_state.state == "live")
+        await until(pilot, lambda: app.dashboard.pulses_line.series != {})
+        assert app.dashboard.pulses_line.display
+        assert all(total(app, k) == 0 for k in ("starts", "completions", "failures"))
+
+
+async def test_pulses_hide_on_a_short_terminal(journal_path: Path) -> None:
+    app = RefineApp(journal=journal_path, node="n1")
+    async with app.run_test(size=(60, 16)) as pilot:
+        await loaded(pilot)
+        await pilot.pause(1.2)
+        assert not app.dashboard.pulses_line.display
