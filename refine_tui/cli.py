@@ -83,10 +83,15 @@ def emit(args: argparse.Namespace, data: Any, text: str) -> None:
         out = json.dumps(data, indent=2, sort_keys=True)
     else:  # every line made visible (idempotent): nothing reaches the terminal as control
         out = "\n".join(printable(line) for line in text.split("\n"))
+    write_out(out + "\n")
+
+
+def write_out(out: str) -> None:
+    """Write to stdout; a closed or failing stdout is an OutputError (a closed pipe stays one)."""
     if sys.stdout is None:  # started with stdout closed: print would drop it without a word
         raise OutputError("standard output is closed")
     try:
-        print(out)
+        sys.stdout.write(out)
     except BrokenPipeError:
         raise
     except OSError as exc:
@@ -112,11 +117,28 @@ def printable(text: str) -> str:
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     """Columns aligned by display width (CJK and emoji take two cells), controls visible."""
-    shown = [[("-" if v is None else visible(str(v))) for v in row] for row in rows]
-    widths = [max([len(h), *(cells(r[i]) for r in shown)]) for i, h in enumerate(headers)]
-    lines = ["  ".join(pad(h.upper(), w) for h, w in zip(headers, widths, strict=True))]
-    lines += ["  ".join(pad(c, w) for c, w in zip(r, widths, strict=True)) for r in shown]
-    return "\n".join(line.rstrip() for line in lines)
+    return "\n".join(StreamedTable(headers).lines(rows))
+
+
+class StreamedTable:
+    """A table printed a page at a time (`refine goals` on a million Goals): each column as wide
+    as its widest cell so far. A later page may widen a column, never narrow one; a listing of
+    one page is exactly the table its rows make."""
+
+    def __init__(self, headers: Sequence[str]) -> None:
+        self.headers: list[str] | None = [h.upper() for h in headers]
+        self.widths = [len(h) for h in headers]
+
+    def lines(self, rows: Sequence[Sequence[Any]]) -> list[str]:
+        """The lines of these rows (after the header, the first time)."""
+        shown = [[("-" if v is None else visible(str(v))) for v in row] for row in rows]
+        for row in shown:
+            self.widths = [max(w, cells(c)) for w, c in zip(self.widths, row, strict=True)]
+        head, self.headers = ([self.headers] if self.headers else []), None
+        return [
+            "  ".join(pad(c, w) for c, w in zip(r, self.widths, strict=True)).rstrip()
+            for r in head + shown
+        ]
 
 
 def pad(text: str, width: int) -> str:
@@ -217,12 +239,52 @@ def _ascii(char: str) -> str:
     return decomposed.encode("ascii", "ignore").decode()
 
 
+GOALS_PAGE = 1000  # goals read, then printed, at a time: the output streams, memory stays flat
+GOAL_HEADERS = ("goal", "title", "node", "status", "round", "redelivery", "cancel reason")
+
+
 def cmd_goals(args: argparse.Namespace) -> int:
+    """Each page is printed as it is read: the first lines appear at once on a million Goals.
+    Pages follow one another by id; each is consistent, not the listing as a whole (it holds
+    no read transaction while a slow reader takes the output)."""
     from store.model.goals import CorruptGoal, Goals
 
+    corrupt: list[str] = []
+    text = StreamedTable(GOAL_HEADERS)
+    write_out("[" if args.json else "")  # a closed stdout is refused before any read
+    first = True
     with open_journal(args, write=False) as journal:
-        goals = Goals(journal).list_readable(status=args.status, node_id=args.only_node)
-    rows = [
+        for page in goal_pages(Goals(journal), args.status, args.only_node):
+            corrupt += [g.goal_id for g in page if isinstance(g, CorruptGoal)]
+            if args.json:
+                write_out(json_items([g.to_json() for g in page], first))
+            else:
+                write_out("".join(printable(line) + "\n" for line in text.lines(goal_rows(page))))
+            first = False
+            flush_stdout()
+    if args.json:
+        write_out("]\n" if first else "\n]\n")
+    elif text.headers:  # no goal at all: the header alone
+        write_out(text.lines([])[0] + "\n")
+    warn_corrupt(corrupt)
+    return EXIT_OK
+
+
+def goal_pages(goals: Any, statuses: frozenset[str] | None, node: str | None) -> Iterator[Any]:
+    """The Goals in id order, ``GOALS_PAGE`` at a time; with statuses, over the status index."""
+    wanted = sorted(statuses) if statuses is not None else None
+    after: str | None = None
+    while page := goals.list_readable(
+        status=wanted, node_id=node, limit=GOALS_PAGE, after_id=after
+    ):
+        yield page
+        after = page[-1].goal_id
+
+
+def goal_rows(goals: Sequence[Any]) -> list[tuple[Any, ...]]:
+    from store.model.goals import CorruptGoal
+
+    return [
         (g.goal_id, "-", "-", "corrupt", "-", "-", clip(g.error.message, REASON_WIDTH))
         if isinstance(g, CorruptGoal)
         else (
@@ -236,13 +298,16 @@ def cmd_goals(args: argparse.Namespace) -> int:
         )
         for g in goals
     ]
-    emit(
-        args,
-        [g.to_json() for g in goals],
-        table(["goal", "title", "node", "status", "round", "redelivery", "cancel reason"], rows),
+
+
+def json_items(items: list[Any], first: bool) -> str:
+    """Items of a JSON array as ``json.dumps(all, indent=2)`` prints them, a page at a time."""
+    text = ",".join(
+        "\n"
+        + "\n".join("  " + line for line in json.dumps(i, indent=2, sort_keys=True).split("\n"))
+        for i in items
     )
-    warn_corrupt([g.goal_id for g in goals if isinstance(g, CorruptGoal)])
-    return EXIT_OK
+    return text if first or not items else "," + text
 
 
 def warn_corrupt(goal_ids: list[str]) -> None:
@@ -756,7 +821,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         add.add_argument("--redelivery", choices=["safe", "operator"], default="safe")
         add.add_argument("argv", nargs=argparse.REMAINDER)
     if goals := command("goals", cmd_goals, "list goals"):
-        goals.add_argument("--status")
+        goals.add_argument(
+            "--status", type=goal_statuses, help="only goals in these statuses, e.g. running,held"
+        )
         goals.add_argument("--only-node", help="only goals of this node")
     if runs := command("runs", cmd_runs, "list runs (of one goal)"):
         runs.add_argument("goal", nargs="?")

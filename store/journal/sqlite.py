@@ -455,7 +455,11 @@ class SqliteJournal(Journal):
         for ASCII), a coarse pre-filter the caller refines on the parsed state.
         """
         statuses = None if status is None else [status] if isinstance(status, str) else status
-        sql, args = _of_kind("SELECT aggregate_id, version, state FROM aggregates", kind, statuses)
+        # A page by status finds its ids in a status index alone (it holds them), then reads
+        # just those rows: sorting the matches' whole rows by id cost 5× more per page.
+        ids_first = statuses is not None and limit is not None and not newest_first
+        columns = "aggregate_id" if ids_first else "aggregate_id, version, state"
+        sql, args = _of_kind(f"SELECT {columns} FROM aggregates", kind, statuses)
         if contains:
             sql += " AND (instr(lower(aggregate_id), ?) > 0 OR instr(lower(state), ?) > 0)"
             args += [contains.lower(), contains.lower()]
@@ -471,6 +475,11 @@ class SqliteJournal(Journal):
         if limit is not None:
             sql += " LIMIT ? OFFSET ?"
             args += [int(limit), int(offset)]
+        if ids_first:
+            sql = (
+                "SELECT aggregate_id, version, state FROM aggregates"
+                f" WHERE aggregate_id IN ({sql}) ORDER BY aggregate_id"
+            )
         with self._lock, _storage_errors():
             return [stored_row(row) for row in self._connection().execute(sql, args)]
 
