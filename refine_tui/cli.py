@@ -16,7 +16,6 @@ import io
 import json
 import os
 import sys
-import time
 import unicodedata
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -564,10 +563,11 @@ def cmd_wait(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
+    from refine_tui.progress import bars_for
     from store.ops.check import check_journal
 
-    with open_journal(args, write=False) as journal:
-        report = check_journal(journal)
+    with open_journal(args, write=False) as journal, bars_for(args.json) as bars:
+        report = check_journal(journal, bars.bar("checking"))
     emit(args, report.to_json(), report.text())
     return EXIT_OK if report.clean else EXIT_REFUSED
 
@@ -580,6 +580,7 @@ def open_location(location: str, *, read_only: bool, create: bool) -> Any:
 
 
 def cmd_copy(args: argparse.Namespace) -> int:
+    from refine_tui.progress import bars_for
     from store.ops.journal_copy import copy_journal
 
     made = new_sqlite_files(args.target)
@@ -587,8 +588,10 @@ def cmd_copy(args: argparse.Namespace) -> int:
         with (
             open_location(args.source, read_only=True, create=False) as source,
             open_location(args.target, read_only=False, create=True) as target,
+            bars_for(args.json) as bars,
         ):
-            report = copy_journal(source, target, None if args.json else ProgressLine())
+            copying, checking = bars.bar("copying events"), bars.bar("checking the copy")
+            report = copy_journal(source, target, copying, check_progress=checking)
     except BaseException:
         # A failed copy creates nothing: an empty journal left behind looks like a copy.
         for path in made:
@@ -619,22 +622,6 @@ def new_sqlite_files(location: str) -> list[Path]:
         return [file for file in files if not journal_file_exists(file)]
     except (ValueError, RefineError):
         return []  # a location that is no path: the open refuses it, in its order
-
-
-class ProgressLine:
-    """``copied N of M events`` on stderr, at most about once a second, for large journals."""
-
-    def __init__(self, interval_s: float = 1.0) -> None:
-        self.interval_s = interval_s
-        self.last = time.monotonic()
-        self.shown = False
-
-    def __call__(self, done: int, total: int) -> None:
-        now = time.monotonic()
-        # A small journal copies within the first interval and shows no progress at all.
-        if now - self.last >= self.interval_s or (done == total and self.shown):
-            self.last, self.shown = now, True
-            print(f"copied {done} of {total} events", file=sys.stderr, flush=True)
 
 
 def cmd_node(args: argparse.Namespace) -> int:

@@ -37,12 +37,18 @@ class CopyReport:
     check: CheckReport
 
 
-def copy_journal(source: Any, target: Any, progress: Progress | None = None) -> CopyReport:
-    """Copy every row of ``source`` into the empty ``target`` and check the copy."""
+def copy_journal(
+    source: Any,
+    target: Any,
+    progress: Progress | None = None,
+    check_progress: Progress | None = None,
+) -> CopyReport:
+    """Copy every row of ``source`` into the empty ``target`` and check the copy (its progress
+    reported to ``check_progress``, as ``check_journal`` reports it)."""
     with source.snapshot():
         total = source.last_sequence()
         rows = target.import_rows(_batches(source, total, progress))
-    return CopyReport(rows=rows, events=total, check=check_journal(target))
+    return CopyReport(rows=rows, events=total, check=check_journal(target, check_progress))
 
 
 def _batches(
