@@ -189,8 +189,11 @@ class _Histories(Mapping[str, list[Event]]):
 
 
 def _history(journal: Journal, aggregate_id: str) -> list[Event]:
-    events: list[Event] = []
-    while page := journal.history(aggregate_id, events[-1].sequence if events else 0, MAX_PAGE):
+    events = journal.history(aggregate_id, 0, MAX_PAGE)
+    while len(events) % MAX_PAGE == 0 and events:  # a full page: maybe more (one read, else)
+        page = journal.history(aggregate_id, events[-1].sequence, MAX_PAGE)
+        if not page:
+            break
         events += page
     return events
 
