@@ -272,7 +272,7 @@ def cmd_goals(args: argparse.Namespace) -> int:
 def goal_pages(goals: Any, statuses: frozenset[str] | None, node: str | None) -> Iterator[Any]:
     """The Goals in id order, ``GOALS_PAGE`` at a time; with statuses, over the status index."""
     wanted = sorted(statuses) if statuses is not None else None
-    after: str | None = None
+    after = ""  # every id comes after the empty one: the first page is a page like the others
     while page := goals.list_readable(
         status=wanted, node_id=node, limit=GOALS_PAGE, after_id=after
     ):

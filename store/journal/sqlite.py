@@ -455,11 +455,18 @@ class SqliteJournal(Journal):
         for ASCII), a coarse pre-filter the caller refines on the parsed state.
         """
         statuses = None if status is None else [status] if isinstance(status, str) else status
-        # A page by status finds its ids in a status index alone (it holds them), then reads
-        # just those rows: sorting the matches' whole rows by id cost 5× more per page.
-        ids_first = statuses is not None and limit is not None and not newest_first
+        # A page by status (``after_id``: a listing's) finds its ids in a status index alone
+        # (it holds them), then reads just those rows: sorting the matches' whole rows by id
+        # cost 5× more per page.
+        ids_first = statuses is not None and limit is not None and after_id is not None
         columns = "aggregate_id" if ids_first else "aggregate_id, version, state"
         sql, args = _of_kind(f"SELECT {columns} FROM aggregates", kind, statuses)
+        if statuses is None and limit is not None and not newest_first:
+            # A page in id order: along the primary key from ``after_id``. Given the Goals'
+            # partial index instead, the planner read and sorted every Goal for each page (a
+            # million Goals listed in a thousand pages: a billion rows). The unary + keeps the
+            # kind term from matching that index's WHERE.
+            sql, args = f"SELECT {columns} FROM aggregates WHERE +kind = ?", [kind]
         if contains:
             sql += " AND (instr(lower(aggregate_id), ?) > 0 OR instr(lower(state), ?) > 0)"
             args += [contains.lower(), contains.lower()]
