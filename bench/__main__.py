@@ -4,6 +4,7 @@
     python -m bench --quick    # smaller journals, fewer samples, shorter windows
     python -m bench --only latency idle
     python -m bench --only latency-pg   # commit → row with the journal on PostgreSQL
+    python -m bench --only million      # the 1,000,000-goal journal (issue 27)
 
 Each benchmark module also runs alone (``python -m bench.latency`` …) with its own options.
 """
@@ -27,6 +28,7 @@ from bench import (
     idle,
     latency,
     lifecycle,
+    million,
     postgres,
     scale,
 )
@@ -127,6 +129,12 @@ def run_scale(s: Settings) -> list[Row]:
     return scale.rows(scale.measure(s.scale_size, s.scale_repeats, log=_log))
 
 
+def run_million(s: Settings) -> list[Row]:
+    full = s.samples >= 100
+    size, mid = (1_000_000, 100_000) if full else (20_000, 5_000)
+    return million.rows(million.measure(size, 1000, mid, 7 if full else 3, set(), log=_log))
+
+
 BENCHMARKS: dict[str, Callable[[Settings], list[Row]]] = {
     "commands": run_commands,
     "lifecycle": run_lifecycle,
@@ -139,6 +147,7 @@ BENCHMARKS: dict[str, Callable[[Settings], list[Row]]] = {
     "idle": run_idle,
     "claims": run_claims,
     "scale": run_scale,
+    "million": run_million,
 }
 
 

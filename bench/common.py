@@ -52,9 +52,15 @@ MIXES: dict[str, tuple[tuple[str, int], ...]] = {
         ("held", 1),
     ),
     "quiet": (("completed", 75), ("queued", 19), ("cancelled", 3), ("exhausted", 2), ("held", 1)),
+    "settled": (("completed", 93), ("cancelled", 4), ("exhausted", 3)),
 }
 SHAPES = tuple(shape for shape, _ in MIXES["busy"])
 _SLOTS = {name: [s for s, count in mix for _ in range(count)] for name, mix in MIXES.items()}
+# "history" (the million-goal journal, issue 27): a fleet's months of work. Its first 1,000 ids
+# are the busy mix (50 running, 150 queued, …: what a fleet has in flight), every later one has
+# settled. The active Goals are those of the 1,000-goal journal whatever the size, so a status
+# query's time at 1M against 1k measures the journal's size, not the answer's.
+HISTORY_ACTIVE_SPAN = 1000
 
 
 def goal_id(i: int) -> str:
@@ -62,6 +68,8 @@ def goal_id(i: int) -> str:
 
 
 def shape_of(i: int, mix: str = "busy") -> str:
+    if mix == "history":
+        mix = "busy" if i < HISTORY_ACTIVE_SPAN else "settled"
     # A multiplicative stride spreads shapes evenly but not periodically along the ids.
     slots = _SLOTS[mix]
     return slots[(i * 37) % len(slots)]
@@ -166,18 +174,43 @@ def _fingerprint(templates: dict[str, _Template]) -> str:
 
 
 def build_journal(path: Path, n: int, templates: dict[str, _Template], mix: str = "busy") -> None:
-    """Write ``n`` Goals (and their Runs) into a new journal at ``path`` in one transaction."""
-    shapes = [shape_of(i, mix) for i in range(n)]
+    """Write ``n`` Goals (and their Runs) into a new journal at ``path`` in one transaction,
+    in chunks of ``CHUNK`` Goals (a million Goals' rows at once would take gigabytes)."""
     Journal.open(path).close()  # the schema, pragmas and application id of a real journal
+    total = sum(len(templates[shape_of(i, mix)].events) for i in range(n))
+    start_at = time.time() - total * 0.05  # history spread over the last total/20 seconds
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        conn.execute("PRAGMA synchronous = OFF")
+        conn.execute("PRAGMA cache_size = -262144")  # 256 MB: the indexes' pages stay cached
+        conn.execute("BEGIN IMMEDIATE")
+        base = 0
+        for first in range(0, n, CHUNK):
+            rows = _rows(range(first, min(n, first + CHUNK)), templates, mix, base, start_at)
+            aggregates, events, receipts, base = rows
+            conn.executemany("INSERT INTO aggregates VALUES (?, ?, ?, ?, ?, ?, ?)", aggregates)
+            conn.executemany("INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?, ?)", events)
+            conn.executemany("INSERT INTO receipts VALUES (?, ?, ?, ?)", receipts)
+        conn.execute("COMMIT")
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    finally:
+        conn.close()
+
+
+CHUNK = 20_000
+
+
+def _rows(
+    ids: range, templates: dict[str, _Template], mix: str, base: int, start_at: float
+) -> tuple[list[tuple], list[tuple], list[tuple], int]:
+    """The rows of Goals ``ids`` whose events follow sequence ``base``; and the last sequence."""
     aggregates: list[tuple] = []
     events: list[tuple] = []
     receipts: list[tuple] = []
-    total = sum(len(templates[shape].events) for shape in shapes)
-    start_at = time.time() - total * 0.05  # history spread over the last total/20 seconds
-    base = 0
-    for i in range(n):
-        t = templates[shapes[i]]
-        key, gid = PLACEHOLDER + shapes[i].replace("-", ""), goal_id(i)
+    for i in ids:
+        shape = shape_of(i, mix)
+        t = templates[shape]
+        key, gid = PLACEHOLDER + shape.replace("-", ""), goal_id(i)
 
         def sub(text: str, key: str = key, gid: str = gid) -> str:
             return text.replace(key, gid)
@@ -197,45 +230,61 @@ def build_journal(path: Path, n: int, templates: dict[str, _Template], mix: str 
         for command_id, payload, result in t.receipts:
             receipts.append((sub(command_id), sub(payload), sub(result), stamps[command_id]))
         base += len(t.events)
-    conn = sqlite3.connect(path, isolation_level=None)
-    try:
-        conn.execute("PRAGMA synchronous = OFF")
-        conn.execute("BEGIN IMMEDIATE")
-        conn.executemany("INSERT INTO aggregates VALUES (?, ?, ?, ?, ?, ?, ?)", aggregates)
-        conn.executemany("INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?, ?)", events)
-        conn.executemany("INSERT INTO receipts VALUES (?, ?, ?, ?)", receipts)
-        conn.execute("COMMIT")
-        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    finally:
-        conn.close()
+    return aggregates, events, receipts, base
 
 
 def journal_with(
     n: int, folder: Path, *, mix: str = "busy", log: Callable[[str], None] = lambda _: None
 ) -> Path:
     """A fresh copy of the ``n``-Goal journal in ``folder`` (built and checked once, cached)."""
+    target = folder / "journal.db"
+    shutil.copyfile(cached_journal(n, mix=mix, log=log), target)
+    return target
+
+
+def cached_journal(
+    n: int, *, mix: str = "busy", log: Callable[[str], None] = lambda _: None
+) -> Path:
+    """The cached ``n``-Goal journal itself (built and checked once): open it only to read."""
     with tempfile.TemporaryDirectory() as scratch:
         templates = _templates(Path(scratch))
     cached = CACHE / f"goals-{n}-{mix}-{_fingerprint(templates)}.db"
-    if not cached.exists():
+    if cached.exists():
+        return cached
+    partial = cached.with_suffix(".partial")
+    built = Path(f"{partial}.built")  # the rows are all in: a build cut short at the check
+    if not built.exists():
         CACHE.mkdir(parents=True, exist_ok=True)
-        partial = cached.with_suffix(".partial")
         for leftover in CACHE.glob(partial.name + "*"):
             leftover.unlink()
         started = time.perf_counter()
         build_journal(partial, n, templates, mix)
-        built = time.perf_counter() - started
-        with Journal.open(partial, read_only=True) as journal:
-            report = check_journal(journal)
-        if not report.clean:
-            raise RuntimeError(f"built journal fails check_journal:\n{report.text()}")
-        os.replace(partial, cached)
-        for side in ("-wal", "-shm"):
-            Path(f"{partial}{side}").unlink(missing_ok=True)
-        log(f"built {n:,} {mix} goals in {built:.1f} s; check_journal: {report.text()}")
-    target = folder / "journal.db"
-    shutil.copyfile(cached, target)
-    return target
+        built.write_text(f"{time.perf_counter() - started:.1f}\n")
+    took = float(built.read_text())
+    with Journal.open(partial, read_only=True) as journal:
+        report = check_journal(journal)
+    if not report.clean:
+        raise RuntimeError(f"built journal fails check_journal:\n{report.text()}")
+    os.replace(partial, cached)
+    for side in ("-wal", "-shm", ".built"):
+        Path(f"{partial}{side}").unlink(missing_ok=True)
+    log(f"built {n:,} {mix} goals in {took:.1f} s; check_journal: {report.text()}")
+    return cached
+
+
+def build_only(n: int, mix: str) -> Path:
+    """Build the rows of the ``n``-Goal journal into the cache, leaving the check to
+    ``cached_journal`` (``python -m bench.common build N MIX``, e.g. in the background)."""
+    with tempfile.TemporaryDirectory() as scratch:
+        templates = _templates(Path(scratch))
+    partial = CACHE / f"goals-{n}-{mix}-{_fingerprint(templates)}.partial"
+    CACHE.mkdir(parents=True, exist_ok=True)
+    for leftover in CACHE.glob(partial.name + "*"):
+        leftover.unlink()
+    started = time.perf_counter()
+    build_journal(partial, n, templates, mix)
+    Path(f"{partial}.built").write_text(f"{time.perf_counter() - started:.1f}\n")
+    return partial
 
 
 # --- the writer: another process committing -----------------------------------------------------
@@ -399,5 +448,7 @@ def cores() -> int:
 if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "writer":
         _writer(sys.argv[2])  # a file path or a postgresql:// URL
+    elif len(sys.argv) == 4 and sys.argv[1] == "build":
+        print(build_only(int(sys.argv[2]), sys.argv[3]))
     else:
-        sys.exit("usage: python -m bench.common writer PATH")
+        sys.exit("usage: python -m bench.common writer PATH | build N MIX")

@@ -17,7 +17,6 @@ import io
 import json
 import os
 import sys
-import time
 import unicodedata
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -86,10 +85,15 @@ def emit(args: argparse.Namespace, data: Any, text: str) -> None:
         out = json.dumps(data, indent=2, sort_keys=True)
     else:  # every line made visible (idempotent): nothing reaches the terminal as control
         out = "\n".join(printable(line) for line in text.split("\n"))
+    write_out(out + "\n")
+
+
+def write_out(out: str) -> None:
+    """Write to stdout; a closed or failing stdout is an OutputError (a closed pipe stays one)."""
     if sys.stdout is None:  # started with stdout closed: print would drop it without a word
         raise OutputError("standard output is closed")
     try:
-        print(out)
+        sys.stdout.write(out)
     except BrokenPipeError:
         raise
     except OSError as exc:
@@ -115,11 +119,28 @@ def printable(text: str) -> str:
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     """Columns aligned by display width (CJK and emoji take two cells), controls visible."""
-    shown = [[("-" if v is None else visible(str(v))) for v in row] for row in rows]
-    widths = [max([len(h), *(cells(r[i]) for r in shown)]) for i, h in enumerate(headers)]
-    lines = ["  ".join(pad(h.upper(), w) for h, w in zip(headers, widths, strict=True))]
-    lines += ["  ".join(pad(c, w) for c, w in zip(r, widths, strict=True)) for r in shown]
-    return "\n".join(line.rstrip() for line in lines)
+    return "\n".join(StreamedTable(headers).lines(rows))
+
+
+class StreamedTable:
+    """A table printed a page at a time (`refine goals` on a million Goals): each column as wide
+    as its widest cell so far. A later page may widen a column, never narrow one; a listing of
+    one page is exactly the table its rows make."""
+
+    def __init__(self, headers: Sequence[str]) -> None:
+        self.headers: list[str] | None = [h.upper() for h in headers]
+        self.widths = [len(h) for h in headers]
+
+    def lines(self, rows: Sequence[Sequence[Any]]) -> list[str]:
+        """The lines of these rows (after the header, the first time)."""
+        shown = [[("-" if v is None else visible(str(v))) for v in row] for row in rows]
+        for row in shown:
+            self.widths = [max(w, cells(c)) for w, c in zip(self.widths, row, strict=True)]
+        head, self.headers = ([self.headers] if self.headers else []), None
+        return [
+            "  ".join(pad(c, w) for c, w in zip(r, self.widths, strict=True)).rstrip()
+            for r in head + shown
+        ]
 
 
 def pad(text: str, width: int) -> str:
@@ -224,12 +245,52 @@ def _ascii(char: str) -> str:
     return decomposed.encode("ascii", "ignore").decode()
 
 
+GOALS_PAGE = 1000  # goals read, then printed, at a time: the output streams, memory stays flat
+GOAL_HEADERS = ("goal", "title", "node", "status", "round", "redelivery", "cancel reason")
+
+
 def cmd_goals(args: argparse.Namespace) -> int:
+    """Each page is printed as it is read: the first lines appear at once on a million Goals.
+    Pages follow one another by id; each is consistent, not the listing as a whole (it holds
+    no read transaction while a slow reader takes the output)."""
     from store.model.goals import CorruptGoal, Goals
 
+    corrupt: list[str] = []
+    text = StreamedTable(GOAL_HEADERS)
+    write_out("[" if args.json else "")  # a closed stdout is refused before any read
+    first = True
     with open_journal(args, write=False) as journal:
-        goals = Goals(journal).list_readable(status=args.status, node_id=args.only_node)
-    rows = [
+        for page in goal_pages(Goals(journal), args.status, args.only_node):
+            corrupt += [g.goal_id for g in page if isinstance(g, CorruptGoal)]
+            if args.json:
+                write_out(json_items([g.to_json() for g in page], first))
+            else:
+                write_out("".join(printable(line) + "\n" for line in text.lines(goal_rows(page))))
+            first = False
+            flush_stdout()
+    if args.json:
+        write_out("]\n" if first else "\n]\n")
+    elif text.headers:  # no goal at all: the header alone
+        write_out(text.lines([])[0] + "\n")
+    warn_corrupt(corrupt)
+    return EXIT_OK
+
+
+def goal_pages(goals: Any, statuses: frozenset[str] | None, node: str | None) -> Iterator[Any]:
+    """The Goals in id order, ``GOALS_PAGE`` at a time; with statuses, over the status index."""
+    wanted = sorted(statuses) if statuses is not None else None
+    after = ""  # every id comes after the empty one: the first page is a page like the others
+    while page := goals.list_readable(
+        status=wanted, node_id=node, limit=GOALS_PAGE, after_id=after
+    ):
+        yield page
+        after = page[-1].goal_id
+
+
+def goal_rows(goals: Sequence[Any]) -> list[tuple[Any, ...]]:
+    from store.model.goals import CorruptGoal
+
+    return [
         (g.goal_id, "-", "-", "corrupt", "-", "-", clip(g.error.message, REASON_WIDTH))
         if isinstance(g, CorruptGoal)
         else (
@@ -243,13 +304,16 @@ def cmd_goals(args: argparse.Namespace) -> int:
         )
         for g in goals
     ]
-    emit(
-        args,
-        [g.to_json() for g in goals],
-        table(["goal", "title", "node", "status", "round", "redelivery", "cancel reason"], rows),
+
+
+def json_items(items: list[Any], first: bool) -> str:
+    """Items of a JSON array as ``json.dumps(all, indent=2)`` prints them, a page at a time."""
+    text = ",".join(
+        "\n"
+        + "\n".join("  " + line for line in json.dumps(i, indent=2, sort_keys=True).split("\n"))
+        for i in items
     )
-    warn_corrupt([g.goal_id for g in goals if isinstance(g, CorruptGoal)])
-    return EXIT_OK
+    return text if first or not items else "," + text
 
 
 def warn_corrupt(goal_ids: list[str]) -> None:
@@ -540,10 +604,11 @@ def cmd_wait(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
+    from refine_tui.progress import bars_for
     from store.ops.check import check_journal
 
-    with open_journal(args, write=False) as journal:
-        report = check_journal(journal)
+    with open_journal(args, write=False) as journal, bars_for(args.json) as bars:
+        report = check_journal(journal, bars.bar("checking"))
     emit(args, report.to_json(), report.text())
     return EXIT_OK if report.clean else EXIT_REFUSED
 
@@ -556,13 +621,16 @@ def open_location(location: str, *, read_only: bool, create: bool) -> Any:
 
 
 def cmd_copy(args: argparse.Namespace) -> int:
+    from refine_tui.progress import bars_for
     from store.ops.journal_copy import copy_to
 
     with (
         terminated_as_interrupted(),
         open_location(args.source, read_only=True, create=False) as source,
+        bars_for(args.json) as bars,
     ):
-        report = copy_to(source, args.target, None if args.json else ProgressLine())
+        copying, checking = bars.bar("copying events"), bars.bar("checking the copy")
+        report = copy_to(source, args.target, copying, check_progress=checking)
     data = {
         "source": redact(args.source),
         "target": redact(args.target),
@@ -605,22 +673,6 @@ def terminated_as_interrupted() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, before)
-
-
-class ProgressLine:
-    """``copied N of M events`` on stderr, at most about once a second, for large journals."""
-
-    def __init__(self, interval_s: float = 1.0) -> None:
-        self.interval_s = interval_s
-        self.last = time.monotonic()
-        self.shown = False
-
-    def __call__(self, done: int, total: int) -> None:
-        now = time.monotonic()
-        # A small journal copies within the first interval and shows no progress at all.
-        if now - self.last >= self.interval_s or (done == total and self.shown):
-            self.last, self.shown = now, True
-            print(f"copied {done} of {total} events", file=sys.stderr, flush=True)
 
 
 def cmd_node(args: argparse.Namespace) -> int:
@@ -875,7 +927,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         )  # fmt: skip
         add.add_argument("argv", nargs=argparse.REMAINDER, help="-- the recipe's command line")
     if goals := command("goals", cmd_goals, "list goals"):
-        goals.add_argument("--status", help="only goals of this status (default: all)")
+        goals.add_argument(
+            "--status", type=goal_statuses, help="only goals in these statuses, e.g. running,held"
+        )
         goals.add_argument("--only-node", metavar="N", help="only goals of node N (default: all)")
     if runs := command("runs", cmd_runs, "list runs (of one goal)"):
         runs.add_argument("goal", nargs="?", help="only this goal's runs (default: every goal's)")

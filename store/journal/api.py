@@ -189,12 +189,15 @@ class Journal(Protocol):
         limit: int | None = None,
         contains: str | None = None,
         offset: int = 0,
+        after_id: str | None = None,
     ) -> list[Stored]:
         """Aggregates of one kind, optionally by status and node, by id or by recency.
 
         ``contains``: only those whose id or stored state text contains it (case-insensitive
         for ASCII), a coarse pre-filter the caller refines on the parsed state. ``offset`` (with
         ``limit``) skips that many: pages, read under one ``snapshot()`` to be consistent.
+        ``after_id``: only ids after it, in id order (a page that starts where the last one
+        ended: a million rows are read in pages without skipping, each page an index range).
         """
         ...
 

@@ -665,6 +665,7 @@ class PostgresJournal(Journal):
         limit: int | None = None,
         contains: str | None = None,
         offset: int = 0,
+        after_id: str | None = None,
     ) -> list[Stored]:
         """Aggregates of one kind, optionally by status and node, by id or by recency.
 
@@ -681,6 +682,11 @@ class PostgresJournal(Journal):
         if node_id is not None:
             sql += " AND node_id = %s"
             args.append(node_id)
+        if after_id is not None:
+            if newest_first:
+                raise ValueError("after_id pages in id order, not newest first")
+            sql += " AND aggregate_id > %s"
+            args.append(after_id)
         sql += " ORDER BY last_sequence DESC" if newest_first else " ORDER BY aggregate_id"
         if limit is not None:
             sql += " LIMIT %s OFFSET %s"

@@ -661,8 +661,10 @@ class Goals:
         node_id: str | None = None,
         newest_first: bool = False,
         limit: int | None = None,
+        after_id: str | None = None,
     ) -> list[Goal | CorruptGoal]:
-        """Like ``list``, with a corrupt stored Goal in its place (one bad record, one row)."""
+        """Like ``list``, with a corrupt stored Goal in its place (one bad record, one row).
+        ``after_id``: only the Goals after that id, in id order (the next page of a listing)."""
         statuses = [status] if isinstance(status, str) else status
         if statuses is not None and (
             type(statuses) not in (list, tuple) or any(s not in GOAL_STATUSES for s in statuses)
@@ -678,6 +680,7 @@ class Goals:
             node_id=node_id,
             newest_first=newest_first,
             limit=limit,
+            after_id=None if after_id is None else goal_aggregate_id(after_id),
         )
         entries: list[Goal | CorruptGoal] = []
         for row in rows:

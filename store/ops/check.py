@@ -1,12 +1,20 @@
 """The invariant checker behind `refine check`: fold every aggregate's events, compare, cross-check.
 
 It reads only; every violation names the aggregate and the event sequences involved.
+
+A journal is read in pages (issue 27: a million Goals are ≈ 7 million events): the events in
+sequence order once (gaps, unreadable data, the outbox), then the aggregates in id order, each
+with its own history. Nothing is kept between pages but counts, so memory stays flat. That every
+event is in its aggregate's history is proved by counting: each history holds only its own
+aggregate's events, so the histories' lengths add up to the number of events exactly when each
+holds all of them. A journal with any violation is then read again whole, the way that names each
+violation's events exactly (holding the journal in memory: damage is rare, its report precise).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -75,8 +83,123 @@ class CheckReport:
         return "\n".join([head, *lines])
 
 
-def check_journal(journal: Journal) -> CheckReport:
+Progress = Callable[[int, int], None]  # (rows checked, rows in all: events + aggregates)
+PAGE = 500  # aggregates read and checked at a time
+
+
+def check_journal(journal: Journal, progress: Progress | None = None) -> CheckReport:
     """Check every invariant over one consistent snapshot of the journal."""
+    report = _check_in_pages(journal, progress or _quiet)
+    return report if report.clean else _check_whole(journal)
+
+
+def _quiet(done: int, total: int) -> None:
+    pass
+
+
+def _check_in_pages(journal: Journal, progress: Progress) -> CheckReport:
+    """Every check with memory flat; any violation it finds is named by ``_check_whole``."""
+    report = CheckReport()
+    with journal.snapshot():
+        total = journal.last_sequence() + journal.count("goal") + journal.count("run")
+        done = _check_event_pages(journal, report, progress, total)
+        in_histories = 0
+        for kind in ("goal", "run"):
+            for page in _aggregate_pages(journal, kind):
+                in_histories += _check_page(journal, report, page)
+                done += len(page)
+                progress(min(done, total), total)
+    if in_histories != report.events:
+        report.add("events", (), "events outside their aggregate's history")
+    return report
+
+
+def _check_event_pages(
+    journal: Journal, report: CheckReport, progress: Progress, total: int
+) -> int:
+    """Sequence gaps, unreadable data, and the outbox naming each event: page by page."""
+    after, expected = 0, 1
+    while page := journal.events_after(after):
+        for event in page:
+            if event.sequence != expected:
+                report.add(event.aggregate_id, (expected, event.sequence), "sequence has a gap")
+            expected = event.sequence + 1
+            if isinstance(event.data, UnreadableData):
+                report.add(event.aggregate_id, (event.sequence,), "event data is not a JSON object")
+        fed = [(e.sequence, e.aggregate_id, e.type) for e in page]
+        if [tuple(row) for row in journal.outbox(after, len(page))] != fed:
+            report.add("outbox", (fed[0][0],), "outbox rows that differ from their event")
+        after = page[-1].sequence
+        report.events += len(page)
+        progress(min(report.events, total), total)
+    if journal.outbox(after, 1):
+        report.add("outbox", (after,), "outbox rows without an event")
+    return report.events
+
+
+def _aggregate_pages(journal: Journal, kind: str) -> Iterator[list[Stored]]:
+    after: str | None = None
+    while page := journal.aggregates(kind, limit=PAGE, after_id=after):
+        yield page
+        after = page[-1].aggregate_id
+
+
+def _check_page(journal: Journal, report: CheckReport, page: list[Stored]) -> int:
+    """One page of aggregates of one kind; the number of events in their histories."""
+    events = _Histories(journal)
+    for stored in page:
+        _check_aggregate(report, stored.aggregate_id, stored, events[stored.aggregate_id])
+    goals = [s for s in page if s.aggregate_id.startswith("goal:")]
+    if goals:
+        runs = journal.load_many(sorted({run for g in goals for run in _runs_of(g)}))
+        for goal in goals:
+            _check_goal_against_runs(report, goal, runs, events)
+    return sum(len(events[s.aggregate_id]) for s in page)
+
+
+def _runs_of(goal: Stored) -> list[str]:
+    """The Runs a Goal's record names: its current one and those of its earlier rounds."""
+    state = goal.state
+    if not isinstance(state, Mapping):
+        return []
+    runs = [f"run:{state.get('run_id')}"]
+    if type(state.get("round")) is int:
+        name = goal.aggregate_id.split(":", 1)[1]
+        runs += [f"run:{name}.r{n}" for n in range(1, state["round"])]
+    return runs
+
+
+class _Histories(Mapping[str, list[Event]]):
+    """Aggregates' histories, each read when first asked for (a Run's only if a check needs it)."""
+
+    def __init__(self, journal: Journal) -> None:
+        self._journal = journal
+        self._read: dict[str, list[Event]] = {}
+
+    def __getitem__(self, aggregate_id: str) -> list[Event]:
+        if aggregate_id not in self._read:
+            self._read[aggregate_id] = _history(self._journal, aggregate_id)
+        return self._read[aggregate_id]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._read)
+
+    def __len__(self) -> int:
+        return len(self._read)
+
+
+def _history(journal: Journal, aggregate_id: str) -> list[Event]:
+    events = journal.history(aggregate_id, 0, MAX_PAGE)
+    while len(events) % MAX_PAGE == 0 and events:  # a full page: maybe more (one read, else)
+        page = journal.history(aggregate_id, events[-1].sequence, MAX_PAGE)
+        if not page:
+            break
+        events += page
+    return events
+
+
+def _check_whole(journal: Journal) -> CheckReport:
+    """Every check with the whole journal in memory: each violation named with its events."""
     report = CheckReport()
     with journal.snapshot():
         events = _events_by_aggregate(journal, report)

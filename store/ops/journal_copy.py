@@ -40,18 +40,29 @@ class CopyReport:
     check: CheckReport
 
 
-def copy_journal(source: Any, target: Any, progress: Progress | None = None) -> CopyReport:
-    """Copy every row of ``source`` into the empty ``target`` and check the copy."""
+def copy_journal(
+    source: Any,
+    target: Any,
+    progress: Progress | None = None,
+    check_progress: Progress | None = None,
+) -> CopyReport:
+    """Copy every row of ``source`` into the empty ``target`` and check the copy (its progress
+    reported to ``check_progress``, as ``check_journal`` reports it)."""
     with source.snapshot():
         total = source.last_sequence()
         rows = target.import_rows(_batches(source, total, progress))
-    return CopyReport(rows=rows, events=total, check=check_journal(target))
+    return CopyReport(rows=rows, events=total, check=check_journal(target, check_progress))
 
 
-def copy_to(source: Any, location: str, progress: Progress | None = None) -> CopyReport:
+def copy_to(
+    source: Any,
+    location: str,
+    progress: Progress | None = None,
+    check_progress: Progress | None = None,
+) -> CopyReport:
     """Copy ``source`` to the empty or new journal at ``location`` and check the copy there."""
     with copy_target(location) as target:
-        return copy_journal(source, target, progress)
+        return copy_journal(source, target, progress, check_progress)
 
 
 def _batches(

@@ -379,6 +379,36 @@ def test_goal_lookups_read_the_partial_indexes(tmp_path: Path) -> None:
     assert "COVERING INDEX goals_by_recency" in plans[4], plans  # the count reads no row
 
 
+def test_pages_in_id_order_walk_the_primary_key(tmp_path: Path) -> None:
+    """Issue 27: `refine goals` and `check` read a million Goals a page at a time by id. Each
+    page is a range of the primary key; by the Goals' recency index, every page read and sorted
+    every Goal (a thousand pages at a million: quadratic). A status page reads its ids from the
+    status index (covering) before its rows."""
+    with Journal.open(tmp_path / "j.db") as j:
+        Goals(j).create(goal_id="a", title="A", node_id="n1", argv=["true"])
+        conn = j._connection()
+        statements: list[tuple[str, list[object]]] = []
+
+        class Recording:  # the journal's connection, noting each statement
+            def execute(self, sql: str, args: list[object] = []) -> sqlite3.Cursor:  # noqa: B006
+                statements.append((sql, list(args)))
+                return conn.execute(sql, args)
+
+        j._conn = Recording()  # type: ignore[assignment]
+        j.aggregates("goal", limit=1000)
+        j.aggregates("goal", limit=1000, after_id="goal:a")
+        j.aggregates("run", limit=500, after_id="run:a.r1")
+        j.aggregates("goal", status="running", limit=1000, after_id="goal:a")
+        j._conn = conn
+        plans = [
+            " ".join(row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + sql, args))
+            for sql, args in statements
+        ]
+    assert plans[0] == "SCAN aggregates", plans  # in key order, until the page is full
+    assert all(p == "SEARCH aggregates USING PRIMARY KEY (aggregate_id>?)" for p in plans[1:3])
+    assert "COVERING INDEX goals_active" in plans[3] and "PRIMARY KEY" in plans[3], plans
+
+
 def test_a_folded_state_keeps_only_its_version_in_the_receipt_and_replays_by_fold(
     tmp_path: Path,
 ) -> None:
