@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import json.encoder
+import json
 from typing import Any
 
 from store.errors import InvalidInputError
@@ -12,23 +12,18 @@ def _refuse(value: Any) -> Any:
     raise InvalidInputError(f"not plain JSON data: {type(value).__name__}")
 
 
-# The C encoder that json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-# allow_nan=False) builds on every call, built once: the same bytes (tests/unit/test_canonical.py
-# proves it over a hypothesis corpus), without the per-call set-up. It refuses non-finite
-# numbers (ValueError) and anything but None, bool, int, float, str, list, tuple and dict
-# (``_refuse``); only non-str keys, which json would turn into strings, need a look of our own.
-# No markers dict: one shared between calls (and threads) could report a false cycle; a real
-# cycle ends in RecursionError, refused like any value nested too deeply to encode.
-_ENCODE = json.encoder.c_make_encoder(  # type: ignore[attr-defined]
-    None,
-    _refuse,
-    json.encoder.encode_basestring,
-    None,
-    ":",
-    ",",
-    True,  # sort_keys
-    False,  # skipkeys
-    False,  # allow_nan
+# It refuses non-finite numbers (ValueError) and anything but None, bool, int, float, str, list,
+# tuple and dict (``_refuse``); only non-str keys, which json would turn into strings, need a look
+# of our own. No cycle check: a cycle ends in RecursionError, refused like any value nested too
+# deeply to encode. (Calling json's C encoder directly, built once, saved ≈ 1 µs of a ≈ 300 µs
+# command: bench/commands.py and bench/lifecycle.py could not tell it apart, issue 28.)
+_ENCODER = json.JSONEncoder(
+    sort_keys=True,
+    separators=(",", ":"),
+    ensure_ascii=False,
+    allow_nan=False,
+    check_circular=False,
+    default=_refuse,
 )
 
 
@@ -41,7 +36,7 @@ _CONTAINERS = (dict, list, tuple)
 def canonical_json(value: Any) -> str:
     """Sorted keys, no whitespace, UTF-8 text; only plain JSON data (no NaN, no non-str keys)."""
     try:
-        text = "".join(_ENCODE(value, 0))
+        text = _ENCODER.encode(value)
     except ValueError as exc:  # a NaN or an infinity (or an int too long to print)
         finite = "float" in str(exc)
         raise InvalidInputError(

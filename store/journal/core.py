@@ -8,7 +8,6 @@ the receipt text are written once, and SQLite and PostgreSQL cannot drift apart.
 from __future__ import annotations
 
 import json
-import json.scanner
 import time
 from collections.abc import Callable, Mapping, Sequence
 from json.encoder import encode_basestring
@@ -23,6 +22,8 @@ from store.errors import (
     VersionConflictError,
 )
 from store.records import dataclass
+from store.speedups.json_scan import loads as loads  # json.loads, faster
+from store.speedups.sha256 import sha256
 
 MAX_SAFE_INTEGER = 2**53 - 1
 MAX_PAGE = 1000
@@ -176,32 +177,7 @@ def command_key(payload: Mapping[str, Any], expected: Mapping[str, int | None]) 
 
 def key_digest(text: str) -> str:
     """128 bits of SHA-256 in hex (PostgreSQL's migration computes the same with ``sha256``)."""
-    return _sha256(text.encode()).hexdigest()[:32]
-
-
-def _sha256(data: bytes) -> Any:
-    """CPython's own SHA-256, the one hashlib falls back to: the same digest without loading
-    OpenSSL and every other algorithm (importing hashlib is ≈ 2 ms of a quick `refine cancel`;
-    a read never hashes). Found once: a failed import searches sys.path again on every try
-    (≈ 30 µs a command on 3.11, which has no ``_sha2``)."""
-    global _SHA256
-    if _SHA256 is None:
-        _SHA256 = _find_sha256()
-    return _SHA256(data)
-
-
-_SHA256: Any = None
-
-
-def _find_sha256() -> Any:
-    try:
-        from _sha2 import sha256  # type: ignore[import-not-found,unused-ignore]  # CPython ≥ 3.12
-    except ImportError:
-        try:
-            from _sha256 import sha256  # type: ignore[import-not-found,unused-ignore]  # 3.11
-        except ImportError:  # another Python
-            from hashlib import sha256
-    return sha256
+    return sha256(text.encode()).hexdigest()[:32]  # a read never hashes: no hashlib for it
 
 
 def run_command(
@@ -334,24 +310,6 @@ def check_page(after_sequence: Any, limit: Any) -> None:
 def text_field(state: Mapping[str, Any], name: str) -> str | None:
     value = state.get(name) if type(state) is dict or isinstance(state, Mapping) else None
     return value if isinstance(value, str) else None
-
-
-# json.loads' own scanner, called directly: the same values and errors, without its wrappers
-# and their two whitespace searches (≈ 0.7 µs of 2.1 for a Run's state).
-_SCAN = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[arg-type]
-
-
-def loads(text: Any) -> Any:
-    """``json.loads(text)``: text that is exactly one JSON value is scanned directly, anything
-    else (whitespace around it, bytes, an error) goes to json.loads itself."""
-    if type(text) is str:
-        try:
-            value, end = _SCAN(text, 0)
-            if end == len(text):
-                return value
-        except (StopIteration, ValueError):
-            pass
-    return json.loads(text)
 
 
 def stored_row(row: Sequence[Any]) -> Stored:

@@ -1,7 +1,7 @@
 """Learning that the journal changed: a file watcher that wakes, and a feed that reads what changed.
 
 ``JournalWatcher`` only says "look now": it watches the journal's directory with inotify on the
-event loop (``store.journal.inotify``; watchfiles elsewhere; a commit shows up as a change of
+event loop (``store.speedups.inotify``; watchfiles elsewhere; a commit shows up as a change of
 ``<db>-wal``), plus a slow ``stat`` poll that catches what the
 watcher cannot (the directory deleted and recreated leaves an inotify watch deaf, silently) and
 rebuilds it: it is the SQLite backend's ``WakeUps`` (``Journal.watch(path)``). ``ChangeFeed``
@@ -21,9 +21,9 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 
 from store.errors import StorageError
-from store.journal import inotify
 from store.journal.api import MAX_PAGE, ChangeSource, Event, Journal, JournalHandle, Location
 from store.journal.locations import resolve_journal_path, resolve_location
+from store.speedups import inotify
 
 # Measured here (DESIGN §7): step=20 ms gives ≈ 30 ms from commit to wake-up (a burst of writes
 # within it is one batch); the debounce (watchfiles only) bounds how long a steady stream of

@@ -1,4 +1,5 @@
-"""store.records builds frozen records exactly as ``dataclasses.dataclass(frozen=True)`` would.
+"""store.records (``store.speedups.frozen_dataclass``) builds frozen records exactly as
+``dataclasses.dataclass(frozen=True)`` would, on the running Python.
 
 Each record class of the store is compared with its twin built by dataclasses from the same
 body: signature, docstring, fields and params, repr, equality, hash, frozenness, match args,

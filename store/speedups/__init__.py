@@ -1,0 +1,15 @@
+"""Where the store does what the standard library (or a library) does, faster where a benchmark
+measured that it matters. One module per concern; each names in its docstring the benchmark that
+justifies it, and a test in ``tests/unit/test_speedups_<module>.py`` compares it with what it
+replaces on every supported Python (3.11, 3.12, 3.13; `.ci/run` runs the unit tier on each).
+
+- ``frozen_dataclass``: ``@dataclass(frozen=True)`` without compiling six methods per class or
+  importing ``inspect`` (``bench/cli.py``: every command's start-up).
+- ``sha256``: CPython's built-in SHA-256, without importing ``hashlib`` and OpenSSL
+  (``bench/cli.py``: a write command's start-up).
+- ``inotify``: the kernel's directory events on the event loop instead of watchfiles' polling
+  thread (``bench/idle.py``: an idle node's and dashboard's CPU).
+
+A win a benchmark no longer shows goes back to the plain call (issue 28 dropped the prebuilt C
+JSON encoder of ``store.canonical``: ≈ 1 µs of a ≈ 300 µs command).
+"""
