@@ -26,11 +26,11 @@ from store.errors import (
 )
 from store.host.processes import ProcessRegistry
 from store.journal.api import Journal, Location, WakeUps
-from store.journal.inotify import DirectoryEvents
 from store.model.goal import goal_id_of_run
 from store.model.run import Attempt, Run
 from store.ops.reads import read_goal, read_run
 from store.records import dataclass
+from store.speedups.inotify import DirectoryEvents
 
 SAFETY_CHECK_S = 2.0  # a write or commit that slipped past both watchers is seen by then
 CHUNK = 64 * 1024  # at most this much of the log is held in memory at once
