@@ -16,6 +16,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
@@ -137,7 +138,7 @@ def _orphan(goals: Goals, journal: Journal, node: str) -> None:
         subprocess.run(["sh", "-c", script], stdout=out, stderr=subprocess.STDOUT, check=False)
 
 
-def _queue_live(add) -> None:
+def _queue_live(add: Callable[..., object]) -> None:
     """Goals the node will run while the operator watches."""
     loop = 'i=0; while true; do i=$((i+1)); echo "step $i"; sleep 1; done'
     add("soak-test", "Soak test (runs until stopped)", _sh(loop), max_attempts=5)

@@ -14,7 +14,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from store.errors import RefineError
-from store.host.processes import ProcessRecord, ProcessRegistry, observe, same_process
+from store.host.processes import (
+    ProcessObservation,
+    ProcessRecord,
+    ProcessRegistry,
+    observe,
+    same_process,
+)
 from store.journal.api import Event, Journal
 from store.model.goals import Goal, ended_by_words
 from store.model.run import Run
@@ -275,7 +281,7 @@ class Reader:
         return rows
 
 
-def _observe(record: ProcessRecord):  # -> ProcessObservation | None
+def _observe(record: ProcessRecord) -> ProcessObservation | None:
     try:
         return observe(record)
     except (OSError, RefineError):

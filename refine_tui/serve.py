@@ -100,7 +100,7 @@ def is_loopback(host: str) -> bool:
 def cells(value: object, default: int, most: int) -> int:
     """A terminal dimension from the browser, kept between 1 and `most` (else the default)."""
     try:
-        number = int(value)  # type: ignore[call-overload]
+        number: int = int(value)  # type: ignore[call-overload]
     except (TypeError, ValueError, OverflowError):
         return default
     return min(max(number, 1), most)

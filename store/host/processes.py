@@ -493,7 +493,8 @@ def _pids() -> list[int]:
     if not _PROC:
         import psutil
 
-        return psutil.pids()
+        pids: list[int] = psutil.pids()
+        return pids
     return [int(name) for name in os.listdir("/proc") if name.isdigit()]
 
 
@@ -570,10 +571,11 @@ def _family(proc: psutil.Process) -> list[psutil.Process]:
 
 def _cpu_percent(p: psutil.Process) -> float:
 
-    key = (p.pid, p.create_time())
+    key: tuple[int, float] = (p.pid, p.create_time())
     known = _cpu_watch.get(key)
     if known is not None:
-        return known.cpu_percent(interval=None)
+        percent: float = known.cpu_percent(interval=None)
+        return percent
     if len(_cpu_watch) >= 1024:  # forget processes that have gone
         for old_key, old in list(_cpu_watch.items()):
             if not old.is_running():
@@ -581,8 +583,9 @@ def _cpu_percent(p: psutil.Process) -> float:
     _cpu_watch[key] = p
     p.cpu_percent(interval=None)  # primes the next delta
     times = p.cpu_times()
+    used: float = times.user + times.system
     age = max(time.time() - key[1], 1e-3)
-    return 100.0 * (times.user + times.system) / age
+    return 100.0 * used / age
 
 
 def live_worker(worker: str) -> psutil.Process | None:

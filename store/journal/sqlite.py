@@ -948,9 +948,10 @@ class _SqliteCommand:
     def receipt(self, command_id: str) -> tuple[str, str] | None:
         if command_id == self.command_id:
             return self.found_receipt
-        return self.conn.execute(
+        found: tuple[str, str] | None = self.conn.execute(
             "SELECT payload, result FROM receipts WHERE command_id = ?", (command_id,)
         ).fetchone()
+        return found
 
     def events_of(self, aggregate_id: str, up_to_version: int) -> list[Event]:
         rows = self.conn.execute(

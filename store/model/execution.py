@@ -145,7 +145,8 @@ def _current(stored: Stored | None, run_id: str) -> State:
     """The stored Run a command acts on; a stored JSON null counts as missing (seed, inv. 9)."""
     if stored is not None and stored.state is not None:
         check_stored_run(stored, run_id)
-        return stored.state
+        state: State = stored.state  # checked: a Run's state
+        return state
     raise RunNotFoundError(f"Run {run_id} was never submitted", run_id=run_id)
 
 

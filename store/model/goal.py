@@ -11,7 +11,7 @@ import re
 from collections.abc import Callable, Mapping
 from json.encoder import encode_basestring as _quote
 from types import MappingProxyType
-from typing import Any
+from typing import Any, TypeVar
 
 from store.canonical import canonical_json
 from store.errors import CorruptGoalError, InvalidInputError
@@ -301,7 +301,10 @@ def check_reason(value: Any, name: str = "reason") -> str:
     return _field_rule(run_rules.text, value, name)
 
 
-def _field_rule(rule: Callable[..., Any], *args: Any) -> Any:
+T = TypeVar("T")
+
+
+def _field_rule(rule: Callable[..., T], *args: Any) -> T:
     """One of the Run model's field rules, refusing as the Goal layer does."""
     try:
         return rule(*args)

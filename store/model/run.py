@@ -58,7 +58,7 @@ def _frozen(mapping: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
     return None if mapping is None else MappingProxyType(dict(mapping))
 
 
-class FrozenList(tuple):
+class FrozenList(tuple[Any, ...]):
     """An immutable sequence that compares equal to a list with the same items.
 
     Callers pass lists (``evidence=[...]``) and naturally compare with lists; the view stays
@@ -331,7 +331,8 @@ def _check_attempt(value: Any, run_id: str, epoch: int) -> str:
         rules.text(rec["reason"], f"{name}.reason")
     if "cleanup" in rec and rules.cleanup(rec["cleanup"], f"{name}.cleanup")["epoch"] != epoch:
         raise Invalid(f"{name}.cleanup must confirm epoch {epoch}")
-    return state
+    checked: str = state  # one of _ATTEMPT_KEYS
+    return checked
 
 
 def _check_status(status: str, states: list[str], limit: int) -> None:

@@ -125,9 +125,10 @@ def record(
     """A plain mapping with exactly the ``required`` keys and perhaps some ``optional`` ones."""
     if type(value) not in _RECORD_TYPES:
         raise Invalid(f"{name} must be a plain object")
-    present = value.keys()
+    checked: Mapping[str, Any] = value  # a dict or mappingproxy (its keys are checked below)
+    present = checked.keys()
     if present == required or (required <= present and present <= required | optional):
-        return value  # the common case, checked with set operations alone
+        return checked  # the common case, checked with set operations alone
     unknown = sorted(str(k) for k in present - required - optional)
     if unknown:
         raise Invalid(f"{name} has unknown field(s) {', '.join(unknown)}")

@@ -43,7 +43,6 @@ from store.ops.evidence import (
     check_grace,
     check_version,
     check_writable,
-    claimed_at,
     cleanup_evidence,
     cleanup_target,
     default_node,
@@ -57,6 +56,7 @@ from store.ops.evidence import (
     require_goal,
     stop_target,
 )
+from store.ops.reads import claimed_at
 from store.records import dataclass
 
 # Shown before a command (the modals, the CLI) and imported from here by callers since it began.
