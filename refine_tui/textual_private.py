@@ -38,7 +38,7 @@ from textual.driver import Driver
 from textual.notifications import Notification
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer
-from textual.widgets._data_table import TwoWayDict
+from textual.widgets._data_table import TwoWayDict  # type: ignore[attr-defined]  # not in its __all__
 from textual.widgets._footer import FooterKey
 from textual.widgets.data_table import ColumnKey, RowKey
 
