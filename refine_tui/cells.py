@@ -241,7 +241,8 @@ def attempt_words(
     if elsewhere is not None and a.pid is None:
         if presence is None or not a.running:
             return text + f" · on node {elsewhere}: its process is not observed from here"
-        text += f" · on node {elsewhere}, {presence_words(presence)}"
+        text += f" · on node {elsewhere}: its process is not observed from here"
+        text += f" · node {elsewhere} {presence_words(presence)}"
         if presence.state in ("silent", "stopped"):
             text += " · needs cleanup? n: Nodes, x there confirms its attempts"
         return text

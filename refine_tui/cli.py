@@ -257,19 +257,19 @@ def cmd_goals(args: argparse.Namespace) -> int:
 
     corrupt: list[str] = []
     text = StreamedTable(GOAL_HEADERS)
-    write_out("[" if args.json else "")  # a closed stdout is refused before any read
+    write_out("")  # a closed stdout is refused before any read
     first = True
     with open_journal(args, write=False) as journal:
         for page in goal_pages(Goals(journal), args.status, args.only_node):
             corrupt += [g.goal_id for g in page if isinstance(g, CorruptGoal)]
-            if args.json:
-                write_out(json_items([g.to_json() for g in page], first))
+            if args.json:  # "[" once a page was read: a refusal before it is one JSON object
+                write_out(("[" if first else "") + json_items([g.to_json() for g in page], first))
             else:
                 write_out("".join(printable(line) + "\n" for line in text.lines(goal_rows(page))))
             first = False
             flush_stdout()
     if args.json:
-        write_out("]\n" if first else "\n]\n")
+        write_out("[]\n" if first else "\n]\n")
     elif text.headers:  # no goal at all: the header alone
         write_out(text.lines([])[0] + "\n")
     warn_corrupt(corrupt)

@@ -133,6 +133,6 @@ async def test_another_nodes_attempt_shows_that_nodes_presence(journal_path: Pat
         await until(pilot, lambda: app.dashboard.stack.view == "attempts")
         attempts = app.query_one("#attempts", KeyedTable)
         await until(pilot, lambda: "1" in set(attempts.keys()) and "silent" in row_line(app))
-        assert "on node n2, silent for" in row_line(app)
+        assert "node n2 silent for" in row_line(app)
         assert str(attempts.get_cell("1", "pid")) == "@n2"
         assert str(attempts.get_cell("1", "alive")) == "silent"

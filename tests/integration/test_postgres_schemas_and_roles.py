@@ -264,20 +264,24 @@ def test_a_claim_refused_for_permission_is_not_retried(
     viewer: str,
     postgres_url: str,
     monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
+    capfd: pytest.CaptureFixture[str],
 ) -> None:
     """A role whose write permission went away after the journal was opened: the claim gives up
-    with one line, it does not wait for the journal (an hour; a few seconds here)."""
+    with one line, it does not wait for the journal (an hour; a few seconds here). The claim runs
+    in a forked helper: its line is read from the file descriptors."""
     monkeypatch.setattr(worker, "REPORT_PATIENCE_S", 3.0)
+    # The claim helper opens the journal by its location, which never carries the password:
+    # the password comes as libpq's conventions say (here $PGPASSWORD).
+    monkeypatch.setenv("PGPASSWORD", viewer.split("//", 1)[1].split("@", 1)[0].split(":", 1)[1])
     role = viewer.split("//", 1)[1].split(":", 1)[0]
     with psycopg.connect(postgres_url, autocommit=True) as conn:
         conn.execute(f"GRANT INSERT, UPDATE ON ALL TABLES IN SCHEMA refine TO {role}")
     with Journal.open(viewer, create=False) as journal:
         with psycopg.connect(postgres_url, autocommit=True) as conn:
             conn.execute(f"REVOKE INSERT, UPDATE ON ALL TABLES IN SCHEMA refine FROM {role}")
-        capsys.readouterr()
+        capfd.readouterr()
         code = worker.run_worker(journal, node_id="n1", goal_id="g1", token="t1")
-    err = capsys.readouterr().err
+    err = capfd.readouterr().err
     assert code == worker.EXIT_UNAVAILABLE
     assert err.count("\n") == 1 and "waits for the journal" not in err, err
     assert "permission denied" in err

@@ -76,9 +76,9 @@ def test_five_nodes_of_twenty_attempts_hold_at_most_five_connections_each(
     with ConnectionSampler(fleet.url) as sampler:
         for node in nodes:
             fleet.start(node, "--capacity", str(PER_NODE))
-        wait_until(
+        wait_until(  # a slow start is not the bound under test; the peak below is
             lambda: sampler.now() == {n: 2 for n in nodes},
-            timeout=120,
+            timeout=240,
             step=0.2,
             what="every node connected",
         )
@@ -108,9 +108,9 @@ def test_five_nodes_of_twenty_attempts_hold_at_most_five_connections_each(
             timeout=120,
             what="the cancelled attempts ended",
         )
-        wait_until(
+        wait_until(  # a slow start is not the bound under test; the peak below is
             lambda: sampler.now() == {n: 2 for n in nodes},
-            timeout=120,
+            timeout=240,
             step=0.2,
             what="idle workers hold none",
         )
