@@ -125,7 +125,8 @@ def attempt_cells(
     alive = {True: Text("yes", "green"), False: Text("no", "red"), None: Text("")}[a.alive]
     if a.pid is not None and not a.running:  # an ended attempt: its last observation
         alive.stylize("dim")
-    if presence is not None and a.pid is None and a.running:
+    if presence is not None and a.pid is None and a.running and presence.state != "unknown":
+        # The node's beat is evidence; a node that never beat says nothing: blank, not guessed.
         node = fmt.clip(f"@{presence.node_id}", 7)
         return (*_attempt_start(a, widths, end), node, state_text(presence.state), "", "")
     return (
