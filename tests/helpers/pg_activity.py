@@ -16,6 +16,7 @@ import psycopg
 _QUERY = (
     "SELECT application_name FROM pg_stat_activity"
     " WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()"
+    " AND datname = current_database()"  # this journal's: other tests' nodes share the server
 )
 
 
