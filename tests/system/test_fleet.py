@@ -51,6 +51,19 @@ class FleetEnv(PgEnv):
         self.started.append(proc)
         return proc
 
+    def wait_connected(self, sampler: ConnectionSampler, nodes: list[str], what: str) -> None:
+        """Until each node holds its two idle connections (its journal and its LISTEN); a slow
+        start is not the bound under test, the peak is. On a timeout, says what was seen."""
+        try:
+            wait_until(
+                lambda: sampler.now() == {n: 2 for n in nodes}, timeout=240, step=0.2, what=what
+            )
+        except AssertionError as exc:
+            logs = {p.name: p.read_text(errors="replace")[-1500:] for p in self.dir.glob("*.out")}
+            exits = [proc.poll() for proc in self.started]
+            seen = dict(sampler.now())
+            raise AssertionError(f"{exc}: saw {seen}, exits {exits}, {logs}") from None
+
     def statuses(self) -> dict[str, str]:
         """The operator's ``refine goals --json`` (it must work at every moment)."""
         return {g["goal_id"]: g["status"] for g in json.loads(self.refine("goals", "--json"))}
@@ -76,12 +89,7 @@ def test_five_nodes_of_twenty_attempts_hold_at_most_five_connections_each(
     with ConnectionSampler(fleet.url) as sampler:
         for node in nodes:
             fleet.start(node, "--capacity", str(PER_NODE))
-        wait_until(  # a slow start is not the bound under test; the peak below is
-            lambda: sampler.now() == {n: 2 for n in nodes},
-            timeout=240,
-            step=0.2,
-            what="every node connected",
-        )
+        fleet.wait_connected(sampler, nodes, "every node connected")
         # One goal per node to cancel while the fleet launches, then the fleet's work.
         for node in nodes:
             fleet.goals.create(goal_id=f"x-{node}", title="extra", node_id=node, argv=sleep)
@@ -108,12 +116,7 @@ def test_five_nodes_of_twenty_attempts_hold_at_most_five_connections_each(
             timeout=120,
             what="the cancelled attempts ended",
         )
-        wait_until(  # a slow start is not the bound under test; the peak below is
-            lambda: sampler.now() == {n: 2 for n in nodes},
-            timeout=240,
-            step=0.2,
-            what="idle workers hold none",
-        )
+        fleet.wait_connected(sampler, nodes, "idle workers hold none")
         statuses = fleet.statuses()
     assert not sampler.errors
     assert sampler.samples > 100
