@@ -17,7 +17,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from refine_tui.demo import DEMO_NODE, populate  # noqa: E402
+from refine_tui.demo import DEMO_NODE, finish, populate, start_node, stop_node  # noqa: E402
 from tests.helpers.browser import READ_SCREEN, launch, read_url, wait_for  # noqa: E402
 
 
@@ -28,7 +28,8 @@ def main() -> int:
     from playwright.sync_api import sync_playwright
 
     with tempfile.TemporaryDirectory() as tmp:
-        journal = populate(Path(tmp) / "journal.db", live=False)  # no node: nothing moves
+        journal = populate(Path(tmp) / "journal.db")  # the demo's goals, its node running them
+        node = start_node(journal, DEMO_NODE)
         refine = [sys.executable, "-m", "refine_tui.cli", "--journal", str(journal)]
         serve = subprocess.Popen(
             [*refine, "--node", DEMO_NODE, "serve", "--port", "0"],
@@ -42,12 +43,15 @@ def main() -> int:
                 page = context.new_page()
                 page.goto(url)
                 wait_for(lambda: "needs cleanup" in page.evaluate(READ_SCREEN), "the Goals table")
-                page.wait_for_timeout(500)  # let the last frame paint
+                wait_for(lambda: "soak-test" in page.evaluate(READ_SCREEN), "the live goals")
+                page.wait_for_timeout(8000)  # a few steps of log, a few thumbnails done
                 page.screenshot(path=str(args.out))
                 context.close()
         finally:
             serve.send_signal(signal.SIGTERM)
             serve.wait(timeout=60)
+            stop_node(node)
+            finish(journal, DEMO_NODE, "dana")
     print(f"wrote {args.out}")
     return 0
 

@@ -2,9 +2,12 @@
 
     python scripts/screenshots.py [--out screenshots]
 
-Each shot runs RefineApp on a fresh demo journal (the demo's own goals; no node running, so
-nothing moves), drives it with Pilot like an operator, and saves what the terminal shows. PNGs
-are rendered by Chromium (Playwright, the system's /usr/bin/chromium) where it is there.
+Each shot runs RefineApp on a fresh demo journal while the demo's node runs its live goals
+(attempts running, logs growing, the pulses counting), drives it with Pilot like an operator,
+and saves what the terminal shows. PNGs are rendered by Chromium (Playwright, the system's
+/usr/bin/chromium) where it is there. ``render`` draws one shot on a quiet journal (no node):
+tests/integration/test_screenshots_current.py compares its keys and columns with the committed
+pictures.
 """
 
 from __future__ import annotations
@@ -24,7 +27,9 @@ from textual.pilot import Pilot
 from textual.widgets import Input
 
 from refine_tui.app import RefineApp
-from refine_tui.demo import DEMO_NODE, populate
+from refine_tui.demo import DEMO_NODE, finish, populate, start_node, stop_node
+from store.goals import Goals
+from store.journal.api import Journal
 
 Steps = Callable[[Pilot], Awaitable[None]]
 
@@ -59,6 +64,15 @@ def press(*keys: str, wait: Callable[[RefineApp], bool] | None = None) -> Steps:
     return steps
 
 
+def mark(*goal_ids: str) -> Steps:
+    async def steps(pilot: Pilot) -> None:
+        for goal_id in goal_ids:
+            await select(goal_id)(pilot)
+            await pilot.press("space")
+
+    return steps
+
+
 def modal_open(app: RefineApp) -> bool:
     return len(app.screen_stack) > 1 and app.screen.query("#dialog").first() is not None
 
@@ -80,13 +94,16 @@ SHOTS: dict[str, tuple[tuple[int, int], list[Steps]]] = {
     "cancel-modal": ((80, 24), [select("migrate-db"), press("c", wait=modal_open)]),
     "cleanup-modal": ((80, 24), [select("nightly-report"), press("x", wait=modal_open)]),
     "help": ((80, 24), [press("question_mark")]),
+    "nodes": ((80, 24), [press("n", wait=lambda a: a.dashboard.stack.view == "nodes")]),
+    "bulk-modal": ((80, 24), [mark("thumbs-1", "thumbs-2"), press("c", wait=modal_open)]),
+    "goals-small": ((60, 16), []),
 }
+LIVE_GOALS = {"soak-test", "index-rebuild", "sync-billing"}  # running for a minute at least
 
 
 async def shoot(journal: Path, name: str, out: Path) -> Path:
     size, steps = SHOTS[name]
-    later = time.time() + 754  # as if the operator looked 12 minutes after the last commit
-    app = RefineApp(journal=journal, node=DEMO_NODE, operator="dana", clock=lambda: later)
+    app = RefineApp(journal=journal, node=DEMO_NODE, operator="dana")
     async with app.run_test(size=size) as pilot:
         await loaded(pilot)
         for step in steps:
@@ -161,11 +178,34 @@ def rasteriser() -> Rasterise | None:
     return None
 
 
+async def render(name: str, out: Path) -> Path:
+    """One shot on a quiet demo journal (no node): its keys and columns, not its live rows."""
+    with tempfile.TemporaryDirectory(prefix="refine-shot-") as tmp:
+        journal = populate(Path(tmp) / "journal.db", node=DEMO_NODE, live=False)
+        return await shoot(journal, name, out)
+
+
+def running(journal: Path) -> set[str]:
+    with Journal.open(journal, create=False) as opened:
+        return {g.goal_id for g in Goals(opened).list(status="running")}
+
+
 async def capture(out: Path) -> list[Path]:
     with tempfile.TemporaryDirectory(prefix="refine-shots-") as tmp:
-        populate(Path(tmp) / "journal.db", node=DEMO_NODE)  # the demo's own goals, all 15
+        journal = populate(Path(tmp) / "journal.db", node=DEMO_NODE)  # the demo's 15 goals
         os.chdir(tmp)  # the header shows the path as given: a short one reads better
-        return [await shoot(Path("journal.db"), name, out) for name in SHOTS]
+        node = start_node(journal, DEMO_NODE)
+        try:
+            deadline = time.monotonic() + 60
+            while not running(journal) >= LIVE_GOALS:
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the demo's node never ran its live goals")
+                await asyncio.sleep(0.2)
+            await asyncio.sleep(8)  # a few steps of log, a few thumbnails done
+            return [await shoot(Path("journal.db"), name, out) for name in SHOTS]
+        finally:
+            stop_node(node)
+            finish(journal, DEMO_NODE, "dana")
 
 
 def main(out: Path) -> int:
