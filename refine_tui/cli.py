@@ -32,8 +32,8 @@ from store.errors import (
     StorageError,
     WaitTimeoutError,
 )
-from store.journal.locations import STATE_DIR_ENV, journal_file_exists
-from store.journal.url import is_postgres_url, redact
+from store.journal.locations import STATE_DIR_ENV, JournalLocation, journal_file_exists
+from store.journal.url import redact
 
 # Each command imports the store modules it uses: a quick `refine goals` must not pay for the
 # operator's process tools (psutil), the checker or the dashboard (DESIGN §9, CLI start-up).
@@ -57,10 +57,14 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
-def journal_path(args: argparse.Namespace) -> Path | str:
-    """The journal's location: a file path, or a ``postgresql://`` URL kept as text."""
-    location = args.journal or os.environ.get("REFINE_JOURNAL") or str(DEFAULT_JOURNAL)
-    return location if is_postgres_url(location) else Path(location)
+def journal_text(args: argparse.Namespace) -> str:
+    """The journal's location as given: ``--journal``, else ``$REFINE_JOURNAL``, else default."""
+    return args.journal or os.environ.get("REFINE_JOURNAL") or str(DEFAULT_JOURNAL)
+
+
+def journal_path(args: argparse.Namespace) -> JournalLocation:
+    """The journal's location: a file, or a server's URL (``JournalLocation`` tells which)."""
+    return JournalLocation(journal_text(args))
 
 
 def node_name(args: argparse.Namespace) -> str:
@@ -155,7 +159,7 @@ def open_journal(args: argparse.Namespace, *, write: bool) -> Journal:
     from store.journal.api import Journal
 
     location = journal_path(args)
-    if isinstance(location, Path) and not journal_file_exists(location):
+    if location.missing_file():
         raise JournalMissingError(f"journal missing: {location} (create it with `refine init`)")
     return Journal.open(location, read_only=not write, create=False)
 
@@ -163,26 +167,26 @@ def open_journal(args: argparse.Namespace, *, write: bool) -> Journal:
 def cmd_init(args: argparse.Namespace) -> int:
     from store.journal.api import Journal
 
-    path = journal_path(args)
-    if isinstance(path, str):  # a URL is never a file name: create the schema there
+    location = journal_path(args)
+    shown = location.printable
+    if location.is_server:  # a URL is never a file name: create the schema there
         from store.errors import JournalMissingError
 
         try:  # an existing journal, even an empty one, was not created now
-            Journal.open(path, read_only=False, create=False).close()
+            Journal.open(location, read_only=False, create=False).close()
             created = False
         except JournalMissingError:
-            Journal.open(path, read_only=False, create=True).close()
+            Journal.open(location, read_only=False, create=True).close()
             created = True
-        shown = redact(path)
         emit(args, {"journal": shown, "created": created}, f"journal ready: {shown}")
         return EXIT_OK
     # An empty file (say, from mktemp) becomes the journal now: it did not exist as one.
-    existed = journal_file_exists(path) and os.path.getsize(path) > 0
-    Journal.open(path).close()
+    existed = journal_file_exists(location.path) and os.path.getsize(location.path) > 0
+    Journal.open(location).close()
     emit(
         args,
-        {"journal": str(path), "created": not existed},
-        f"{'journal exists' if existed else 'created journal'}: {path}",
+        {"journal": shown, "created": not existed},
+        f"{'journal exists' if existed else 'created journal'}: {shown}",
     )
     return EXIT_OK
 
@@ -682,13 +686,13 @@ def cmd_node(args: argparse.Namespace) -> int:
     from store.node.scheduler import Node
     from store.ops.node_start import claim_node_name
 
-    path = journal_path(args)
+    location = journal_path(args)
     named(f"refine node {node_name(args)}")  # its connections say so in pg_stat_activity
     open_journal(args, write=True).close()
     # A refusal (a bad node name, a state dir that cannot be made, a node of this name that
     # runs already) ends as every command's does: one line, the exit code of its kind.
     with Node(
-        path,
+        location,
         node_name(args),
         args.capacity,
         heartbeat_s=args.heartbeat,
@@ -698,7 +702,7 @@ def cmd_node(args: argparse.Namespace) -> int:
         try:
             print(
                 printable(
-                    f"refine node: node {node.node_id} on journal {redact(str(path))}, state dir"
+                    f"refine node: node {node.node_id} on journal {location.printable}, state dir"
                     f" {node.registry.root}, capacity {node.capacity},"
                     f" heartbeat {node.heartbeat_s:g} s"
                 ),
@@ -721,12 +725,14 @@ def cmd_tui(args: argparse.Namespace) -> int:
         slots.share_from_env(application="refine tui (serve)")
     else:
         slots.named("refine tui")
-    path = journal_path(args)
-    if isinstance(path, str):  # a URL that can never connect is bad input now, not a wait
+    location = journal_path(args)
+    if location.is_server:  # a URL that can never connect is bad input now, not a wait
         from store.journal.postgres import connection_info
 
-        connection_info(path)
-    RefineApp(journal=path, node=node_name(args), read_only=args.read_only, quiet=args.quiet).run()
+        connection_info(location.text)
+    RefineApp(
+        journal=journal_text(args), node=node_name(args), read_only=args.read_only, quiet=args.quiet
+    ).run()
     return EXIT_OK
 
 
@@ -745,7 +751,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             read_only=args.read_only,
             token_file=Path(args.token_file) if args.token_file else None,
             connections=max_connections(args.max_connections),
-            location=str(journal_path(args)),
+            location=journal_text(args),
         )
     except TokenFileError as exc:
         raise UsageError(str(exc)) from None

@@ -22,7 +22,6 @@ from refine_tui.cli import (
     port_number,
     printable,
 )
-from store.journal.url import redact
 
 DEFAULT_PORT = 9464
 
@@ -53,7 +52,7 @@ def cmd_metrics(args: argparse.Namespace) -> int:
                 f"cannot serve on {args.host}:{args.port}: {exc.strerror or exc}"
             ) from None
         with server:
-            announce(args.host, server.server_address[1], redact(str(location)))
+            announce(args.host, server.server_address[1], location.printable)
             server.serve_until_stopped()
     finally:
         collector.close()

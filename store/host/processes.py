@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from store.errors import StateDirInUseError
-from store.journal.locations import Location, file_name, legacy_node_dir, node_state_dir
+from store.journal.locations import JournalLocation, Location, file_name
 from store.records import dataclass
 
 # psutil (≈ 10 ms to import) is imported by the functions that observe processes or find
@@ -136,7 +136,7 @@ def _argv(proc: psutil.Process) -> tuple[str, ...]:
 class ProcessRegistry:
     """``<state dir>/{processes,logs}/``: this node's records and logs.
 
-    The state dir is ``locations.node_state_dir``'s: ``state_dir`` or ``$REFINE_STATE_DIR``,
+    The state dir is ``JournalLocation.state_dir``'s: ``state_dir`` or ``$REFINE_STATE_DIR``,
     else ``nodes/<node>/<journal id>/`` beside the journal's real path (a symlinked journal is
     the same journal), else, for a ``postgresql://`` journal, a folder of this machine per
     journal id. With a ``journal_id``, a record that names another journal is never returned.
@@ -152,16 +152,17 @@ class ProcessRegistry:
         node_id: str,
         journal_id: str | None = None,
         *,
-        state_dir: Location | None = None,
+        state_dir: str | os.PathLike[str] | None = None,
     ) -> None:
         self.node_id = node_id
         self.journal_id = journal_id
         # The journal's location (a path or a postgresql:// URL) or the override decides.
-        self.root = node_state_dir(journal_path, node_id, journal_id, state_dir)
+        where = JournalLocation.of(journal_path)
+        self.root = where.state_dir(node_id, journal_id, state_dir)
         self.processes_dir = self.root / "processes"
         self.logs_dir = self.root / "logs"
         # nodes/<node>/ as older versions wrote it: read, and tidied of this journal's records.
-        self.legacy_root = legacy_node_dir(journal_path, node_id, journal_id, state_dir)
+        self.legacy_root = where.legacy_state_dir(node_id, journal_id, state_dir)
 
     @classmethod
     def for_journal(cls, journal: Journal, node_id: str) -> ProcessRegistry:

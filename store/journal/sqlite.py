@@ -56,6 +56,7 @@ from store.journal.core import (
 )
 from store.journal.locations import journal_file_exists, resolve_journal_path
 from store.journal.presence import PRESENCE_COLUMNS, Beat, Presence, beat_row, presence_row
+from store.statuses import ACTIVE_GOAL_STATUSES
 
 __all__ = [
     "MAX_PAGE",
@@ -134,7 +135,7 @@ CREATE TABLE meta (
 #   for word (the planner uses a partial index only for a query whose WHERE implies its own);
 #   ``kind`` stays a column of both, else the planner reads the table to test that term.
 GOAL_TERM = "kind = 'goal'"
-ACTIVE_STATUSES = ("queued", "held", "running")  # a Goal's statuses that are not terminal
+ACTIVE_STATUSES = ACTIVE_GOAL_STATUSES  # a Goal's statuses that are not terminal
 ACTIVE_TERM = f"status IN ({', '.join(repr(s) for s in ACTIVE_STATUSES)})"
 _SCHEMA_4 = f"""
 DROP INDEX aggregates_by_status;

@@ -60,9 +60,8 @@ from store.host.processes import (
     stop_group_members,
 )
 from store.journal.api import ChangeSource, Journal
-from store.journal.locations import STATE_DIR_ENV
+from store.journal.locations import STATE_DIR_ENV, JournalLocation
 from store.journal.slots import SLOTS_ENV, WAKE_FILE_ENV, keeping_connections, share_from_env
-from store.journal.url import is_postgres_url
 from store.model.execution import Execution
 from store.model.goals import GoalResult, Goals
 from store.node.wakeups import Inbox
@@ -278,7 +277,7 @@ def run_worker(
 
 def _poll_s(location: str) -> float:
     """How often a worker without a node looks by itself (see ``Inbox``)."""
-    return ORPHAN_POLL_S if is_postgres_url(location) else POLL_S
+    return ORPHAN_POLL_S if JournalLocation(location).is_server else POLL_S
 
 
 def rehearse(rounds: int = REHEARSALS) -> None:
