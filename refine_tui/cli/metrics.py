@@ -13,15 +13,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from refine_tui.cli import (
-    EXIT_OK,
-    UsageError,
-    bind_host,
-    journal_path,
-    open_journal,
-    port_number,
-    printable,
-)
+from refine_tui.cli.common import EXIT_OK, UsageError, journal_path, open_journal, printable
+from refine_tui.cli.values import bind_host, port_number
 
 DEFAULT_PORT = 9464
 
