@@ -13,6 +13,9 @@ Pins of a Goal's Run (fixed at submission):
 
 A Round moves on only by reassignment: the old Run (queued) is cancelled as superseded and a new
 Run is submitted for the new node, so a worker launched for an older Round can never claim.
+
+One module over 600 lines because each transition's pure decision (``_decide_*``) sits beside
+the one ``Goals`` method that commits it: a rule and its command are read together.
 """
 
 from __future__ import annotations

@@ -18,6 +18,10 @@ records, so it does not launch a Goal twice; its workers outlive it.
 Connections (PostgreSQL, DESIGN §14): the node keeps two (its reads and commands, its LISTEN);
 its workers share the rest of ``max_connections`` through slots in its folder
 (``store.journal.slots``), and learn of changes from the node (``wakeups``), not a LISTEN each.
+
+One module over 600 lines because launching, reconciling and cancelling share the node's
+launched set and its wake-ups; the worker, the forkserver and the wake-ups have modules of
+their own.
 """
 
 from __future__ import annotations

@@ -25,6 +25,10 @@ The recipe runs in the worker's process group (the node starts the worker as a s
 leader), so stopping the group stops both. Time never ends an attempt in the journal by itself;
 the worker, as the owner, may stop a recipe that outlived ``attempt_timeout_ms`` and report it
 failed. At-least-once: a replacement worker simply runs the recipe again.
+
+One module over 600 lines because the worker, its claim helper and its supervision are one
+process's life, and their order (claim, record, reread, exec; report only as the owner) is the
+safety argument: it reads top to bottom here.
 """
 
 from __future__ import annotations
