@@ -26,9 +26,10 @@ from store.model.goals import Goal, ended_by_words
 from store.model.run import Run
 from store.ops import reads
 from store.ops.reads import ClaimTimes, GoalAndRun
+from store.statuses import ACTIVE_GOAL_STATUSES, TERMINAL_GOAL_STATUSES
 
-ACTIVE = ("queued", "held", "running")
-TERMINAL = ("completed", "exhausted", "cancelled")
+ACTIVE = ACTIVE_GOAL_STATUSES
+TERMINAL = TERMINAL_GOAL_STATUSES
 ACTIVE_LIMIT = 1000  # active Goals shown at most (DataTable paints ~1k rows in ≈ 0.4 s)
 RECENT_LIMIT = 200  # most recent terminal Goals shown beside them
 

@@ -350,10 +350,10 @@ def shared_connections(journal: str | None, limit: int) -> Iterator[dict[str, st
     """For a PostgreSQL journal, what makes every tab share ``limit`` connections with this
     server (DESIGN §14): the environment naming their slots and the file that wakes them (this
     server relays its one LISTEN there, ``relay_wakeups``); a private folder, gone after."""
+    from store.journal.locations import JournalLocation
     from store.journal.slots import KEPT, SLOTS_ENV, WAKE_FILE_ENV, ConnectionSlots
-    from store.journal.url import is_postgres_url
 
-    if journal is None or not is_postgres_url(journal):
+    if journal is None or not JournalLocation(journal).is_server:
         yield {}  # a file journal: no server connections to bound
         return
     with tempfile.TemporaryDirectory(prefix="refine-serve-") as folder:

@@ -1,4 +1,6 @@
-"""The node-local process registry: what a node runs, how to observe it, how to stop it safely.
+"""The node-local process registry: what a node runs, and its logs. How to observe a recorded
+process is ``store.host.observe``'s, how to stop it safely ``store.host.stopping``'s (their
+names are importable from here too).
 
 Records live in the node's state dir (``nodes/<node>/<journal id>/`` beside a SQLite journal by
 default; see ``store.journal.locations``) under ``processes/`` (one JSON file per attempt, written
@@ -18,30 +20,59 @@ several machines, say a home folder on a network file system, with a node id use
 from __future__ import annotations
 
 import contextlib
-import functools
 import itertools
 import json
 import os
 import tempfile
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from store.errors import StateDirInUseError
-from store.journal.locations import Location, file_name, legacy_node_dir, node_state_dir
+from store.host.observe import (
+    ProcessObservation,
+    _stat,
+    create_time,
+    live_worker,
+    node_workers,
+    observe,
+    same_pid,
+    same_process,
+    this_host,
+)
+from store.host.stopping import StopOutcome, stop_group_members, stop_process
+from store.journal.locations import JournalLocation, Location, file_name
 from store.records import dataclass
 
 # psutil (≈ 10 ms to import) is imported by the functions that observe processes or find
 # workers by their argv; identity checks and stopping read /proc (see _stat).
 if TYPE_CHECKING:
-    import signal
-
     import psutil
 
     from store.journal.api import Journal
 
-POLL_S = 0.02  # how often stop_process looks whether the group has exited
+# Observing and stopping have modules of their own (store.host.observe, store.host.stopping);
+# their names stay importable from here, where every caller found them.
+__all__ = [
+    "STATE_DIR_OWNER",
+    "ProcessObservation",
+    "ProcessRecord",
+    "ProcessRegistry",
+    "StopOutcome",
+    "_stat",
+    "create_time",
+    "live_worker",
+    "log_tail",
+    "node_workers",
+    "observe",
+    "same_pid",
+    "same_process",
+    "stop_group_members",
+    "stop_process",
+    "this_host",
+]
+
 STATE_DIR_OWNER = "journal-id"  # in a state dir: the id of the journal whose files it holds
 
 
@@ -136,7 +167,7 @@ def _argv(proc: psutil.Process) -> tuple[str, ...]:
 class ProcessRegistry:
     """``<state dir>/{processes,logs}/``: this node's records and logs.
 
-    The state dir is ``locations.node_state_dir``'s: ``state_dir`` or ``$REFINE_STATE_DIR``,
+    The state dir is ``JournalLocation.state_dir``'s: ``state_dir`` or ``$REFINE_STATE_DIR``,
     else ``nodes/<node>/<journal id>/`` beside the journal's real path (a symlinked journal is
     the same journal), else, for a ``postgresql://`` journal, a folder of this machine per
     journal id. With a ``journal_id``, a record that names another journal is never returned.
@@ -152,16 +183,17 @@ class ProcessRegistry:
         node_id: str,
         journal_id: str | None = None,
         *,
-        state_dir: Location | None = None,
+        state_dir: str | os.PathLike[str] | None = None,
     ) -> None:
         self.node_id = node_id
         self.journal_id = journal_id
         # The journal's location (a path or a postgresql:// URL) or the override decides.
-        self.root = node_state_dir(journal_path, node_id, journal_id, state_dir)
+        where = JournalLocation.of(journal_path)
+        self.root = where.state_dir(node_id, journal_id, state_dir)
         self.processes_dir = self.root / "processes"
         self.logs_dir = self.root / "logs"
         # nodes/<node>/ as older versions wrote it: read, and tidied of this journal's records.
-        self.legacy_root = legacy_node_dir(journal_path, node_id, journal_id, state_dir)
+        self.legacy_root = where.legacy_state_dir(node_id, journal_id, state_dir)
 
     @classmethod
     def for_journal(cls, journal: Journal, node_id: str) -> ProcessRegistry:
@@ -418,395 +450,6 @@ def _read_record(path: Path) -> ProcessRecord | None:
         return ProcessRecord.from_json(json.loads(path.read_text(encoding="utf-8")))
     except (OSError, ValueError, AttributeError):
         return None
-
-
-# --- identity and observation ----------------------------------------------------------------
-
-
-@functools.cache
-def this_host() -> str:
-    """This machine, as records name it: ``<host name>/<machine id>`` (machines cloned from
-    one image share a machine id, containers on one a host name; pids repeat across both)."""
-    machine_id = ""
-    for path in ("/etc/machine-id", "/var/lib/dbus/machine-id"):
-        with contextlib.suppress(OSError):
-            machine_id = Path(path).read_text(encoding="ascii", errors="replace").strip()
-            break
-    return f"{os.uname().nodename}/{machine_id}"  # gethostname() without importing socket
-
-
-# Stopping and identity checks read /proc/<pid>/stat as psutil does (≈ 10 ms less for a stop
-# than importing psutil, and no scan through psutil objects); elsewhere than Linux, psutil.
-_PROC = Path("/proc/self/stat").exists()
-_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if _PROC else 100
-_ZOMBIE = "Z"
-
-
-def _stat(pid: int) -> tuple[str, int, int, float] | None:
-    """``(state, ppid, process group, create time)`` of ``pid``, None when there is none.
-
-    The create time is psutil's own: the same file, fields and arithmetic (``starttime`` ticks
-    / ``SC_CLK_TCK`` + ``btime`` of /proc/stat, read now), so it equals to the bit what psutil
-    reported when the record was written.
-    """
-    if not _PROC:
-        return _psutil_stat(pid)
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read()
-    except (FileNotFoundError, ProcessLookupError):
-        return None
-    fields = data[data.rfind(b")") + 2 :].split()  # after the name, which may hold ") "
-    create_time = (float(fields[19]) / _CLOCK_TICKS) + _boot_time()
-    return fields[0].decode("ascii"), int(fields[1]), int(fields[2]), create_time
-
-
-def create_time(pid: int) -> float | None:
-    """``pid``'s create time exactly as psutil gives it (see ``_stat``), None when there is no
-    such process: the identity a record holds, without building a psutil object."""
-    seen = _stat(pid)
-    return None if seen is None else seen[3]
-
-
-def _boot_time() -> float:
-    with open("/proc/stat", "rb") as f:
-        for line in f:
-            if line.startswith(b"btime"):
-                return float(line.strip().split()[1])
-    raise RuntimeError("no btime line in /proc/stat")
-
-
-def _psutil_stat(pid: int) -> tuple[str, int, int, float] | None:
-    import psutil
-
-    try:
-        proc = psutil.Process(pid)
-        with proc.oneshot():
-            zombie = proc.status() == psutil.STATUS_ZOMBIE
-            state = _ZOMBIE if zombie else "R"
-            return state, proc.ppid(), os.getpgid(pid), proc.create_time()
-    except (psutil.NoSuchProcess, ProcessLookupError):
-        return None
-
-
-def _pids() -> list[int]:
-    if not _PROC:
-        import psutil
-
-        pids: list[int] = psutil.pids()
-        return pids
-    return [int(name) for name in os.listdir("/proc") if name.isdigit()]
-
-
-def _process(rec: ProcessRecord) -> psutil.Process | None:
-    """The live, non-zombie process the record names, or None (gone, zombie or pid reused)."""
-    import psutil
-
-    try:
-        proc = psutil.Process(rec.pid)
-        if proc.create_time() != rec.create_time:
-            return None
-        if proc.status() == psutil.STATUS_ZOMBIE:
-            return None
-    except psutil.NoSuchProcess:  # ZombieProcess is a NoSuchProcess too
-        return None
-    return proc
-
-
-def same_process(rec: ProcessRecord) -> bool:
-    """True when ``rec.pid`` is alive, not a zombie, with exactly the recorded create time."""
-    return same_pid(rec.pid, rec.create_time)
-
-
-def same_pid(pid: int, create_time: float) -> bool:
-    """``same_process`` for a pid and create time not (yet) in a record."""
-    seen = _stat(pid)
-    return seen is not None and seen[3] == create_time and seen[0] != _ZOMBIE
-
-
-@dataclass(frozen=True)
-class ProcessObservation:
-    """What the recorded process (with its descendants) is doing; None fields when not alive."""
-
-    alive: bool
-    cpu_percent: float | None
-    rss_bytes: int | None
-    age_s: float | None
-
-
-_cpu_watch: dict[tuple[int, float], psutil.Process] = {}
-
-
-def observe(rec: ProcessRecord) -> ProcessObservation:
-    """Observe the process and its descendants (the recipe runs as the worker's child).
-
-    CPU is the percentage of one core since the previous observation of the same processes
-    (their lifetime average on the first one), so repeated calls never block.
-    """
-    import psutil
-
-    proc = _process(rec)
-    if proc is None:
-        _cpu_watch.pop((rec.pid, rec.create_time), None)
-        return ProcessObservation(alive=False, cpu_percent=None, rss_bytes=None, age_s=None)
-    cpu = 0.0
-    rss = 0
-    for p in _family(proc):
-        with contextlib.suppress(psutil.Error):
-            cpu += _cpu_percent(p)
-            rss += p.memory_info().rss
-    return ProcessObservation(
-        alive=True, cpu_percent=cpu, rss_bytes=rss, age_s=max(0.0, time.time() - rec.create_time)
-    )
-
-
-def _family(proc: psutil.Process) -> list[psutil.Process]:
-    import psutil
-
-    try:
-        return [proc, *proc.children(recursive=True)]
-    except psutil.Error:
-        return [proc]
-
-
-def _cpu_percent(p: psutil.Process) -> float:
-
-    key: tuple[int, float] = (p.pid, p.create_time())
-    known = _cpu_watch.get(key)
-    if known is not None:
-        percent: float = known.cpu_percent(interval=None)
-        return percent
-    if len(_cpu_watch) >= 1024:  # forget processes that have gone
-        for old_key, old in list(_cpu_watch.items()):
-            if not old.is_running():
-                del _cpu_watch[old_key]
-    _cpu_watch[key] = p
-    p.cpu_percent(interval=None)  # primes the next delta
-    times = p.cpu_times()
-    used: float = times.user + times.system
-    age = max(time.time() - key[1], 1e-3)
-    return 100.0 * used / age
-
-
-def live_worker(worker: str) -> psutil.Process | None:
-    """A live worker process started for ``worker`` (``<node>/<token>``), found by its argv.
-
-    Records can be missing for a live worker: between its claim and its record, or when they
-    were written under another folder. The token is random per claim, so a ``store.worker``
-    process carrying it is that attempt's worker, wherever its record is.
-    """
-    import psutil
-
-    node, sep, token = worker.rpartition("/")
-    if not sep or not token:
-        return None
-    for proc in psutil.process_iter(["cmdline", "status"]):
-        argv = proc.info["cmdline"] or []
-        if proc.info["status"] == psutil.STATUS_ZOMBIE or "store.worker" not in argv:
-            continue
-        if _option(argv, "--token") == token and _option(argv, "--node") == node:
-            return proc
-    return None
-
-
-def node_workers(journal: str, node: str) -> list[psutil.Process]:
-    """The live ``store.worker`` processes of ``node`` on ``journal`` (its canonical location,
-    as a node hands it by ``--journal`` or ``$REFINE_JOURNAL``), recorded or not yet."""
-    import psutil
-
-    found = []
-    for proc in psutil.process_iter(["cmdline", "status"]):
-        argv = proc.info["cmdline"] or []
-        if proc.info["status"] == psutil.STATUS_ZOMBIE or "store.worker" not in argv:
-            continue
-        if _option(argv, "--node") != node:
-            continue
-        with contextlib.suppress(psutil.Error):
-            if (_option(argv, "--journal") or proc.environ().get("REFINE_JOURNAL")) == journal:
-                found.append(proc)
-    return found
-
-
-def _option(argv: list[str], name: str) -> str | None:
-    try:
-        return argv[argv.index(name) + 1]
-    except (ValueError, IndexError):
-        return None
-
-
-# --- stopping --------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class StopOutcome:
-    """``signals`` sent (names, in order) and the ``outcome``:
-
-    ``exited`` (gone within the grace after SIGTERM), ``killed`` (SIGKILL was needed),
-    ``not-running`` (nothing to stop), ``mismatch`` (the pid now names another process, or
-    another process group: nothing was signalled).
-    """
-
-    signals: tuple[str, ...]
-    outcome: str
-    detail: str
-
-
-def stop_process(rec: ProcessRecord, grace_s: float = 5.0) -> StopOutcome:
-    """Stop the recorded process and its process group: SIGTERM, up to ``grace_s``, SIGKILL.
-
-    Identity is verified first (pid + exact create time, not a zombie) or nothing is signalled.
-    The whole group is signalled only while its id is still the recorded one, so children and
-    grandchildren die with the worker. Never raises for a process that vanished meanwhile.
-    """
-    import signal  # here, not at the top: a stop refused before any process never signals
-
-    reaped = _reap_if_our_zombie(rec.pid)
-    if not same_process(rec):
-        if not _orphans_left(rec):
-            return _not_running_or_mismatch(rec, reaped)
-        group, target = True, f"the leftovers of process group {rec.pgid} (pid {rec.pid} is gone)"
-    else:
-        try:
-            group = os.getpgid(rec.pid) == rec.pgid
-        except ProcessLookupError:
-            return _not_running_or_mismatch(rec, _reap_if_our_zombie(rec.pid))
-        target = f"process group {rec.pgid}" if group else f"pid {rec.pid}"
-
-    def alive() -> bool:
-        _reap_if_our_zombie(rec.pid)
-        return _group_alive(rec.pgid) if group else same_process(rec)
-
-    if not _send(rec, group, signal.SIGTERM):
-        return StopOutcome((), "not-running", f"pid {rec.pid} exited before it was signalled")
-    deadline = time.monotonic() + max(0.0, grace_s)
-    while alive():
-        if time.monotonic() >= deadline:
-            _send(rec, group, signal.SIGKILL)
-            _wait_gone(alive)
-            return StopOutcome(
-                ("SIGTERM", "SIGKILL"),
-                "killed",
-                f"SIGTERM to {target}, SIGKILL after {grace_s:g} s",
-            )
-        time.sleep(POLL_S)
-    return StopOutcome(("SIGTERM",), "exited", f"SIGTERM to {target}, exited within the grace")
-
-
-def _orphans_left(rec: ProcessRecord) -> bool:
-    """The recorded leader is gone but its group lives on (e.g. grandchildren of a crashed
-    worker). A group id stays allocated while any member lives, so the group is still ours."""
-    return rec.pgid == rec.pid and _group_is_ours(rec) and _group_alive(rec.pgid)
-
-
-def _not_running_or_mismatch(rec: ProcessRecord, reaped: bool) -> StopOutcome:
-    other = _stat(rec.pid)
-    if other is not None and other[3] != rec.create_time and other[0] != _ZOMBIE:
-        return StopOutcome(
-            (),
-            "mismatch",
-            f"pid {rec.pid} is now another process (create time differs): not signalled",
-        )
-    note = " (reaped)" if reaped else ""
-    return StopOutcome((), "not-running", f"pid {rec.pid} is not running{note}")
-
-
-def _send(rec: ProcessRecord, group: bool, sig: signal.Signals) -> bool:
-    """Signal the group (only while its id is still the recorded one) or the verified pid."""
-    try:
-        if group:
-            if not _group_is_ours(rec):
-                return False
-            os.killpg(rec.pgid, sig)
-        else:
-            if not same_process(rec):
-                return False
-            os.kill(rec.pid, sig)
-    except (ProcessLookupError, PermissionError):
-        return False
-    return True
-
-
-def _group_is_ours(rec: ProcessRecord) -> bool:
-    """The group id still names the recorded group: its leader pid is not a newer process."""
-    leader = _stat(rec.pgid)
-    return leader is None or leader[3] <= rec.create_time  # leaderless: a live id is not reused
-
-
-def stop_group_members(grace_s: float = 5.0) -> tuple[str, ...]:
-    """Stop every process of the caller's own group but the caller: SIGTERM, up to ``grace_s``,
-    SIGKILL (a worker ending its recipe and whatever the recipe started). Only for a session
-    leader (a worker the node started with ``start_new_session``): any other group may hold
-    processes that are not ours (a shell's pipeline, a test runner). Returns the signals.
-    """
-    import signal
-
-    import psutil
-
-    me = os.getpid()
-    if os.getsid(0) != me or os.getpgid(0) != me:
-        return ()
-
-    def others() -> list[psutil.Process]:
-        found = []
-        for proc in _group_members(me):
-            with contextlib.suppress(psutil.Error):
-                if proc.pid != me and proc.status() != psutil.STATUS_ZOMBIE:
-                    found.append(proc)
-        return found
-
-    sent: list[str] = []
-    deadline = time.monotonic() + max(0.0, grace_s)
-    while (members := others()) and time.monotonic() < deadline + 5.0:
-        sig = signal.SIGTERM if time.monotonic() < deadline else signal.SIGKILL
-        if not sent or sent[-1] != sig.name:
-            sent.append(sig.name)
-        for proc in members:  # psutil checks the pid still names that process
-            with contextlib.suppress(psutil.Error):
-                proc.send_signal(sig)
-        time.sleep(POLL_S)
-    return tuple(sent)
-
-
-def _group_members(pgid: int) -> Iterator[psutil.Process]:
-    import psutil
-
-    for proc in psutil.process_iter():
-        with contextlib.suppress(ProcessLookupError, psutil.Error):
-            if os.getpgid(proc.pid) == pgid:
-                yield proc
-
-
-def _group_alive(pgid: int) -> bool:
-    """Any non-zombie process left in the group (orphaned zombies may never be reaped here)."""
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    for pid in _pids():
-        seen = _stat(pid)
-        if seen is not None and seen[2] == pgid and seen[0] != _ZOMBIE:
-            return True
-    return False
-
-
-def _wait_gone(alive: Any, timeout_s: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while alive() and time.monotonic() < deadline:
-        time.sleep(POLL_S)
-
-
-def _reap_if_our_zombie(pid: int) -> bool:
-    """Reap ``pid`` if it is our own exited child; True when it was reaped now."""
-    seen = _stat(pid)
-    if seen is None or seen[1] != os.getpid() or seen[0] != _ZOMBIE:
-        return False
-    try:
-        done, _ = os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        return False
-    return done == pid
 
 
 # --- logs ------------------------------------------------------------------------------------

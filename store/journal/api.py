@@ -11,14 +11,13 @@ branches on the backend. The value types and the command rules every backend sha
 from __future__ import annotations
 
 import contextlib
-import importlib
-import os
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Literal, Protocol, Self, runtime_checkable
 
-from store.errors import BackendUnavailableError, InvalidInputError
 from store.journal.core import MAX_PAGE, Change, Decide, Event, EventRecord, Outcome, Stored
+from store.journal.locations import BACKENDS as BACKENDS  # the registry, by URL scheme
+from store.journal.locations import JournalLocation, Location
 
 if TYPE_CHECKING:  # asyncio is imported where wake-ups run: a quick CLI never loads it
     import asyncio
@@ -35,6 +34,7 @@ __all__ = [
     "EventRecord",
     "Journal",
     "JournalHandle",
+    "JournalLocation",
     "Location",
     "Outcome",
     "PollingWakeUps",
@@ -45,14 +45,6 @@ __all__ = [
 ]
 
 Synchronous = Literal["FULL", "NORMAL"]
-Location = str | os.PathLike[str]
-
-# URL scheme → module holding that backend's ``Backend`` class; anything else is a SQLite path.
-BACKENDS: dict[str, tuple[str, str]] = {
-    "postgresql": ("store.journal.postgres", "PostgresJournal"),
-    "postgres": ("store.journal.postgres", "PostgresJournal"),
-}
-SQLITE_BACKEND = ("store.journal.sqlite", "SqliteJournal")
 
 
 # --- the interface -----------------------------------------------------------------------------
@@ -134,8 +126,7 @@ class Journal(Protocol):
         not now: a worker's open costs no connection of its own. Raises a StorageError subclass
         saying why the journal cannot be opened.
         """
-        return backend_for(location).connect(
-            str(location),
+        return JournalLocation.of(location).open(
             read_only,
             create=create,
             synchronous=synchronous,
@@ -146,7 +137,7 @@ class Journal(Protocol):
     @staticmethod
     def watch(location: Location) -> WakeUps:
         """Wake-ups for changes of the journal at ``location`` (which may not exist yet)."""
-        return backend_for(location).wakeups(str(location))
+        return JournalLocation.of(location).watch()
 
     read_only: bool
     location: str  # where the journal is, fit to show: a file path, or a URL without password
@@ -286,27 +277,7 @@ class Journal(Protocol):
 
 def backend_for(location: Location) -> Backend:
     """The backend class for ``location``, imported on first use."""
-    text = _location_text(location)
-    scheme = text.split("://", 1)[0].lower() if "://" in text else ""
-    module_name, class_name = BACKENDS.get(scheme, SQLITE_BACKEND)
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise BackendUnavailableError(
-            f"the {scheme or 'sqlite'} journal backend is unavailable here: {exc}"
-        ) from exc
-    backend: Backend = getattr(module, class_name)
-    return backend
-
-
-def _location_text(location: object) -> str:
-    """A location as text; anything else is refused as input (typed, never a TypeError)."""
-    text = os.fspath(location) if isinstance(location, str | os.PathLike) else None
-    if not isinstance(text, str) or not text or "\x00" in text:
-        raise InvalidInputError(
-            "a journal location is a non-empty file path or postgresql:// URL, without NUL"
-        )
-    return text
+    return JournalLocation.of(location).backend()
 
 
 class PollingWakeUps:

@@ -14,6 +14,10 @@ Tables live in their own schema (default ``refine``; ``?schema=NAME`` in the URL
 other). A database without our schema is refused unless the journal is being created (``init``);
 a schema holding anything else (a table, a function, a type: any object) is never touched. A
 writable handle is one the role may write with: a role that may only read is refused at open.
+
+One module over 600 lines because it is the whole of one backend: its schema and roles, its
+connections and every statement of the ``Journal`` interface change together (what both
+backends build alike is in ``store.journal.core`` and ``store.journal.queries``).
 """
 
 from __future__ import annotations
@@ -68,8 +72,8 @@ from store.journal.core import (
 )
 from store.journal.locations import server_journal_dir
 from store.journal.presence import PRESENCE_COLUMNS, Beat, Presence, beat_row, presence_row
+from store.journal.queries import ACTIVE_TERM, GOAL_TERM, POSTGRES, filtered_page, of_kind
 from store.journal.slots import Sharing, Slot, sharing
-from store.journal.sqlite import ACTIVE_STATUSES, ACTIVE_TERM, GOAL_TERM
 from store.journal.url import DEFAULT_SCHEMA, check_ports, parse_url, redact, valid_schema
 
 Synchronous = Literal["FULL", "NORMAL"]
@@ -673,29 +677,28 @@ class PostgresJournal(Journal):
         a coarse pre-filter the caller refines on the parsed state.
         """
         statuses = None if status is None else [status] if isinstance(status, str) else status
-        sql, args = _of_kind(
-            "SELECT aggregate_id, version, state FROM {s}.aggregates", kind, statuses
+        sql, args = of_kind(
+            POSTGRES, "SELECT aggregate_id, version, state FROM {s}.aggregates", kind, statuses
         )
-        if contains:
-            sql += " AND (strpos(lower(aggregate_id), %s) > 0 OR strpos(lower(state), %s) > 0)"
-            args += [contains.lower(), contains.lower()]
-        if node_id is not None:
-            sql += " AND node_id = %s"
-            args.append(node_id)
-        if after_id is not None:
-            if newest_first:
-                raise ValueError("after_id pages in id order, not newest first")
-            sql += " AND aggregate_id > %s"
-            args.append(after_id)
-        sql += " ORDER BY last_sequence DESC" if newest_first else " ORDER BY aggregate_id"
-        if limit is not None:
-            sql += " LIMIT %s OFFSET %s"
-            args += [int(limit), int(offset)]
+        sql, args = filtered_page(
+            POSTGRES,
+            sql,
+            args,
+            contains=contains,
+            node_id=node_id,
+            after_id=after_id,
+            newest_first=newest_first,
+            limit=limit,
+            offset=offset,
+        )
         return [stored_row(row) for row in self._rows(sql, args)]
 
     def count(self, kind: str, status: str | None = None) -> int:
-        sql, args = _of_kind(
-            "SELECT count(*) FROM {s}.aggregates", kind, None if status is None else [status]
+        sql, args = of_kind(
+            POSTGRES,
+            "SELECT count(*) FROM {s}.aggregates",
+            kind,
+            None if status is None else [status],
         )
         return int(self._rows(sql, args)[0][0])
 
@@ -738,7 +741,7 @@ class PostgresJournal(Journal):
         """Aggregates of ``kind`` per (status, node), maybe only of ``statuses`` (the Goals still
         moving: over their own index)."""
         select = "SELECT status, node_id, count(*) FROM {s}.aggregates"
-        sql, args = _of_kind(select, kind, statuses)
+        sql, args = of_kind(POSTGRES, select, kind, statuses)
         rows = self._rows(f"{sql} GROUP BY status, node_id", args)
         return {(row[0], row[1]): int(row[2]) for row in rows}
 
@@ -888,20 +891,6 @@ class PostgresJournal(Journal):
                 self._snapshots -= 1
                 if not conn.broken and not conn.closed:
                     conn.execute("COMMIT")
-
-
-def _of_kind(select: str, kind: str, statuses: Sequence[str] | None) -> tuple[str, list[Any]]:
-    """``select`` with the WHERE terms for one kind and maybe some statuses; for Goals, the
-    partial indexes' own terms, word for word, so the planner may use them in any plan."""
-    sql, args = f"{select} WHERE kind = %s", list[Any]([kind])
-    if kind == "goal":
-        sql, args = f"{select} WHERE {GOAL_TERM}", []
-    if statuses is not None:
-        sql += " AND status = ANY(%s)"
-        args.append(list(statuses))
-        if kind == "goal" and set(statuses) <= set(ACTIVE_STATUSES):
-            sql += f" AND {ACTIVE_TERM}"
-    return sql, args
 
 
 class _SequenceGate:

@@ -4,6 +4,10 @@ State, receipt, events and outbox rows of a command commit together. This module
 place that knows SQLite; Execution and Goals talk to the ``Journal`` interface
 (``store.journal.api``, re-exported here with its value types), so the PostgreSQL backend
 replaces it without touching them. ``Journal.open(path)`` lands here for any non-URL location.
+
+One module over 600 lines because it is the whole of one backend: its schema and migrations,
+its connections and every statement of the ``Journal`` interface change together (what both
+backends build alike is in ``store.journal.core`` and ``store.journal.queries``).
 """
 
 from __future__ import annotations
@@ -56,6 +60,8 @@ from store.journal.core import (
 )
 from store.journal.locations import journal_file_exists, resolve_journal_path
 from store.journal.presence import PRESENCE_COLUMNS, Beat, Presence, beat_row, presence_row
+from store.journal.queries import ACTIVE_STATUSES as ACTIVE_STATUSES  # the tests' old name
+from store.journal.queries import ACTIVE_TERM, GOAL_TERM, SQLITE, filtered_page, of_kind
 
 __all__ = [
     "MAX_PAGE",
@@ -132,10 +138,8 @@ CREATE TABLE meta (
 #   the Runs out, and the status index holds only the Goals still moving; a settled Goal is found
 #   through the recency index, which carries its status. Queries repeat these WHERE terms word
 #   for word (the planner uses a partial index only for a query whose WHERE implies its own);
-#   ``kind`` stays a column of both, else the planner reads the table to test that term.
-GOAL_TERM = "kind = 'goal'"
-ACTIVE_STATUSES = ("queued", "held", "running")  # a Goal's statuses that are not terminal
-ACTIVE_TERM = f"status IN ({', '.join(repr(s) for s in ACTIVE_STATUSES)})"
+#   ``kind`` stays a column of both, else the planner reads the table to test that term
+#   (GOAL_TERM, ACTIVE_TERM: store.journal.queries).
 _SCHEMA_4 = f"""
 DROP INDEX aggregates_by_status;
 DROP INDEX aggregates_by_recency;
@@ -467,28 +471,24 @@ class SqliteJournal(Journal):
         # cost 5× more per page.
         ids_first = statuses is not None and limit is not None and after_id is not None
         columns = "aggregate_id" if ids_first else "aggregate_id, version, state"
-        sql, args = _of_kind(f"SELECT {columns} FROM aggregates", kind, statuses)
+        sql, args = of_kind(SQLITE, f"SELECT {columns} FROM aggregates", kind, statuses)
         if statuses is None and limit is not None and not newest_first:
             # A page in id order: along the primary key from ``after_id``. Given the Goals'
             # partial index instead, the planner read and sorted every Goal for each page (a
             # million Goals listed in a thousand pages: a billion rows). The unary + keeps the
             # kind term from matching that index's WHERE.
             sql, args = f"SELECT {columns} FROM aggregates WHERE +kind = ?", [kind]
-        if contains:
-            sql += " AND (instr(lower(aggregate_id), ?) > 0 OR instr(lower(state), ?) > 0)"
-            args += [contains.lower(), contains.lower()]
-        if node_id is not None:
-            sql += " AND node_id = ?"
-            args.append(node_id)
-        if after_id is not None:
-            if newest_first:
-                raise ValueError("after_id pages in id order, not newest first")
-            sql += " AND aggregate_id > ?"
-            args.append(after_id)
-        sql += " ORDER BY last_sequence DESC" if newest_first else " ORDER BY aggregate_id"
-        if limit is not None:
-            sql += " LIMIT ? OFFSET ?"
-            args += [int(limit), int(offset)]
+        sql, args = filtered_page(
+            SQLITE,
+            sql,
+            args,
+            contains=contains,
+            node_id=node_id,
+            after_id=after_id,
+            newest_first=newest_first,
+            limit=limit,
+            offset=offset,
+        )
         if ids_first:
             sql = (
                 "SELECT aggregate_id, version, state FROM aggregates"
@@ -499,7 +499,7 @@ class SqliteJournal(Journal):
 
     def count(self, kind: str, status: str | None = None) -> int:
         statuses = None if status is None else [status]
-        sql, args = _of_kind("SELECT count(*) FROM aggregates", kind, statuses)
+        sql, args = of_kind(SQLITE, "SELECT count(*) FROM aggregates", kind, statuses)
         with self._lock, _storage_errors():
             return int(self._connection().execute(sql, args).fetchone()[0])
 
@@ -543,7 +543,7 @@ class SqliteJournal(Journal):
         """Aggregates of ``kind`` per (status, node), maybe only of ``statuses`` (the Goals still
         moving: over their own index)."""
         select = "SELECT status, node_id, count(*) FROM aggregates"
-        sql, args = _of_kind(select, kind, statuses)
+        sql, args = of_kind(SQLITE, select, kind, statuses)
         with self._lock, _storage_errors():
             rows = self._connection().execute(f"{sql} GROUP BY status, node_id", args)
             return {(row[0], row[1]): int(row[2]) for row in rows}
@@ -768,21 +768,6 @@ def _check_outbox_rows(conn: sqlite3.Connection, rows: list[tuple[Any, ...]]) ->
         raise InvalidInputError(
             f"the source's outbox rows {low}..{high} do not match its events: run refine check"
         )
-
-
-def _of_kind(select: str, kind: str, statuses: Sequence[str] | None) -> tuple[str, list[Any]]:
-    """``select`` with the WHERE terms for one kind and maybe some statuses; for Goals, the
-    partial indexes' own terms, word for word, so the planner may use them."""
-    sql, args = f"{select} WHERE kind = ?", [kind]
-    if kind == "goal":
-        sql, args = f"{select} WHERE {GOAL_TERM}", []
-    if statuses is not None:
-        statuses = list(statuses)
-        sql += f" AND status IN ({','.join('?' * len(statuses))})"
-        args += statuses
-        if kind == "goal" and set(statuses) <= set(ACTIVE_STATUSES):
-            sql += f" AND {ACTIVE_TERM}"
-    return sql, args
 
 
 def _connect(uri: str, busy_timeout_ms: int) -> sqlite3.Connection:

@@ -96,8 +96,11 @@ class JournalURL(NamedTuple):  # not a dataclass: the CLI starts without datacla
 
 
 def is_postgres_url(location: str | os.PathLike[str]) -> bool:
+    """Whether ``location`` is written as a server URL: its scheme in any case, as the backend
+    registry reads it (``store.journal.locations``), so ``redact`` never shows a password that
+    only an upper-case scheme hid (libpq refuses such a URL; ``parse_url`` does too)."""
     text = os.fspath(location)
-    return text.startswith(PREFIXES)
+    return text[:13].lower().startswith(PREFIXES)
 
 
 def valid_schema(name: str) -> bool:

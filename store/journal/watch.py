@@ -22,7 +22,7 @@ from pathlib import Path
 
 from store.errors import StorageError
 from store.journal.api import MAX_PAGE, ChangeSource, Event, Journal, JournalHandle, Location
-from store.journal.locations import resolve_journal_path, resolve_location
+from store.journal.locations import JournalLocation, resolve_journal_path
 from store.speedups import inotify
 
 # Measured here (DESIGN §7): step=20 ms gives ≈ 30 ms from commit to wake-up (a burst of writes
@@ -245,7 +245,7 @@ class ChangeFeed:
         after_sequence: int | None = None,
         busy_timeout_ms: int = 1000,
     ) -> None:
-        self.location = resolve_location(location)
+        self.location = JournalLocation.of(location)  # once: a file's real path
         self._handle = JournalHandle(self.location, read_only=True, busy_timeout_ms=busy_timeout_ms)
         self.journal: Journal | None = None
         self.last_sequence = after_sequence or 0
@@ -278,7 +278,7 @@ class ChangeFeed:
     def _resumes(self, journal: Journal) -> bool:
         return (
             self.generation > 0
-            and isinstance(self.location, str)  # a server journal: no file to be replaced
+            and self.location.is_server  # no file to be replaced
             and journal.journal_id is not None
             and journal.journal_id == self._journal_id
             and journal.last_sequence() >= self.last_sequence

@@ -22,9 +22,10 @@ from store.model.run_rules import EXECUTION_LIMITS
 from store.names import MAX_NAME as MAX_NAME  # re-exported: the model names its ids
 from store.names import check_name as check_name
 from store.records import dataclass
+from store.statuses import GOAL_STATUSES as GOAL_STATUSES  # re-exported: defined once there
+from store.statuses import TERMINAL_STATUSES as TERMINAL_STATUSES
+from store.statuses import GoalStatus as GoalStatus
 
-GOAL_STATUSES = ("queued", "held", "running", "completed", "exhausted", "cancelled")
-TERMINAL_STATUSES = frozenset({"completed", "exhausted", "cancelled"})
 REDELIVERY = ("safe", "operator")
 RECIPE_REVISION = "recipe-argv.1"
 MAX_TITLE = 200

@@ -13,6 +13,9 @@ Pins of a Goal's Run (fixed at submission):
 
 A Round moves on only by reassignment: the old Run (queued) is cancelled as superseded and a new
 Run is submitted for the new node, so a worker launched for an older Round can never claim.
+
+One module over 600 lines because each transition's pure decision (``_decide_*``) sits beside
+the one ``Goals`` method that commits it: a rule and its command are read together.
 """
 
 from __future__ import annotations
@@ -51,6 +54,7 @@ from store.model.goal import (
     WORKER_CLEANUP_METHOD,
     CorruptGoal,
     Goal,
+    GoalStatus,
     check_actor,
     check_argv,
     check_budget,
@@ -86,6 +90,7 @@ __all__ = [
     "CorruptGoal",
     "Goal",
     "GoalResult",
+    "GoalStatus",
     "Goals",
     "check_epoch",
     "check_name",

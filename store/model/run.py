@@ -25,9 +25,8 @@ from store.journal.core import register_fold
 from store.model import run_rules as rules
 from store.model.run_rules import EXECUTION_LIMITS, Invalid
 from store.records import dataclass
+from store.statuses import RUN_STATUSES, TERMINAL_STATUSES, RunStatus
 
-RUN_STATUSES = ("queued", "running", "completed", "exhausted", "cancelled")
-TERMINAL_STATUSES = frozenset({"completed", "exhausted", "cancelled"})
 ATTEMPT_STATES = ("running", "completed", "failed", "interrupted")
 _ATTEMPT_BASE = rules.keys("attempt_id", "epoch", "worker", "state")
 _ATTEMPT_KEYS = {
@@ -489,6 +488,7 @@ __all__ = [
     "TERMINAL_STATUSES",
     "Attempt",
     "Run",
+    "RunStatus",
     "attempt_id_for",
     "check_run",
     "check_transition",

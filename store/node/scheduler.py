@@ -18,6 +18,10 @@ records, so it does not launch a Goal twice; its workers outlive it.
 Connections (PostgreSQL, DESIGN §14): the node keeps two (its reads and commands, its LISTEN);
 its workers share the rest of ``max_connections`` through slots in its folder
 (``store.journal.slots``), and learn of changes from the node (``wakeups``), not a LISTEN each.
+
+One module over 600 lines because launching, reconciling and cancelling share the node's
+launched set and its wake-ups; the worker, the forkserver and the wake-ups have modules of
+their own.
 """
 
 from __future__ import annotations
@@ -35,7 +39,6 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import IO
 
 from store.errors import InvalidInputError, RefineError, StorageError, VersionConflictError
@@ -47,10 +50,9 @@ from store.host.processes import (
     stop_process,
 )
 from store.journal.api import ChangeSource, Journal, JournalHandle, relay
-from store.journal.locations import resolve_location
+from store.journal.locations import JournalLocation, Location
 from store.journal.presence import Heartbeat, heartbeat_interval
 from store.journal.slots import KEPT, SLOTS_ENV, ConnectionSlots, max_connections, named
-from store.journal.url import is_postgres_url
 from store.journal.watch import JournalWatcher
 from store.model.execution import Execution
 from store.model.goal import MAX_NAME, PROCESS_GONE_METHOD
@@ -106,7 +108,7 @@ class Node:
 
     def __init__(
         self,
-        journal_path: str | Path,
+        journal_path: Location,
         node_id: str,
         capacity: int = 4,
         *,
@@ -123,7 +125,7 @@ class Node:
         self.heartbeat_s = heartbeat_interval(heartbeat_s)  # node presence (store.journal.presence)
         self.max_connections = max_connections(connections)
         self.grace_s = grace_s
-        self.journal_path = resolve_location(journal_path)  # once: folders derive from it
+        self.journal_path = JournalLocation.of(journal_path)  # once: folders derive from it
         self._handle = JournalHandle(self.journal_path)
         self.journal = self._handle.get()
         self.goals = Goals(self.journal)
@@ -343,7 +345,8 @@ class Node:
                 self.watch_fd(launch.pidfd)
 
     def _worker_argv(self, goal_id: str, token: str, round: int) -> list[str]:
-        where = [] if isinstance(self.journal_path, str) else ["--journal", str(self.journal_path)]
+        # A server URL may hold a password: the environment carries it, never the argv.
+        where = [] if self.journal_path.is_server else ["--journal", self.journal_path.text]
         return [
             sys.executable,
             "-m",
@@ -361,9 +364,9 @@ class Node:
 
     def _worker_env(self) -> dict[str, str]:
         # A URL goes by the environment, never argv: it may hold a password (ps shows argv).
-        env = {**os.environ, JOURNAL_ENV: str(self.journal_path)}
+        env = {**os.environ, JOURNAL_ENV: self.journal_path.text}
         env.pop(SLOTS_ENV, None)
-        if is_postgres_url(self.journal_path):  # the workers share what the node does not keep
+        if self.journal_path.is_server:  # the workers share what the node does not keep
             folder = self.registry.root / "connections"
             env[SLOTS_ENV] = ConnectionSlots(folder, self.max_connections - KEPT).to_env()
         return env
@@ -592,7 +595,7 @@ def _pidfd(pid: int) -> int | None:
 
 
 def run_node(
-    journal_path: str | Path,
+    journal_path: Location,
     node_id: str,
     *,
     capacity: int = 4,

@@ -25,6 +25,10 @@ The recipe runs in the worker's process group (the node starts the worker as a s
 leader), so stopping the group stops both. Time never ends an attempt in the journal by itself;
 the worker, as the owner, may stop a recipe that outlived ``attempt_timeout_ms`` and report it
 failed. At-least-once: a replacement worker simply runs the recipe again.
+
+One module over 600 lines because the worker, its claim helper and its supervision are one
+process's life, and their order (claim, record, reread, exec; report only as the owner) is the
+safety argument: it reads top to bottom here.
 """
 
 from __future__ import annotations
@@ -60,9 +64,8 @@ from store.host.processes import (
     stop_group_members,
 )
 from store.journal.api import ChangeSource, Journal
-from store.journal.locations import STATE_DIR_ENV
+from store.journal.locations import STATE_DIR_ENV, JournalLocation
 from store.journal.slots import SLOTS_ENV, WAKE_FILE_ENV, keeping_connections, share_from_env
-from store.journal.url import is_postgres_url
 from store.model.execution import Execution
 from store.model.goals import GoalResult, Goals
 from store.node.wakeups import Inbox
@@ -278,7 +281,7 @@ def run_worker(
 
 def _poll_s(location: str) -> float:
     """How often a worker without a node looks by itself (see ``Inbox``)."""
-    return ORPHAN_POLL_S if is_postgres_url(location) else POLL_S
+    return ORPHAN_POLL_S if JournalLocation(location).is_server else POLL_S
 
 
 def rehearse(rounds: int = REHEARSALS) -> None:

@@ -23,6 +23,7 @@ from store.journal.api import MAX_PAGE, Event, Journal, Stored
 from store.journal.core import UnreadableData
 from store.model.goal import GOAL_EVENT_STATUS, fold_goal, goal_from_stored
 from store.model.run import fold_run, run_from_stored
+from store.statuses import TERMINAL_STATUSES
 
 __all__ = ["GOAL_EVENT_STATUS", "CheckReport", "Violation", "check_journal", "fold_goal"]
 
@@ -355,7 +356,7 @@ def _check_earlier_rounds(
         run = stored.get(run_agg)
         state = run.state if run is not None else None
         status = state.get("status") if isinstance(state, Mapping) else None
-        if status not in ("completed", "exhausted", "cancelled"):
+        if status not in TERMINAL_STATUSES:
             seqs = _last(events.get(goal_id)) + _last(events.get(run_agg))
             report.add(goal_id, seqs, f"run of earlier round {round_} is {status or 'missing'}")
 

@@ -25,8 +25,7 @@ from pathlib import Path
 
 from store.errors import StorageError, TargetNotEmptyError
 from store.journal.api import Journal
-from store.journal.locations import journal_file_exists, resolve_journal_path
-from store.journal.url import is_postgres_url
+from store.journal.locations import JournalLocation, journal_file_exists
 
 TEMP_MARK = ".copying-"
 _NAME_KEPT = 200  # of the target's name in the temporary one (a file name has 255 bytes)
@@ -37,9 +36,10 @@ def copy_target(location: str) -> AbstractContextManager[Journal]:
     """The empty journal a copy writes into; on a clean exit of the block it is at ``location``.
 
     Raises TargetNotEmptyError when another journal took a new location meanwhile."""
-    if is_postgres_url(location):
-        return _postgres_target(location)
-    path = resolve_journal_path(location)
+    where = JournalLocation(location)
+    if where.is_server:
+        return _postgres_target(where.text)
+    path = where.path
     if journal_file_exists(path):
         return Journal.open(path, create=True)  # an empty file becomes the journal, as at init
     return _new_sqlite_file(path)

@@ -30,7 +30,7 @@ from store.journal.api import (
     relay,
 )
 from store.journal.core import event_row
-from store.journal.locations import resolve_location
+from store.journal.locations import JournalLocation
 from store.model.goal import GOAL_EVENT_STATUS, goal_id_of
 from store.records import dataclass
 
@@ -136,7 +136,7 @@ class EventStream:
         journal: Journal | None = None,
         note: Callable[[str], None] = lambda _: None,
     ) -> None:
-        self.location = resolve_location(location)
+        self.location = JournalLocation.of(location)
         self.sequence = after
         self._note = note  # one line for the reader's stderr: waiting, resumed, replaced
         self._handle = JournalHandle(self.location, read_only=True)

@@ -33,8 +33,7 @@ from prometheus_client.registry import Collector
 
 from store.errors import RefineError
 from store.journal.api import MAX_PAGE, ChangeSource, Journal, JournalHandle, Location
-from store.journal.locations import resolve_location
-from store.model.goal import GOAL_STATUSES, TERMINAL_STATUSES
+from store.journal.locations import JournalLocation
 from store.ops.journal_stats import (
     FOLDED,
     OUTCOMES,
@@ -42,9 +41,9 @@ from store.ops.journal_stats import (
     JournalStats,
     node_presence,
 )
+from store.statuses import ACTIVE_GOAL_STATUSES, GOAL_STATUSES
 
 PREFIX = "refine"
-ACTIVE_GOAL_STATUSES = [s for s in GOAL_STATUSES if s not in TERMINAL_STATUSES]
 FOLDED_TYPES = sorted(FOLDED)
 TEXT = "text/plain; charset=utf-8"
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")  # shown as escapes in a 503's one line
@@ -65,7 +64,7 @@ class JournalCollector(Collector):
     (scrapes are serialized). ``collect`` raises a StorageError while the journal is unusable."""
 
     def __init__(self, location: Location, *, clock: Callable[[], float] = time.time) -> None:
-        self.location = resolve_location(location)
+        self.location = JournalLocation.of(location)
         self._clock = clock
         self._handle = JournalHandle(self.location, read_only=True)
         self._lock = threading.Lock()

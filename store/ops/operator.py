@@ -5,6 +5,10 @@ The order is always: read, check (every refusal is typed and writes and signals 
 on the local process, then record in one journal transaction at the versions read. Process
 records are node-local observations, never authority: they only say which process to stop, and
 a pid counts as the recorded process only with the same create time.
+
+One module over 600 lines because the four actions share one order (read, check, act on the
+process, record) and the helpers that keep it; what is shown before them is
+``store.ops.evidence``.
 """
 
 from __future__ import annotations

@@ -60,7 +60,7 @@ def listed(capsys: pytest.CaptureFixture[str], location: str, *args: str) -> lis
 def test_status_lists_exactly_the_goals_in_those_statuses(
     journal_location: str, capsys: pytest.CaptureFixture[str], monkeypatch, page: int
 ) -> None:
-    monkeypatch.setattr(cli, "GOALS_PAGE", page)
+    monkeypatch.setattr(cli.reads, "GOALS_PAGE", page)
     fill(journal_location, 30)
     everything = listed(capsys, journal_location)
     assert [g["goal_id"] for g in everything] == [f"g{n:03d}" for n in range(30)]
@@ -121,7 +121,7 @@ def test_the_first_rows_are_printed_before_the_rest_is_read(
     the listing has the cells `table` / `json.dumps` print all at once (the JSON byte for byte)."""
     location = str(tmp_path / "journal.db")
     fill(location, 25)
-    monkeypatch.setattr(cli, "GOALS_PAGE", 4)
+    monkeypatch.setattr(cli.reads, "GOALS_PAGE", 4)
     reads = Reads(monkeypatch)
     out = Watched(reads)
     monkeypatch.setattr(sys, "stdout", out)

@@ -104,7 +104,7 @@ def test_the_quick_parse_parses_as_the_whole_parser(argv: list[str]) -> None:
         ["-h", "goals"],
         ["--node", "stop", "goals"],  # "stop" is the node: only the whole parser sees `goals`
         ["stop", "--grace", "soon"],  # a mistake: the whole parser words it
-        # (`stop` alone parses since stop takes goals or --status; cli_bulk refuses it, exit 2)
+        # (`stop` alone parses since stop takes goals or --status; cli.bulk refuses it, exit 2)
         ["cancel", "g1"],
         ["nothing"],
         [],

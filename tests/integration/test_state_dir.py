@@ -1,7 +1,8 @@
 """A node's state dir (DESIGN §11): ``--state-dir`` / ``$REFINE_STATE_DIR``, else
 ``nodes/<node>/<journal id>/`` beside a SQLite journal, else
-``$XDG_STATE_HOME/refine/<journal id>/<node>/`` for PostgreSQL. One function decides it for the
-node, its workers, the operator commands and the dashboard.
+``$XDG_STATE_HOME/refine/<journal id>/<node>/`` for PostgreSQL. One method
+(``JournalLocation.state_dir``) decides it for the node, its workers, the operator commands and
+the dashboard.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from store.errors import StateDirInUseError
 from store.goals import Goals
 from store.host.processes import ProcessRecord, ProcessRegistry, same_process
 from store.journal.api import Journal
-from store.journal.locations import STATE_DIR_ENV, node_state_dir
+from store.journal.locations import STATE_DIR_ENV, JournalLocation
 from store.node.scheduler import FORKSERVER_ENV
 from tests.helpers.node_env import QUICK, WAIT_FOR_GO, Env
 from tests.helpers.waits import wait_until
@@ -38,7 +39,10 @@ def test_a_sqlite_journal_keeps_node_files_beside_its_real_path(tmp_path: Path) 
     real.parent.mkdir()
     (tmp_path / "link.db").symlink_to(real)
 
-    assert node_state_dir(tmp_path / "link.db", "team/a") == real.parent / "nodes" / "team%2Fa"
+    assert (
+        JournalLocation(tmp_path / "link.db").state_dir("team/a")
+        == real.parent / "nodes" / "team%2Fa"
+    )
     assert ProcessRegistry(real, "n1").root == real.parent / "nodes" / "n1"
     # One folder per journal: two journals beside each other never share a record file.
     registry = ProcessRegistry(tmp_path / "link.db", "n1", "j-1")
@@ -50,16 +54,16 @@ def test_a_server_journal_keeps_node_files_per_journal_id_in_the_state_home(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg"))
-    assert node_state_dir(URL, "a", "j-1") == tmp_path / "xdg" / "refine" / "j-1" / "a"
+    assert JournalLocation(URL).state_dir("a", "j-1") == tmp_path / "xdg" / "refine" / "j-1" / "a"
 
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     for unset in ("", "relative/state"):  # the XDG spec ignores a relative value
         monkeypatch.setenv("XDG_STATE_HOME", unset)
         expected = tmp_path / "home" / ".local" / "state" / "refine" / "j-1" / "a"
-        assert node_state_dir(URL, "a", "j-1") == expected
+        assert JournalLocation(URL).state_dir("a", "j-1") == expected
 
     with pytest.raises(ValueError, match="journal id"):
-        node_state_dir(URL, "a", None)
+        JournalLocation(URL).state_dir("a", None)
 
 
 def test_the_override_then_the_environment_beat_the_default(
@@ -69,9 +73,11 @@ def test_the_override_then_the_environment_beat_the_default(
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv(STATE_DIR_ENV, "from-env")
 
-    assert node_state_dir(journal, "n1") == tmp_path / "from-env"  # made absolute
-    assert node_state_dir(URL, "n1", None) == tmp_path / "from-env"  # no journal id needed
-    assert node_state_dir(journal, "n1", override="given") == tmp_path / "given"
+    assert JournalLocation(journal).state_dir("n1") == tmp_path / "from-env"  # made absolute
+    assert (
+        JournalLocation(URL).state_dir("n1", None) == tmp_path / "from-env"
+    )  # no journal id needed
+    assert JournalLocation(journal).state_dir("n1", override="given") == tmp_path / "given"
     assert ProcessRegistry(journal, "n1", state_dir=tmp_path / "s").logs_dir == tmp_path / "s/logs"
     assert ProcessRegistry(journal, "n1", "j-1").root == tmp_path / "from-env"  # chosen: as is
     assert ProcessRegistry(journal, "n1", "j-1").legacy_root is None

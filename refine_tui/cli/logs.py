@@ -10,15 +10,15 @@ from __future__ import annotations
 import argparse
 import sys
 
-from refine_tui.cli import (
+from refine_tui.cli.common import (
     EXIT_OK,
     OutputError,
     journal_path,
     node_name,
     open_journal,
-    positive_int,
     printable,
 )
+from refine_tui.cli.values import positive_int
 from store.errors import NoLogError
 
 

@@ -13,16 +13,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from refine_tui.cli import (
-    EXIT_OK,
-    UsageError,
-    bind_host,
-    journal_path,
-    open_journal,
-    port_number,
-    printable,
-)
-from store.journal.url import redact
+from refine_tui.cli.common import EXIT_OK, UsageError, journal_path, open_journal, printable
+from refine_tui.cli.values import bind_host, port_number
 
 DEFAULT_PORT = 9464
 
@@ -53,7 +45,7 @@ def cmd_metrics(args: argparse.Namespace) -> int:
                 f"cannot serve on {args.host}:{args.port}: {exc.strerror or exc}"
             ) from None
         with server:
-            announce(args.host, server.server_address[1], redact(str(location)))
+            announce(args.host, server.server_address[1], location.printable)
             server.serve_until_stopped()
     finally:
         collector.close()

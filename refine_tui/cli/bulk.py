@@ -18,7 +18,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
-from refine_tui.cli import (
+from refine_tui.cli.common import (
     EXIT_OK,
     EXIT_REFUSED,
     EXIT_USAGE,
@@ -26,12 +26,12 @@ from refine_tui.cli import (
     OutputError,
     UsageError,
     emit,
-    goal_statuses,
     node_name,
     open_journal,
     printable,
     table,
 )
+from refine_tui.cli.values import goal_statuses
 from refine_tui.visible import clip
 from store.errors import GoalNotFoundError
 

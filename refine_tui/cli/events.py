@@ -14,14 +14,8 @@ import sys
 import time
 from typing import Any
 
-from refine_tui.cli import (
-    EXIT_OK,
-    OutputError,
-    journal_path,
-    open_journal,
-    printable,
-    require_goal,
-)
+from refine_tui.cli.common import EXIT_OK, OutputError, journal_path, open_journal, printable
+from refine_tui.cli.reads import require_goal
 from refine_tui.visible import visible
 from store.ops.event_stream import EventFilter, EventStream, StreamedEvent, unknown_types
 

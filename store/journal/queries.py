@@ -1,0 +1,96 @@
+"""The aggregate reads both backends build the same way: one kind (maybe some statuses), then a
+filtered page (text, node, after an id), ordered and cut.
+
+SQLite and PostgreSQL differ here only in their SQL dialect (``Dialect``: the placeholder, the
+substring search, "one of these values"), so the terms are written once and each backend
+passes its own. Only Goals are looked up by status or by recency (Runs are read by id): the
+Goals' partial indexes (each backend's schema) are made with ``GOAL_TERM`` and ``ACTIVE_TERM``,
+and the queries repeat those terms word for word, since a planner uses a partial index only for
+a query whose WHERE implies its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from store.statuses import ACTIVE_GOAL_STATUSES
+
+GOAL_TERM = "kind = 'goal'"
+ACTIVE_STATUSES = ACTIVE_GOAL_STATUSES  # a Goal's statuses that are not terminal
+ACTIVE_TERM = f"status IN ({', '.join(repr(s) for s in ACTIVE_STATUSES)})"
+
+
+class Dialect:
+    """What differs between the backends' SQL for these reads."""
+
+    __slots__ = ("find", "many", "mark")
+
+    def __init__(self, mark: str, find: str, *, many: bool) -> None:
+        self.mark = mark  # a parameter's placeholder
+        self.find = find  # the 1-based position of a substring, 0 when absent
+        self.many = many  # a list may be one parameter (``= ANY(%s)``)
+
+    def one_of(self, column: str, values: Sequence[str]) -> tuple[str, list[Any]]:
+        """``column`` is one of ``values``: the term and its parameters."""
+        if self.many:
+            return f"{column} = ANY({self.mark})", [list(values)]
+        return f"{column} IN ({','.join(self.mark * len(values))})", list(values)
+
+
+SQLITE = Dialect("?", "instr", many=False)
+POSTGRES = Dialect("%s", "strpos", many=True)
+
+
+def of_kind(
+    dialect: Dialect, select: str, kind: str, statuses: Sequence[str] | None
+) -> tuple[str, list[Any]]:
+    """``select`` with the WHERE terms for one kind and maybe some statuses; for Goals, the
+    partial indexes' own terms, word for word, so the planner may use them in any plan."""
+    sql, args = f"{select} WHERE kind = {dialect.mark}", list[Any]([kind])
+    if kind == "goal":
+        sql, args = f"{select} WHERE {GOAL_TERM}", []
+    if statuses is not None:
+        term, values = dialect.one_of("status", list(statuses))
+        sql += f" AND {term}"
+        args += values
+        if kind == "goal" and set(statuses) <= set(ACTIVE_STATUSES):
+            sql += f" AND {ACTIVE_TERM}"
+    return sql, args
+
+
+def filtered_page(
+    dialect: Dialect,
+    sql: str,
+    args: list[Any],
+    *,
+    contains: str | None,
+    node_id: str | None,
+    after_id: str | None,
+    newest_first: bool,
+    limit: int | None,
+    offset: int,
+) -> tuple[str, list[Any]]:
+    """``sql`` (a SELECT of aggregates with its WHERE begun) narrowed to those whose id or
+    stored state contains ``contains`` (ASCII case folded), of ``node_id``, after ``after_id``
+    (in id order only: ValueError with ``newest_first``), then ordered and cut to a page."""
+    mark = dialect.mark
+    if contains:
+        sql += (
+            f" AND ({dialect.find}(lower(aggregate_id), {mark}) > 0"
+            f" OR {dialect.find}(lower(state), {mark}) > 0)"
+        )
+        args = [*args, contains.lower(), contains.lower()]
+    if node_id is not None:
+        sql += f" AND node_id = {mark}"
+        args = [*args, node_id]
+    if after_id is not None:
+        if newest_first:
+            raise ValueError("after_id pages in id order, not newest first")
+        sql += f" AND aggregate_id > {mark}"
+        args = [*args, after_id]
+    sql += " ORDER BY last_sequence DESC" if newest_first else " ORDER BY aggregate_id"
+    if limit is not None:
+        sql += f" LIMIT {mark} OFFSET {mark}"
+        args = [*args, int(limit), int(offset)]
+    return sql, args

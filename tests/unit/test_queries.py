@@ -1,0 +1,38 @@
+"""The aggregate reads both backends share (store.journal.queries): one builder, two dialects."""
+
+from __future__ import annotations
+
+import pytest
+
+from store.journal.queries import ACTIVE_TERM, GOAL_TERM, POSTGRES, SQLITE, filtered_page, of_kind
+
+
+def test_a_goal_page_repeats_the_partial_indexes_terms_in_each_dialect() -> None:
+    sql, args = of_kind(SQLITE, "SELECT x FROM t", "goal", ["queued", "held"])
+    assert sql == f"SELECT x FROM t WHERE {GOAL_TERM} AND status IN (?,?) AND {ACTIVE_TERM}"
+    assert args == ["queued", "held"]
+    sql, args = of_kind(POSTGRES, "SELECT x FROM t", "goal", ["queued", "completed"])
+    assert sql == f"SELECT x FROM t WHERE {GOAL_TERM} AND status = ANY(%s)"  # not all active
+    assert args == [["queued", "completed"]]
+    assert of_kind(POSTGRES, "SELECT x FROM t", "run", None) == (
+        "SELECT x FROM t WHERE kind = %s",
+        ["run"],
+    )
+
+
+def test_the_filtered_page_differs_only_in_the_dialect() -> None:
+    given = {"contains": "AbC", "node_id": "n1", "after_id": "g9", "limit": 10, "offset": 0}
+    sqlite, s_args = filtered_page(SQLITE, "Q", ["k"], newest_first=False, **given)
+    postgres, p_args = filtered_page(POSTGRES, "Q", ["k"], newest_first=False, **given)
+    assert sqlite == (
+        "Q AND (instr(lower(aggregate_id), ?) > 0 OR instr(lower(state), ?) > 0)"
+        " AND node_id = ? AND aggregate_id > ? ORDER BY aggregate_id LIMIT ? OFFSET ?"
+    )
+    assert postgres == sqlite.replace("instr", "strpos").replace("?", "%s")
+    assert s_args == p_args == ["k", "abc", "abc", "n1", "g9", 10, 0]
+    assert filtered_page(
+        SQLITE, "Q", [], contains=None, node_id=None, after_id=None, newest_first=True,
+        limit=None, offset=0,
+    ) == ("Q ORDER BY last_sequence DESC", [])  # fmt: skip
+    with pytest.raises(ValueError, match="id order"):
+        filtered_page(POSTGRES, "Q", [], newest_first=True, **given)
