@@ -20,14 +20,19 @@ from refine_tui.cli.common import (
 
 
 def cmd_node(args: argparse.Namespace) -> int:
+    from store.journal.slots import named
+
+    with named(f"refine node {node_name(args)}"):  # its connections say so in pg_stat_activity
+        return _serve_node(args)
+
+
+def _serve_node(args: argparse.Namespace) -> int:
     import asyncio
 
-    from store.journal.slots import named
     from store.node.scheduler import Node
     from store.ops.node_start import claim_node_name
 
     location = journal_path(args)
-    named(f"refine node {node_name(args)}")  # its connections say so in pg_stat_activity
     open_journal(args, write=True).close()
     # A refusal (a bad node name, a state dir that cannot be made, a node of this name that
     # runs already) ends as every command's does: one line, the exit code of its kind.
@@ -55,13 +60,18 @@ def cmd_node(args: argparse.Namespace) -> int:
 
 
 def cmd_tui(args: argparse.Namespace) -> int:
-    from refine_tui.app import RefineApp
     from store.journal import slots
 
     if os.environ.get(slots.SLOTS_ENV):  # a tab of `refine serve`: its connections, its wake-ups
         slots.share_from_env(application="refine tui (serve)")
-    else:
-        slots.named("refine tui")
+        return _run_tui(args)
+    with slots.named("refine tui"):
+        return _run_tui(args)
+
+
+def _run_tui(args: argparse.Namespace) -> int:
+    from refine_tui.app import RefineApp
+
     location = journal_path(args)
     if location.is_server:  # a URL that can never connect is bad input now, not a wait
         from store.journal.postgres import connection_info
@@ -74,10 +84,15 @@ def cmd_tui(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from refine_tui.serve import TokenFileError, serve
     from store.journal.slots import max_connections, named
 
-    named("refine serve")
+    with named("refine serve"):
+        return _serve(args, max_connections(args.max_connections))
+
+
+def _serve(args: argparse.Namespace, connections: int) -> int:
+    from refine_tui.serve import TokenFileError, serve
+
     open_journal(args, write=False).close()  # refuse now, not in every tab
     try:
         return serve(
@@ -87,7 +102,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             port=args.port,
             read_only=args.read_only,
             token_file=Path(args.token_file) if args.token_file else None,
-            connections=max_connections(args.max_connections),
+            connections=connections,
             location=journal_text(args),
         )
     except TokenFileError as exc:

@@ -182,6 +182,14 @@ def keeping_connections() -> Iterator[None]:
         share(before)
 
 
-def named(application: str) -> None:
-    """Keep how this process connects, under another ``application_name``."""
-    share(replace(_sharing, application=application))
+@contextlib.contextmanager
+def named(application: str) -> Iterator[None]:
+    """Within: keep how this process connects, under another ``application_name``. Restored
+    after: a node or a dashboard run inside a longer-lived process (a test, a script) must not
+    go on naming that process's later connections after itself."""
+    before = _sharing
+    share(replace(before, application=application))
+    try:
+        yield
+    finally:
+        share(before)

@@ -603,16 +603,16 @@ def run_node(
     connections: int | None = None,
 ) -> int:
     """Run this node's scheduler in the foreground until SIGINT/SIGTERM; the exit code."""
-    named(f"refine node {node_id}")
-    try:
-        node = Node(
-            journal_path, node_id, capacity, heartbeat_s=heartbeat_s, connections=connections
-        )
-    except RefineError as exc:
-        print(f"refine node: {exc}", file=sys.stderr)
-        return 2 if isinstance(exc, InvalidInputError) else 3
-    with node:
-        return asyncio.run(node.serve())
+    with named(f"refine node {node_id}"):
+        try:
+            node = Node(
+                journal_path, node_id, capacity, heartbeat_s=heartbeat_s, connections=connections
+            )
+        except RefineError as exc:
+            print(f"refine node: {exc}", file=sys.stderr)
+            return 2 if isinstance(exc, InvalidInputError) else 3
+        with node:
+            return asyncio.run(node.serve())
 
 
 def main(argv: Sequence[str] | None = None) -> int:

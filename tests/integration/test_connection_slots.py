@@ -222,3 +222,15 @@ def test_a_slot_folder_that_cannot_be_made_is_a_storage_error(tmp_path: Path) ->
     journal = PostgresJournal("", "postgresql://nowhere/db", "refine", False, "", how)
     with pytest.raises(StorageError, match="cannot take a connection slot"):
         journal._take_slot()
+
+
+def test_a_node_run_inside_a_process_gives_its_connection_name_back(tmp_path: Path) -> None:
+    """``run_node`` names this process's connections ``refine node N`` while it runs; after,
+    the process's later journals connect as before (a test or script that ran a node in-process
+    went on counting as that node in pg_stat_activity)."""
+    from store.journal.slots import sharing
+    from store.node.scheduler import run_node
+
+    before = sharing()
+    assert run_node(tmp_path / "journal.db", "not a node name") == 2  # refused at once
+    assert sharing() == before

@@ -8,6 +8,7 @@ import contextlib
 import json
 import os
 import signal
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -53,15 +54,21 @@ def small(small_server: PostgresServer, tmp_path: Path) -> Iterator[PgEnv]:
 
 @contextlib.contextmanager
 def server_full(url: str) -> Iterator[list[psycopg.Connection]]:
-    """Every connection the server has left, held by us (others are refused meanwhile)."""
+    """Every connection the server has left, held by us (others are refused meanwhile).
+
+    A client that just went (the ``refine init`` before) can leave its backend exiting for a
+    moment, counted and then gone: the slot it frees is taken too, until a second passes in
+    which the server had none left."""
     held: list[psycopg.Connection] = []
     try:
-        while True:
+        settled = time.monotonic() + 1.0
+        while time.monotonic() < settled:
             try:
                 held.append(psycopg.connect(url, autocommit=True, connect_timeout=10))
+                settled = time.monotonic() + 1.0
             except psycopg.OperationalError as exc:
                 assert "too many clients" in str(exc)
-                break
+                time.sleep(0.05)
         yield held
     finally:
         for conn in held:
