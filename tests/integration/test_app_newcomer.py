@@ -1,0 +1,88 @@
+"""What a newcomer tripped on at 80×24 (issue 24, "What the screen shows"): each a Pilot test."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from textual.widget import Widget
+
+from refine_tui.app import RefineApp
+from refine_tui.screens.confirm import ConfirmModal
+from refine_tui.screens.help import HelpScreen
+from refine_tui.textual_private import render_screen
+from tests.helpers.dashboard import loaded, select
+from tests.helpers.waits import until
+
+NODE = "n1"
+SIZE = (80, 24)
+REFUSAL = (
+    "Cleanup of nightly-report.r1 attempt 1 refused: its process is still alive on this node; "
+    "stop it first"
+)
+
+
+def toasts(app: RefineApp) -> list[Widget]:
+    return list(app.screen.query("Toast"))
+
+
+def screen_lines(app: RefineApp) -> list[str]:
+    """The screen as the terminal gets it, one string a row."""
+    return ["".join(s.text for s in strip) for strip in render_screen(app.screen).strips]
+
+
+async def test_notifications_cover_neither_the_row_line_nor_the_hint_line(
+    journal_path: Path,
+) -> None:
+    """Toasts sat at the bottom right for 7 s, over the row line and the hint line (what the
+    selection is, why a key is greyed) — just what a refusal asks the operator to read."""
+    app = RefineApp(journal=journal_path, node=NODE)
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        await loaded(pilot)
+        await select(pilot, "nightly-report")  # a three-line row line
+        for n in range(3):
+            app.notify(f"{REFUSAL} ({n})", title="Refused", severity="warning")
+        await until(pilot, lambda: len(toasts(app)) == 3)
+        await pilot.pause(0.2)
+        lines = screen_lines(app)
+        assert any("▌ Refused" in line for line in lines)  # the toasts are there
+        below = lines[app.query_one("#rowline").region.y :]  # the row line, hint line, footer
+        assert not any("▌" in line or "refused" in line for line in below), "\n".join(below)
+        assert below[0].startswith(" nightly-report: Nightly sales report")
+        header_rows = app.query_one("#goals").region.y + 1
+        assert not any("▌" in line for line in lines[:header_rows])  # nor the column headers
+
+
+async def test_a_notification_waits_for_the_dialog_to_close(journal_path: Path) -> None:
+    """A toast drew over the cleanup modal's border (and its buttons); said while a dialog is
+    open, it is shown when the dialog closes, for its whole time."""
+    app = RefineApp(journal=journal_path, node=NODE, operator="dana")
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        await loaded(pilot)
+        await select(pilot, "nightly-report")
+        await pilot.press("x")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmModal))
+        app.notify(REFUSAL, title="Alert", severity="warning")
+        await pilot.pause(0.3)
+        assert toasts(app) == []
+        await pilot.press("n")
+        await until(pilot, lambda: not isinstance(app.screen, ConfirmModal))
+        await until(pilot, lambda: len(toasts(app)) == 1)
+
+
+async def test_nothing_of_the_table_shows_beside_a_dialog_or_the_help(journal_path: Path) -> None:
+    """At 80 columns the dialog and the help were 76 wide: the table's first letters and its
+    Note's "…" showed through the 2-column margins on either side."""
+    app = RefineApp(journal=journal_path, node=NODE, operator="dana")
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        await select(pilot, "nightly-report")
+        await pilot.press("x")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmModal))
+        await pilot.pause()
+        dialog = app.screen.query_one("#dialog").region
+        assert (dialog.x, dialog.width) == (0, SIZE[0])
+        await pilot.press("n", "question_mark")
+        await until(pilot, lambda: isinstance(app.screen, HelpScreen))
+        await pilot.pause()
+        help_region = app.screen.query_one("#help").region
+        assert (help_region.x, help_region.width) == (0, SIZE[0])
