@@ -14,14 +14,17 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import ClassVar
 
+from rich.cells import cell_len
+from rich.segment import Segment
 from textual.binding import Binding
+from textual.strip import Strip
 from textual.widgets import Log
 
 from refine_tui.format import visible
 
-FOLLOWING = "following · ↑↓ pgup pgdn home end"
+FOLLOWING = "following · ↑↓ ←→ pgup pgdn home end"
 PAUSED = "paused — end or scroll down to follow"
-ENDED = "attempt ended · ↑↓ pgup pgdn home end"
+ENDED = "attempt ended · ↑↓ ←→ pgup pgdn home end"
 NO_ATTEMPT = "no attempt"
 
 
@@ -57,6 +60,22 @@ class FollowLog(Log):
         elif new_value < old_value:  # the operator scrolled up (a write only moves down)
             self.following = False
         self._show_state()
+
+    def render_line(self, y: int) -> Strip:
+        """A line wider than the pane ends in "…" (and starts with one once scrolled right):
+        ←/→ show the rest, and nothing else on screen says that a line goes on."""
+        strip = super().render_line(y)
+        scroll_x, scroll_y = self.scroll_offset
+        width = self.scrollable_content_region.width  # Log draws under its scrollbar too
+        if scroll_y + y >= self.line_count or width < 2:
+            return strip
+        length = cell_len(self.lines[scroll_y + y].expandtabs())  # as Log draws its tabs
+        style = self.rich_style
+        if length > scroll_x + width:
+            strip = Strip.join([strip.crop(0, width - 1), Strip([Segment("…", style)])])
+        if scroll_x > 0 and length > scroll_x:
+            strip = Strip.join([Strip([Segment("…", style)]), strip.crop(1, width)])
+        return strip
 
     def action_follow(self) -> None:
         """`end`: back to the bottom at once, and follow from there."""

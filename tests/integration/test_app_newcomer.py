@@ -86,3 +86,26 @@ async def test_nothing_of_the_table_shows_beside_a_dialog_or_the_help(journal_pa
         await pilot.pause()
         help_region = app.screen.query_one("#help").region
         assert (help_region.x, help_region.width) == (0, SIZE[0])
+
+
+async def test_the_history_pane_marks_cut_lines_and_says_left_and_right(journal_path: Path) -> None:
+    """History lines wider than the pane were cut with nothing to say so (no "…", no ←/→ in
+    the hint), and the pane's last line had a horizontal scrollbar's lone thumb."""
+    app = RefineApp(journal=journal_path, node=NODE)
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        await select(pilot, "deploy-stage")  # exhausted: its failures carry long reasons
+        await pilot.press("h")
+        detail = app.query_one("#detail")
+
+        def failed() -> list[str]:
+            return [line for line in screen_lines(app) if "attempt.failed" in line]
+
+        await until(pilot, lambda: len(failed()) >= 2)
+        assert all(line.rstrip(" │").endswith("…") for line in failed()), failed()
+        assert "←→" in str(detail.border_subtitle)
+        region = detail.region
+        last = screen_lines(app)[region.bottom - 2][region.x + 1 : region.right - 1]
+        assert not set(last) & set("▁▂▃▄▅▆▇█▌▐▔"), last  # no scrollbar on the last line
+        await pilot.press("right", "right", "right")
+        await until(pilot, lambda: all(line.startswith("│…") for line in failed()))
