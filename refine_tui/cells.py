@@ -75,6 +75,7 @@ LONG_TEXT = 200  # a last column sized to content shows at most this many cells 
 # A title in the row line: one line's worth at 80 columns. The line shows 3 lines at most, and
 # a 200-character title pushed the status, node and worker out of it.
 LINE_TITLE = 78
+NEEDS_CLEANUP = "needs cleanup"  # an orphaned attempt's State, in the Goals Note's words
 BASE_WIDTHS = {"title": 12, "note": 16, "worker": 7, "state": 17}
 
 
@@ -125,12 +126,13 @@ def attempt_cells(
     alive = {True: Text("yes", "green"), False: Text("no", "red"), None: Text("")}[a.alive]
     if a.pid is not None and not a.running:  # an ended attempt: its last observation
         alive.stylize("dim")
+    start = _attempt_start(a, widths, end, orphaned(a, presence))
     if presence is not None and a.pid is None and a.running and presence.state != "unknown":
         # The node's beat is evidence; a node that never beat says nothing: blank, not guessed.
         node = fmt.clip(f"@{presence.node_id}", 7)
-        return (*_attempt_start(a, widths, end), node, state_text(presence.state), "", "")
+        return (*start, node, state_text(presence.state), "", "")
     return (
-        *_attempt_start(a, widths, end),
+        *start,
         str(a.pid) if a.pid else "",
         alive,
         fmt.percent(a.cpu_percent),
@@ -138,11 +140,23 @@ def attempt_cells(
     )
 
 
-def _attempt_start(a: AttemptRow, widths: Mapping[str, int], end: float | None) -> Cells:
+def orphaned(a: AttemptRow, presence: NodeView | None) -> bool:
+    """A running attempt left for an operator: this node has no live process of it, or its
+    node (another one) is silent or stopped — what the Goals table marks `needs cleanup`."""
+    if not a.running:
+        return False
+    elsewhere = presence is not None and a.pid is None and presence.state in ("silent", "stopped")
+    return a.needs_cleanup or elsewhere
+
+
+def _attempt_start(
+    a: AttemptRow, widths: Mapping[str, int], end: float | None, orphan: bool = False
+) -> Cells:
+    state = fmt.clip(a.state, widths["state"])
     return (
         str(a.epoch),
         fmt.clip(a.worker, widths["worker"]),
-        fmt.status_text(fmt.clip(a.state, widths["state"])),
+        fmt.note_text(NEEDS_CLEANUP) if orphan else fmt.status_text(state),
         fmt.clock(a.started_at),
         fmt.duration(end - a.started_at) if a.started_at and end else "",
     )
@@ -239,6 +253,11 @@ def attempt_words(
     process record and log are on that machine: the PID and Alive columns show its presence,
     ``presence``, when it is known)."""
     text = f"attempt {a.epoch} — {a.state} · worker {a.worker}"
+    if a.needs_cleanup and a.running:
+        return (
+            f"attempt {a.epoch} — {a.state} ({NEEDS_CLEANUP}: no process of it is left on this "
+            f"node) · worker {a.worker} · x confirms it ended"
+        )
     if elsewhere is not None and a.pid is None:
         if presence is None or not a.running:
             return text + f" · on node {elsewhere}: its process is not observed from here"

@@ -80,6 +80,7 @@ class AttemptRow:
     log_path: str | None
     running: bool
     observed_at: float | None = None  # when pid/alive were looked at (kept after the record goes)
+    needs_cleanup: bool = False  # this node's running attempt with no live process (as Goals says)
 
 
 @dataclass(frozen=True)
@@ -232,6 +233,10 @@ class Reader:
         for a in run.attempts:
             record = self.registry.get(run_id, a.epoch) if node_id == self.node else None
             obs = _observe(record) if record is not None and a.state == "running" else None
+            orphan = False
+            if node_id == self.node and a.state == "running":
+                with contextlib.suppress(RefineError, OSError):
+                    orphan, _ = self.proof(run_id, a.epoch, started.get(a.epoch))
             rows.append(
                 AttemptRow(
                     run_id=run_id,
@@ -247,6 +252,7 @@ class Reader:
                     log_path=self.log_path(run_id, a.epoch, node_id),
                     running=a.state == "running",
                     observed_at=time.time() if record is not None else None,
+                    needs_cleanup=orphan,
                 )
             )
         return rows

@@ -37,6 +37,7 @@ class FollowLog(Log):
         # False: what is shown will not grow (an ended attempt); None: there is no attempt
         self.source_live: bool | None = True
         self.placeholder = False  # the one line is a note ("no output yet"), not output
+        self.elsewhere: str | None = None  # the node whose machine has the log (not followed)
 
     def on_mount(self) -> None:
         self._show_state()
@@ -45,8 +46,15 @@ class FollowLog(Log):
         self.source_live = live
         self._show_state()
 
+    def show_elsewhere(self, node: str) -> None:
+        """The log is on ``node``'s machine: nothing here follows it."""
+        self.elsewhere = node
+        self._show_state()
+
     def _show_state(self) -> None:
-        if self.source_live is None:
+        if self.elsewhere is not None:
+            self.border_subtitle = f"on node {visible(self.elsewhere)}"
+        elif self.source_live is None:
             self.border_subtitle = NO_ATTEMPT
         elif not self.source_live:
             self.border_subtitle = ENDED
@@ -96,5 +104,6 @@ class FollowLog(Log):
         super().clear()
         self.following = True
         self.placeholder = False
+        self.elsewhere = None
         self._show_state()
         return self

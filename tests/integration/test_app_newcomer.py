@@ -10,8 +10,11 @@ from refine_tui.app import RefineApp
 from refine_tui.screens.confirm import ConfirmModal
 from refine_tui.screens.help import HelpScreen
 from refine_tui.textual_private import render_screen
-from tests.helpers.dashboard import loaded, select
+from refine_tui.widgets.follow_log import FOLLOWING
+from refine_tui.widgets.keyed_table import KeyedTable
+from tests.helpers.dashboard import loaded, row_line, select
 from tests.helpers.waits import until
+from tests.integration.test_app_nodes import silent
 
 NODE = "n1"
 SIZE = (80, 24)
@@ -109,3 +112,51 @@ async def test_the_history_pane_marks_cut_lines_and_says_left_and_right(journal_
         assert not set(last) & set("▁▂▃▄▅▆▇█▌▐▔"), last  # no scrollbar on the last line
         await pilot.press("right", "right", "right")
         await until(pilot, lambda: all(line.startswith("│…") for line in failed()))
+
+
+async def test_the_log_of_another_nodes_attempt_says_where_it_is(journal_path: Path) -> None:
+    """`l` on n2's running attempt: the pane said the log is on that machine while its border
+    said "following" (nothing here follows it)."""
+    app = RefineApp(journal=journal_path, node=NODE)
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        await select(pilot, "gpu-train")  # running on node n2
+        await pilot.press("l")
+        detail = app.query_one("#detail")
+        await until(pilot, lambda: any("on node n2" in str(x) for x in detail.lines))
+        await until(pilot, lambda: detail.border_subtitle == "on node n2")
+        await select(pilot, "nightly-report")  # this node's: its log is here
+        await until(pilot, lambda: detail.border_subtitle == FOLLOWING)
+
+
+async def attempt_of(pilot, goal_id: str) -> KeyedTable:
+    await select(pilot, goal_id)
+    await pilot.press("enter", "enter")
+    attempts = pilot.app.query_one("#attempts", KeyedTable)
+    await until(pilot, lambda: attempts.keys() == ["1"] and row_line(pilot.app).startswith("att"))
+    return attempts
+
+
+async def test_an_orphaned_attempt_needs_cleanup_in_the_attempts_view_too(
+    journal_path: Path,
+) -> None:
+    """The Goals table marks nightly-report `needs cleanup` (its worker died without a process
+    record); its Attempts view said only `running`, with blank PID and Alive."""
+    app = RefineApp(journal=journal_path, node=NODE)
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        attempts = await attempt_of(pilot, "nightly-report")
+        await until(pilot, lambda: str(attempts.get_cell("1", "state")) == "needs cleanup")
+        assert "running (needs cleanup" in row_line(app)
+
+
+async def test_an_attempt_of_a_silent_node_needs_cleanup_in_the_attempts_view(
+    journal_path: Path,
+) -> None:
+    silent(journal_path, "n2")
+    app = RefineApp(journal=journal_path, node=NODE)
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        attempts = await attempt_of(pilot, "gpu-train")
+        await until(pilot, lambda: str(attempts.get_cell("1", "alive")) == "silent")
+        assert str(attempts.get_cell("1", "state")) == "needs cleanup"
