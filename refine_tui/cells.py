@@ -57,17 +57,20 @@ NODE_COLUMNS = (
     Column("host", "Host", None),
 )
 BAR_CELLS = 6  # the running/capacity bar's width, in cells
+# The Command (its file name and arguments) before Worker and Started, which a wider terminal
+# shows (widths_for): last, it had four cells at 80 columns, the first folder of its path.
 WORKER_COLUMNS = (
     Column("run", "Run", 16),
     Column("epoch", "#", 2),
     Column("pid", "PID", 7),
-    Column("worker", "Worker", 10),
-    Column("started", "Started", 8),
     Column("alive", "Alive", 5),
     Column("cpu", "CPU", 4),
     Column("memory", "Mem", 7),
-    Column("argv", "Command", None),
+    Column("argv", "Command", 25),
+    Column("worker", "Worker", 10),
+    Column("started", "Started", 8),
 )
+WORKER_SHOWN_LATER = 10 + 8 + 2 * 2  # Worker and Started, with their padding
 # All Goal columns at their base widths, with cell padding and a scrollbar.
 TABLE_WIDTH = sum(c.width or 0 for c in GOAL_COLUMNS) + 2 * len(GOAL_COLUMNS) + 2
 ATTEMPT_TABLE_WIDTH = sum(c.width or 0 for c in ATTEMPT_COLUMNS) + 2 * len(ATTEMPT_COLUMNS)
@@ -76,7 +79,7 @@ LONG_TEXT = 200  # a last column sized to content shows at most this many cells 
 # a 200-character title pushed the status, node and worker out of it.
 LINE_TITLE = 78
 NEEDS_CLEANUP = "needs cleanup"  # an orphaned attempt's State, in the Goals Note's words
-BASE_WIDTHS = {"title": 12, "note": 16, "worker": 7, "state": 17}
+BASE_WIDTHS = {"title": 12, "note": 16, "worker": 7, "state": 17, "argv": 25}
 
 
 def widths_for(terminal_width: int) -> dict[str, int]:
@@ -84,7 +87,9 @@ def widths_for(terminal_width: int) -> dict[str, int]:
     the attempt State fits "interrupted (… by dana@n1)"."""
     spare = max(0, terminal_width - TABLE_WIDTH)  # round and worker are on screen first
     more = max(0, terminal_width - ATTEMPT_TABLE_WIDTH)
+    command = max(0, terminal_width - 80 - WORKER_SHOWN_LATER)  # Worker and Started first
     return {
+        "argv": BASE_WIDTHS["argv"] + min(command, LONG_TEXT),
         "title": BASE_WIDTHS["title"] + min(spare // 2, 28),
         "note": BASE_WIDTHS["note"] + min(spare - spare // 2, 46),
         "state": BASE_WIDTHS["state"] + min(more, 18),
@@ -215,17 +220,18 @@ def presence_words(n: NodeView) -> str:
     return f"{n.state}, last seen {age} ago"
 
 
-def worker_cells(w: WorkerRow) -> Cells:
+def worker_cells(w: WorkerRow, width: int = BASE_WIDTHS["argv"]) -> Cells:
+    """``width``: the Command column's."""
     return (
         fmt.clip(w.run_id, 16),
         str(w.epoch),
         str(w.pid),
-        fmt.clip(w.worker, 10),
-        fmt.clock(w.started_at),
         Text("yes", "green") if w.alive else Text("no", "red"),
         fmt.percent(w.cpu_percent),
         fmt.size(w.rss_bytes),
-        fmt.clip(w.argv, LONG_TEXT),
+        fmt.clip(w.comm, width),
+        fmt.clip(w.worker, 10),
+        fmt.clock(w.started_at),
     )
 
 

@@ -158,6 +158,7 @@ class Dashboard(Screen[None]):
         with self.app.batch_update():
             self.goals.set_widths(widths)
             self.attempts.set_widths(widths)
+            self.stack.workers_view.set_widths(widths)
 
     # --- the journal, down to the views --------------------------------------------------------
 

@@ -8,6 +8,7 @@ run_from_stored); a broken one becomes a row saying so, never an exception in th
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -94,6 +95,7 @@ class WorkerRow:
     cpu_percent: float | None
     rss_bytes: int | None
     argv: str
+    comm: str = ""  # the command's file name and its arguments (the Command column)
 
 
 class Reader:
@@ -282,9 +284,18 @@ class Reader:
                     cpu_percent=obs.cpu_percent if obs else None,
                     rss_bytes=obs.rss_bytes if obs else None,
                     argv=" ".join(rec.argv),
+                    comm=comm(rec.argv),
                 )
             )
         return rows
+
+
+def comm(argv: Sequence[str]) -> str:
+    """``/root/.pyenv/versions/3.11.7/bin/python -m x`` → ``python -m x`` (what htop's Command
+    shows first): at 80 columns the path's first folder was all the column had room for."""
+    if not argv:
+        return ""
+    return " ".join([os.path.basename(argv[0]) or argv[0], *argv[1:]])
 
 
 def _observe(record: ProcessRecord) -> ProcessObservation | None:

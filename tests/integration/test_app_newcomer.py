@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 from textual.widget import Widget
@@ -12,7 +13,10 @@ from refine_tui.screens.help import HelpScreen
 from refine_tui.textual_private import render_screen
 from refine_tui.widgets.follow_log import FOLLOWING
 from refine_tui.widgets.keyed_table import KeyedTable
-from tests.helpers.dashboard import loaded, row_line, select
+from store.journal.sqlite import Journal
+from store.model.goals import Goals
+from tests.helpers.dashboard import end, loaded, row_line, select
+from tests.helpers.registry import record_worker
 from tests.helpers.waits import until
 from tests.integration.test_app_nodes import silent
 
@@ -160,3 +164,41 @@ async def test_an_attempt_of_a_silent_node_needs_cleanup_in_the_attempts_view(
         attempts = await attempt_of(pilot, "gpu-train")
         await until(pilot, lambda: str(attempts.get_cell("1", "alive")) == "silent")
         assert str(attempts.get_cell("1", "state")) == "needs cleanup"
+
+
+def running_loop(journal_path: Path, argv: tuple[str, ...]) -> subprocess.Popen[bytes]:
+    """Goal "loop" running attempt 1, its worker a real process recorded with ``argv``."""
+    worker = "n1/d1d9ec596d1e4ccaa841c972b3528756"
+    with Journal.open(journal_path) as j:
+        goals = Goals(j)
+        goals.create(goal_id="loop", title="stuck loop", node_id=NODE, argv=["sleep", "60"])
+        goals.start(goal_id="loop", node_id=NODE, worker=worker, token="t")
+    proc = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    record_worker(journal_path, NODE, "loop.r1", proc, worker=worker, argv=argv)
+    return proc
+
+
+async def test_the_workers_command_column_shows_the_command_at_80_columns(
+    journal_path: Path,
+) -> None:
+    """The Command column came last and had four cells at 80 columns: "/roo", the first folder
+    of the interpreter's path. It shows the command's file name and its arguments."""
+    argv = ("/root/.pyenv/versions/3.11.7/bin/python", "-m", "store.worker", "--goal", "loop")
+    proc = running_loop(journal_path, argv)
+    app = RefineApp(journal=journal_path, node=NODE)
+    try:
+        async with app.run_test(size=SIZE) as pilot:
+            await loaded(pilot)
+            await pilot.press("w")
+            workers = app.query_one("#workers", KeyedTable)
+            await until(pilot, lambda: workers.keys() == ["loop.r1/1"])
+            await pilot.pause()
+            row = next(line for line in screen_lines(app) if line.startswith(" loop.r1 "))
+            assert "python -m store.worker -…" in row, row  # cut, and says so
+            assert " ".join(argv) in row_line(app)  # and whole in the row line
+            await pilot.resize_terminal(130, 30)
+            await until(pilot, lambda: "Started" in "".join(screen_lines(app)))
+            row = next(line for line in screen_lines(app) if line.startswith(" loop.r1 "))
+            assert "python -m store.worker --goal loop" in row, row
+    finally:
+        end(proc)
