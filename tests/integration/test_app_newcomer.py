@@ -15,7 +15,7 @@ from refine_tui.widgets.follow_log import FOLLOWING
 from refine_tui.widgets.keyed_table import KeyedTable
 from store.journal.sqlite import Journal
 from store.model.goals import Goals
-from tests.helpers.dashboard import end, loaded, row_line, select
+from tests.helpers.dashboard import commit_in_process, end, goals_table, loaded, row_line, select
 from tests.helpers.registry import record_worker
 from tests.helpers.waits import until
 from tests.integration.test_app_nodes import silent
@@ -202,3 +202,24 @@ async def test_the_workers_command_column_shows_the_command_at_80_columns(
             assert "python -m store.worker --goal loop" in row, row
     finally:
         end(proc)
+
+
+async def test_a_goal_added_while_the_dashboard_is_open_takes_its_sorted_place(
+    journal_path: Path,
+) -> None:
+    """Goals added from the CLI were appended at the end of the table ("aaa-first" under
+    "unit-tests") until a filter or a reload sorted the list again."""
+    app = RefineApp(journal=journal_path, node=NODE)
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        table = goals_table(app)
+        await select(pilot, "migrate-db")
+        for goal_id in ("aaa-first", "lint-2"):
+            commit_in_process(
+                journal_path,
+                f"goals.create(goal_id={goal_id!r}, title='new', node_id='n9', argv=['true'])",
+            )
+        await until(pilot, lambda: {"aaa-first", "lint-2"} <= set(table.keys()))
+        assert table.keys() == sorted(table.keys())
+        assert list(app.goal_rows) == table.keys()
+        assert app.selected_goal().goal_id == "migrate-db"  # the cursor stays on its goal
