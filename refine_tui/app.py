@@ -29,7 +29,7 @@ from refine_tui.rows import GoalRow
 from refine_tui.widgets.status_header import HeaderState
 from store.journal.api import JournalHandle
 from store.journal.locations import resolve_location
-from store.journal.url import redact
+from store.journal.url import login_role, redact
 from store.journal.watch import ChangeFeed
 from store.ops.operator import default_node, default_operator
 
@@ -80,7 +80,7 @@ class RefineApp(App[None]):
             self, live, location=location, label=label, watch_files=watch
         )
         self.dashboard = Dashboard(
-            HeaderState(label, self.node, read_only),
+            HeaderState(label, self.node, read_only, role=login_role(journal)),
             follower=self.follower,
             live=live,
             flows=flows,

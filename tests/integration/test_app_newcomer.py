@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+import psycopg
+import pytest
 from textual.widget import Widget
 
 from refine_tui.app import RefineApp
@@ -13,9 +15,12 @@ from refine_tui.screens.help import HelpScreen
 from refine_tui.textual_private import render_screen
 from refine_tui.widgets.follow_log import FOLLOWING
 from refine_tui.widgets.keyed_table import KeyedTable
+from store.journal.postgres import PostgresJournal
 from store.journal.sqlite import Journal
+from store.journal.url import login_role
 from store.model.goals import Goals
 from tests.helpers.dashboard import commit_in_process, end, goals_table, loaded, row_line, select
+from tests.helpers.postgres_server import PostgresServer
 from tests.helpers.registry import record_worker
 from tests.helpers.waits import until
 from tests.integration.test_app_nodes import silent
@@ -223,3 +228,42 @@ async def test_a_goal_added_while_the_dashboard_is_open_takes_its_sorted_place(
         assert table.keys() == sorted(table.keys())
         assert list(app.goal_rows) == table.keys()
         assert app.selected_goal().goal_id == "migrate-db"  # the cursor stays on its goal
+
+
+async def test_the_read_only_header_says_which_role_reads_before_the_url_is_cut(
+    postgres_server: PostgresServer, postgres_url: str
+) -> None:
+    """At 80 columns the header cut the URL in its middle, its user name first: "read-only"
+    did not say as whom (a viewer role that may not write, or the owner)."""
+    with PostgresJournal.connect(postgres_url) as j:
+        Goals(j).create(goal_id="g1", title="one", node_id=NODE, argv=["true"])
+    dbname = postgres_url.rsplit("/", 1)[1]
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        conn.execute("DROP ROLE IF EXISTS refine_viewer")
+        conn.execute("CREATE ROLE refine_viewer LOGIN PASSWORD 'view-pw-77'")
+        conn.execute(f'GRANT CONNECT ON DATABASE "{dbname}" TO refine_viewer')
+        conn.execute("GRANT USAGE ON SCHEMA refine TO refine_viewer")
+        conn.execute("GRANT SELECT ON ALL TABLES IN SCHEMA refine TO refine_viewer")
+    viewer = postgres_server.url(dbname, user="refine_viewer", password="view-pw-77")
+    try:
+        app = RefineApp(journal=viewer, node=NODE, read_only=True)
+        async with app.run_test(size=SIZE) as pilot:
+            await loaded(pilot)
+            await pilot.pause()
+            lines = screen_lines(app)
+            assert "read-only as refine_viewer  ● live" in lines[0], lines[0]
+            assert "…" in lines[0]  # the URL was cut, the role was not
+            assert not any("view-pw-77" in line for line in lines)
+    finally:
+        with psycopg.connect(postgres_url, autocommit=True) as conn:
+            conn.execute("DROP OWNED BY refine_viewer")
+            conn.execute("DROP ROLE refine_viewer")
+
+
+def test_the_reading_role_is_libpqs_user(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The URL's user, its ?user=, else $PGUSER: never the password; none for a file."""
+    monkeypatch.setenv("PGUSER", "from_env")
+    assert login_role("postgresql://viewer:pw@db/refine") == "viewer"
+    assert login_role("postgresql://db/refine?user=viewer%5F2&password=pw") == "viewer_2"
+    assert login_role("postgresql://:pw@db/refine") == "from_env"
+    assert login_role("/srv/refine/journal.db") is None
