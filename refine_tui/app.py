@@ -17,7 +17,7 @@ from typing import Any
 from textual import work
 from textual.app import App, SystemCommand
 from textual.driver import Driver
-from textual.screen import Screen
+from textual.screen import ModalScreen, Screen
 
 from refine_tui import format as fmt
 from refine_tui.actions import SYSTEM_COMMANDS, OperatorFlows
@@ -29,7 +29,7 @@ from refine_tui.rows import GoalRow
 from refine_tui.widgets.status_header import HeaderState
 from store.journal.api import JournalHandle
 from store.journal.locations import resolve_location
-from store.journal.url import redact
+from store.journal.url import login_role, redact
 from store.journal.watch import ChangeFeed
 from store.ops.operator import default_node, default_operator
 
@@ -57,6 +57,7 @@ class RefineApp(App[None]):
         quiet: bool = False,
     ) -> None:
         super().__init__()
+        self._held_notes: list[tuple[str, str, dict[str, Any]]] = []  # said while a dialog was up
         self.journal_path = location = resolve_location(journal)  # once: watches derive from it
         self.journal_label = label = redact(journal)  # a URL without its password
         self.node = node or default_node()
@@ -79,7 +80,7 @@ class RefineApp(App[None]):
             self, live, location=location, label=label, watch_files=watch
         )
         self.dashboard = Dashboard(
-            HeaderState(label, self.node, read_only),
+            HeaderState(label, self.node, read_only, role=login_role(journal)),
             follower=self.follower,
             live=live,
             flows=flows,
@@ -130,7 +131,17 @@ class RefineApp(App[None]):
     def notify(self, message: str, *, title: str = "", **options: Any) -> None:
         """Every notification is literal: it embeds titles, reasons, refusals and sentences."""
         options["markup"] = False
+        if isinstance(self.screen, ModalScreen):  # never over a dialog: shown when it closes
+            self._held_notes.append((message, title, options))
+            return
+        self.dashboard.place_toasts()
         super().notify(fmt.visible(message), title=fmt.visible(title), **options)
+
+    def on_dashboard_resumed(self) -> None:
+        """A dialog closed: what was said meanwhile is shown now, for its whole time."""
+        held, self._held_notes = self._held_notes, []
+        for message, title, options in held:
+            self.notify(message, title=title, **options)
 
     def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)

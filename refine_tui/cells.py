@@ -57,17 +57,20 @@ NODE_COLUMNS = (
     Column("host", "Host", None),
 )
 BAR_CELLS = 6  # the running/capacity bar's width, in cells
+# The Command (its file name and arguments) before Worker and Started, which a wider terminal
+# shows (widths_for): last, it had four cells at 80 columns, the first folder of its path.
 WORKER_COLUMNS = (
     Column("run", "Run", 16),
     Column("epoch", "#", 2),
     Column("pid", "PID", 7),
-    Column("worker", "Worker", 10),
-    Column("started", "Started", 8),
     Column("alive", "Alive", 5),
     Column("cpu", "CPU", 4),
     Column("memory", "Mem", 7),
-    Column("argv", "Command", None),
+    Column("argv", "Command", 25),
+    Column("worker", "Worker", 10),
+    Column("started", "Started", 8),
 )
+WORKER_SHOWN_LATER = 10 + 8 + 2 * 2  # Worker and Started, with their padding
 # All Goal columns at their base widths, with cell padding and a scrollbar.
 TABLE_WIDTH = sum(c.width or 0 for c in GOAL_COLUMNS) + 2 * len(GOAL_COLUMNS) + 2
 ATTEMPT_TABLE_WIDTH = sum(c.width or 0 for c in ATTEMPT_COLUMNS) + 2 * len(ATTEMPT_COLUMNS)
@@ -75,7 +78,8 @@ LONG_TEXT = 200  # a last column sized to content shows at most this many cells 
 # A title in the row line: one line's worth at 80 columns. The line shows 3 lines at most, and
 # a 200-character title pushed the status, node and worker out of it.
 LINE_TITLE = 78
-BASE_WIDTHS = {"title": 12, "note": 16, "worker": 7, "state": 17}
+NEEDS_CLEANUP = "needs cleanup"  # an orphaned attempt's State, in the Goals Note's words
+BASE_WIDTHS = {"title": 12, "note": 16, "worker": 7, "state": 17, "argv": 25}
 
 
 def widths_for(terminal_width: int) -> dict[str, int]:
@@ -83,7 +87,9 @@ def widths_for(terminal_width: int) -> dict[str, int]:
     the attempt State fits "interrupted (… by dana@n1)"."""
     spare = max(0, terminal_width - TABLE_WIDTH)  # round and worker are on screen first
     more = max(0, terminal_width - ATTEMPT_TABLE_WIDTH)
+    command = max(0, terminal_width - 80 - WORKER_SHOWN_LATER)  # Worker and Started first
     return {
+        "argv": BASE_WIDTHS["argv"] + min(command, LONG_TEXT),
         "title": BASE_WIDTHS["title"] + min(spare // 2, 28),
         "note": BASE_WIDTHS["note"] + min(spare - spare // 2, 46),
         "state": BASE_WIDTHS["state"] + min(more, 18),
@@ -125,12 +131,13 @@ def attempt_cells(
     alive = {True: Text("yes", "green"), False: Text("no", "red"), None: Text("")}[a.alive]
     if a.pid is not None and not a.running:  # an ended attempt: its last observation
         alive.stylize("dim")
+    start = _attempt_start(a, widths, end, orphaned(a, presence))
     if presence is not None and a.pid is None and a.running and presence.state != "unknown":
         # The node's beat is evidence; a node that never beat says nothing: blank, not guessed.
         node = fmt.clip(f"@{presence.node_id}", 7)
-        return (*_attempt_start(a, widths, end), node, state_text(presence.state), "", "")
+        return (*start, node, state_text(presence.state), "", "")
     return (
-        *_attempt_start(a, widths, end),
+        *start,
         str(a.pid) if a.pid else "",
         alive,
         fmt.percent(a.cpu_percent),
@@ -138,11 +145,23 @@ def attempt_cells(
     )
 
 
-def _attempt_start(a: AttemptRow, widths: Mapping[str, int], end: float | None) -> Cells:
+def orphaned(a: AttemptRow, presence: NodeView | None) -> bool:
+    """A running attempt left for an operator: this node has no live process of it, or its
+    node (another one) is silent or stopped — what the Goals table marks `needs cleanup`."""
+    if not a.running:
+        return False
+    elsewhere = presence is not None and a.pid is None and presence.state in ("silent", "stopped")
+    return a.needs_cleanup or elsewhere
+
+
+def _attempt_start(
+    a: AttemptRow, widths: Mapping[str, int], end: float | None, orphan: bool = False
+) -> Cells:
+    state = fmt.clip(a.state, widths["state"])
     return (
         str(a.epoch),
         fmt.clip(a.worker, widths["worker"]),
-        fmt.status_text(fmt.clip(a.state, widths["state"])),
+        fmt.note_text(NEEDS_CLEANUP) if orphan else fmt.status_text(state),
         fmt.clock(a.started_at),
         fmt.duration(end - a.started_at) if a.started_at and end else "",
     )
@@ -201,17 +220,18 @@ def presence_words(n: NodeView) -> str:
     return f"{n.state}, last seen {age} ago"
 
 
-def worker_cells(w: WorkerRow) -> Cells:
+def worker_cells(w: WorkerRow, width: int = BASE_WIDTHS["argv"]) -> Cells:
+    """``width``: the Command column's."""
     return (
         fmt.clip(w.run_id, 16),
         str(w.epoch),
         str(w.pid),
-        fmt.clip(w.worker, 10),
-        fmt.clock(w.started_at),
         Text("yes", "green") if w.alive else Text("no", "red"),
         fmt.percent(w.cpu_percent),
         fmt.size(w.rss_bytes),
-        fmt.clip(w.argv, LONG_TEXT),
+        fmt.clip(w.comm, width),
+        fmt.clip(w.worker, 10),
+        fmt.clock(w.started_at),
     )
 
 
@@ -239,6 +259,11 @@ def attempt_words(
     process record and log are on that machine: the PID and Alive columns show its presence,
     ``presence``, when it is known)."""
     text = f"attempt {a.epoch} — {a.state} · worker {a.worker}"
+    if a.needs_cleanup and a.running:
+        return (
+            f"attempt {a.epoch} — {a.state} ({NEEDS_CLEANUP}: no process of it is left on this "
+            f"node) · worker {a.worker} · x confirms it ended"
+        )
     if elsewhere is not None and a.pid is None:
         if presence is None or not a.running:
             return text + f" · on node {elsewhere}: its process is not observed from here"

@@ -61,6 +61,7 @@ from store.ops.pulses import Pulses
 
 OBSERVE_INTERVAL_S = 5.0  # CPU/memory/liveness of this node's processes (they change silently)
 PULSES_MIN_HEIGHT = 20  # a shorter terminal has no line to spare for the pulses
+ROWLINE_MAX = 3  # the row line's max-height in app.tcss
 PRESENCE_INTERVAL_S = 2.0  # the Nodes view reads presence again (beats commit nothing)
 
 
@@ -124,6 +125,23 @@ class Dashboard(Screen[None]):
     class Ready(Message):
         """The screen and its tables are mounted: updates can come."""
 
+    class Resumed(Message):
+        """The screen is shown again (a dialog closed): held notifications can be shown."""
+
+    def on_screen_resume(self) -> None:
+        self.post_message(self.Resumed())
+
+    def place_toasts(self) -> None:
+        """Notifications over the table's rows (the CSS puts them top right), never over the row
+        line below it, even once that line has grown to its three lines."""
+        racks = self.query("#textual-toastrack")  # none when notifications are off (tests)
+        if not racks or not self.is_mounted:
+            return
+        rack, table, line = racks.first(), self.stack.region, self.query_one("#rowline")
+        top = table.y + 1  # below the column headers
+        rack.styles.margin = (top, 0, 0, 0)
+        rack.styles.max_height = max(1, table.bottom - top - (ROWLINE_MAX - line.outer_size.height))
+
     def on_mount(self) -> None:
         self.header.show()
         self.goals.focus()
@@ -135,10 +153,12 @@ class Dashboard(Screen[None]):
     def on_resize(self, event: events.Resize) -> None:
         """Give Title, Note and an attempt's State the room a wide terminal has."""
         self.app.call_after_refresh(self.header.show)  # cut to the new width (else on change)
+        self.app.call_after_refresh(self.place_toasts)
         widths = cells.widths_for(event.size.width)
         with self.app.batch_update():
             self.goals.set_widths(widths)
             self.attempts.set_widths(widths)
+            self.stack.workers_view.set_widths(widths)
 
     # --- the journal, down to the views --------------------------------------------------------
 

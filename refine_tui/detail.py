@@ -171,6 +171,7 @@ class DetailPane(FollowLog):
             return
         if path is None:
             self.write_line(f"This attempt is on node {node}; its log is on that machine.")
+            self.show_elsewhere(node)
             return
         self._log_file, self._log_offset = path, 0
         self.follow_log_file()

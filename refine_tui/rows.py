@@ -8,6 +8,7 @@ run_from_stored); a broken one becomes a row saying so, never an exception in th
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -81,6 +82,7 @@ class AttemptRow:
     log_path: str | None
     running: bool
     observed_at: float | None = None  # when pid/alive were looked at (kept after the record goes)
+    needs_cleanup: bool = False  # this node's running attempt with no live process (as Goals says)
 
 
 @dataclass(frozen=True)
@@ -94,6 +96,7 @@ class WorkerRow:
     cpu_percent: float | None
     rss_bytes: int | None
     argv: str
+    comm: str = ""  # the command's file name and its arguments (the Command column)
 
 
 class Reader:
@@ -233,6 +236,10 @@ class Reader:
         for a in run.attempts:
             record = self.registry.get(run_id, a.epoch) if node_id == self.node else None
             obs = _observe(record) if record is not None and a.state == "running" else None
+            orphan = False
+            if node_id == self.node and a.state == "running":
+                with contextlib.suppress(RefineError, OSError):
+                    orphan, _ = self.proof(run_id, a.epoch, started.get(a.epoch))
             rows.append(
                 AttemptRow(
                     run_id=run_id,
@@ -248,6 +255,7 @@ class Reader:
                     log_path=self.log_path(run_id, a.epoch, node_id),
                     running=a.state == "running",
                     observed_at=time.time() if record is not None else None,
+                    needs_cleanup=orphan,
                 )
             )
         return rows
@@ -277,9 +285,18 @@ class Reader:
                     cpu_percent=obs.cpu_percent if obs else None,
                     rss_bytes=obs.rss_bytes if obs else None,
                     argv=" ".join(rec.argv),
+                    comm=comm(rec.argv),
                 )
             )
         return rows
+
+
+def comm(argv: Sequence[str]) -> str:
+    """``/root/.pyenv/versions/3.11.7/bin/python -m x`` → ``python -m x`` (what htop's Command
+    shows first): at 80 columns the path's first folder was all the column had room for."""
+    if not argv:
+        return ""
+    return " ".join([os.path.basename(argv[0]) or argv[0], *argv[1:]])
 
 
 def _observe(record: ProcessRecord) -> ProcessObservation | None:

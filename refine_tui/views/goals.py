@@ -150,7 +150,9 @@ class GoalsView(TableView):
         self.unfilled = {}
 
     def apply(self, changes: Mapping[str, GoalRow | None]) -> None:
-        """Rows a commit changed (None: gone); a new row is listed if it matches the filter."""
+        """Rows a commit changed (None: gone); a new row is listed if it matches the filter, in
+        its place by id as a new list has it (appended, it stayed last until a re-read)."""
+        added = False
         for key, row in changes.items():
             if row is None:
                 self.listed.pop(key, None)
@@ -158,11 +160,16 @@ class GoalsView(TableView):
                 self.drop(key)
             elif key in self.listed or self.matches(row):
                 new = key not in self.listed
+                added = added or new
                 self.listed[key] = row
                 if key in self.unfilled or (new and self.unfilled):
                     self.unfilled[key] = None  # shown in its turn: the order holds
                 else:
                     self.upsert(key, self.cells(row))
+        if added:
+            self.listed = dict(sorted(self.listed.items()))
+            shown = set(self.keys())  # the unfilled ones take their place when they come
+            self.order([k for k in self.listed if k in shown])
 
     # --- marks (DESIGN §15): the Goals c, s and R act on together ----------------------------
 

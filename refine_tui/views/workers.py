@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Mapping
 
 from refine_tui import cells
-from refine_tui.cells import WORKER_COLUMNS, worker_cells
+from refine_tui.cells import BASE_WIDTHS, WORKER_COLUMNS, worker_cells
 from refine_tui.follow import JournalFollower
 from refine_tui.rows import Reader, WorkerRow
 from refine_tui.views.base import TableView
@@ -20,10 +21,18 @@ class WorkersView(TableView):
     def __init__(self, follower: JournalFollower) -> None:
         super().__init__(WORKER_COLUMNS, follower)
         self.processes: dict[str, WorkerRow] = {}  # (DOMNode has its own .workers)
+        self.width = BASE_WIDTHS["argv"]  # the Command column's, grown on wide terminals
 
     def show(self, workers: list[WorkerRow]) -> None:
         self.processes = {f"{w.run_id}/{w.epoch}": w for w in workers}
-        self.sync({key: worker_cells(w) for key, w in self.processes.items()})
+        self.sync({key: worker_cells(w, self.width) for key, w in self.processes.items()})
+
+    def set_widths(self, widths: Mapping[str, int]) -> None:
+        if widths["argv"] == self.width:
+            return
+        self.width = widths["argv"]
+        self.set_width("argv", self.width)
+        self.show(list(self.processes.values()))
 
     async def look(self, reader: Reader) -> None:
         """The processes as they are now (a registry that cannot be read: as they were)."""

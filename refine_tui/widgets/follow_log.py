@@ -14,14 +14,17 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import ClassVar
 
+from rich.cells import cell_len
+from rich.segment import Segment
 from textual.binding import Binding
+from textual.strip import Strip
 from textual.widgets import Log
 
 from refine_tui.format import visible
 
-FOLLOWING = "following · ↑↓ pgup pgdn home end"
+FOLLOWING = "following · ↑↓ ←→ pgup pgdn home end"
 PAUSED = "paused — end or scroll down to follow"
-ENDED = "attempt ended · ↑↓ pgup pgdn home end"
+ENDED = "attempt ended · ↑↓ ←→ pgup pgdn home end"
 NO_ATTEMPT = "no attempt"
 
 
@@ -34,6 +37,7 @@ class FollowLog(Log):
         # False: what is shown will not grow (an ended attempt); None: there is no attempt
         self.source_live: bool | None = True
         self.placeholder = False  # the one line is a note ("no output yet"), not output
+        self.elsewhere: str | None = None  # the node whose machine has the log (not followed)
 
     def on_mount(self) -> None:
         self._show_state()
@@ -42,8 +46,15 @@ class FollowLog(Log):
         self.source_live = live
         self._show_state()
 
+    def show_elsewhere(self, node: str) -> None:
+        """The log is on ``node``'s machine: nothing here follows it."""
+        self.elsewhere = node
+        self._show_state()
+
     def _show_state(self) -> None:
-        if self.source_live is None:
+        if self.elsewhere is not None:
+            self.border_subtitle = f"on node {visible(self.elsewhere)}"
+        elif self.source_live is None:
             self.border_subtitle = NO_ATTEMPT
         elif not self.source_live:
             self.border_subtitle = ENDED
@@ -57,6 +68,22 @@ class FollowLog(Log):
         elif new_value < old_value:  # the operator scrolled up (a write only moves down)
             self.following = False
         self._show_state()
+
+    def render_line(self, y: int) -> Strip:
+        """A line wider than the pane ends in "…" (and starts with one once scrolled right):
+        ←/→ show the rest, and nothing else on screen says that a line goes on."""
+        strip = super().render_line(y)
+        scroll_x, scroll_y = self.scroll_offset
+        width = self.scrollable_content_region.width  # Log draws under its scrollbar too
+        if scroll_y + y >= self.line_count or width < 2:
+            return strip
+        length = cell_len(self.lines[scroll_y + y].expandtabs())  # as Log draws its tabs
+        style = self.rich_style
+        if length > scroll_x + width:
+            strip = Strip.join([strip.crop(0, width - 1), Strip([Segment("…", style)])])
+        if scroll_x > 0 and length > scroll_x:
+            strip = Strip.join([Strip([Segment("…", style)]), strip.crop(1, width)])
+        return strip
 
     def action_follow(self) -> None:
         """`end`: back to the bottom at once, and follow from there."""
@@ -77,5 +104,6 @@ class FollowLog(Log):
         super().clear()
         self.following = True
         self.placeholder = False
+        self.elsewhere = None
         self._show_state()
         return self

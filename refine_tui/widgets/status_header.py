@@ -24,11 +24,15 @@ STATES = {
 }
 
 
+ROLE_CELLS = 20  # a longer role name is cut: the state and the node come first
+
+
 @dataclass(frozen=True)
 class HeaderState:
     journal: str
     node: str
     read_only: bool
+    role: str | None = None  # the PostgreSQL role that reads (None: a file, SQLite)
     state: str = "connecting"
     last_sequence: int = 0
     last_commit: float | None = None
@@ -41,7 +45,9 @@ class HeaderState:
 class StatusHeader(Widget):
     """Two lines that never wrap: cut at the width it has when it paints (so growing back
     shows everything again at once). The journal's state is never cut: the path gives way
-    first, in the middle (``/srv/…/journal.db``), then the word "refine", then the node."""
+    first, in the middle (``/srv/…/journal.db``), then the word "refine", then the node. Who
+    reads a read-only journal (``read-only as refine_viewer``) goes with the state: the URL's
+    user name is the first thing its middle cut takes."""
 
     DEFAULT_CSS = """
     StatusHeader { height: 2; background: $panel; padding: 0 1; }
@@ -69,7 +75,9 @@ class StatusHeader(Widget):
 
 def _top_line(s: HeaderState, width: int) -> Text:
     label, style = STATES.get(s.state, (s.state, ""))
-    flag = "  read-only" if s.read_only and s.state != "snapshot" else ""  # said by the state
+    flag = ""
+    if s.read_only and s.state != "snapshot":  # a snapshot's state says it
+        flag = f"  read-only as {clip(visible(s.role), ROLE_CELLS)}" if s.role else "  read-only"
     journal, node, brand = visible(s.journal), visible(s.node), "refine "
     fixed = cell_len(f"  node {node}{flag}  {label}")
     if cell_len(brand + journal) + fixed > width:

@@ -21,6 +21,7 @@ location without loading psycopg.
 
 from __future__ import annotations
 
+import getpass
 import os
 import re
 import string
@@ -118,6 +119,25 @@ def redact(location: str | os.PathLike[str]) -> str:
         return parse_url(text).shown()
     except InvalidInputError:
         return UNPARSABLE
+
+
+def login_role(location: str | os.PathLike[str]) -> str | None:
+    """The PostgreSQL role a connection to ``location`` logs in as, by libpq's rule: the URL's
+    user (or its ``?user=``), else ``$PGUSER``, else the operating system's user name (a
+    ``?service=`` file's user is not read). None for a file (SQLite) or an unusable URL."""
+    text = os.fspath(location)
+    if not is_postgres_url(text):
+        return None
+    try:
+        user = parse_url(text).libpq_options().get("user")
+    except InvalidInputError:
+        return None
+    if user:
+        return user
+    try:
+        return os.environ.get("PGUSER") or getpass.getuser()
+    except (OSError, KeyError):  # no user name for this process's uid
+        return None
 
 
 def parse_url(url: str) -> JournalURL:

@@ -455,10 +455,11 @@ async def test_commit_by_another_process_updates_the_row_in_place(journal_path: 
         await until(pilot, lambda: "aaa-first" in app.goal_rows)
         table = goals_table(app)
         assert "not needed" in app.goal_rows["migrate-db"].note
-        # The new goal is appended, nothing moves: the cursor stays on the same goal and row.
-        assert table.keys()[-1] == "aaa-first"
+        # The new goal takes its place by id (issue 24: appended, it stayed last until a
+        # re-read), the cursor stays on the same goal, one row down.
+        assert table.keys()[0] == "aaa-first"
         assert app.selected_goal().goal_id == "nightly-report"
-        assert table.cursor_row == index
+        assert table.cursor_row == index + 1
 
 
 async def test_pause_holds_the_screen_still(journal_path: Path) -> None:
