@@ -44,6 +44,7 @@ from refine_tui.messages import JournalTrouble, JournalUpdate
 from refine_tui.paint_hold import PaintHold
 from refine_tui.rows import GoalRow
 from refine_tui.screens.help import HelpScreen
+from refine_tui.screens.timeline import TimelineScreen
 from refine_tui.views import (
     AttemptsView,
     GoalsView,
@@ -107,6 +108,7 @@ class Dashboard(Screen[None]):
         self._enabled: tuple[bool, ...] = ()  # which actions the footer last showed enabled
         self._reload_asked = False  # `r` pressed: confirm when the full reload is shown
         self._held_updates: list[JournalUpdate] = []  # read while paused, shown on resume
+        self.timeline: TimelineScreen | None = None  # the attempt timeline, while shown
 
     def compose(self) -> ComposeResult:
         yield self.header
@@ -163,6 +165,8 @@ class Dashboard(Screen[None]):
                 self.nodes.show(update.nodes)
             if update.history:
                 self.detail_pane.append_history(update.history)
+            if update.timeline is not None and self.timeline is not None:
+                self.timeline.show(*update.timeline)
         seq, shown = update.last_sequence, len(self.goals.listed)
         self.show_header(
             state=self.steady_state(),
@@ -452,6 +456,22 @@ class Dashboard(Screen[None]):
         """Presence changes without a commit: the Nodes view, while shown, reads it again."""
         if self.stack.view == "nodes" and not self.paused and self.is_running:
             self.follower.wake()
+
+    # --- the attempt timeline (DESIGN §17) -------------------------------------------------------
+
+    def action_timeline(self) -> None:
+        """The selected Goal's attempts on a time axis (a Run's only, from a Run or Attempt)."""
+        goal = self.stack.selected_goal()
+        if goal is None:
+            return
+        run_id = self.stack.selected_run() if self.stack.view in ("runs", "attempts") else None
+        self.timeline = TimelineScreen(
+            goal.goal_id, run_id, follower=self.follower, clock=self.clock
+        )
+        self.app.push_screen(self.timeline, callback=self._timeline_closed)
+
+    def _timeline_closed(self, _: None) -> None:
+        self.timeline = None
 
     def action_pause(self) -> None:
         self.paused = not self.paused

@@ -22,6 +22,7 @@ from refine_tui.rows import ACTIVE_LIMIT, RECENT_LIMIT, Reader, WorkerRow
 from store.errors import StorageError
 from store.journal.api import Event, Journal
 from store.journal.watch import ChangeFeed
+from store.ops.attempt_spans import attempt_spans
 from store.ops.nodes import list_nodes, node_view
 from store.ops.pulses import Pulses, read_pulses
 from store.ops.reads import goals_touched
@@ -75,6 +76,7 @@ class Wants:
     run_id: str | None = None  # the Run the Attempts view is about
     history_run: str | None = None  # the Run whose history the detail pane shows
     history_after: int = 0  # the last sequence of it shown
+    timeline: tuple[str, str | None] | None = None  # the timeline screen's (goal_id, run_id)
 
     def request(self, full: bool, recheck: tuple[str, ...] = ()) -> ReadRequest:
         return ReadRequest(
@@ -88,6 +90,7 @@ class Wants:
             recheck=recheck,
             goal_node=self.goal_node,
             first_screen=self.first_screen,
+            timeline=self.timeline,
         )
 
 
@@ -105,6 +108,7 @@ class ReadRequest:
     recheck: tuple[str, ...] = ()  # goals to re-read even without events (process liveness)
     goal_node: str | None = None  # the drilled-into Goal's node, as the screen shows it
     first_screen: int = FIRST_SCREEN  # rows a new list shows first: the table's height and more
+    timeline: tuple[str, str | None] | None = None  # (goal_id, run_id): its attempts' spans
 
 
 class LiveReader:
@@ -247,6 +251,8 @@ class LiveReader:
             update.history = [e for e in reader.history(req.history_run) if e.sequence > after]
         if req.view == "nodes":
             update.nodes = list_nodes(journal)
+        if req.timeline is not None and (full or req.timeline[0] in touched):
+            update.timeline = (req.timeline, attempt_spans(journal, *req.timeline))
         if pulsed or full:
             update.pulses = self.pulses.copy() if self.pulses else None  # the UI's own
         return update
