@@ -177,7 +177,10 @@ class Dashboard(Screen[None]):
             detail="",
         )
         self.selection_changed()
-        self.alert(self.alerts.take(update.goals, update.full))
+        said = self.alerts.take(update.goals, update.full)
+        if update.node_presence is not None:
+            said += self.alerts.take_nodes(update.node_presence, update.full)
+        self.alert(said)
         self.tell_detail(retarget=False)  # the attempt in the log pane may have ended
         if update.painted is not None:
             self.app.call_after_refresh(update.painted.set)
@@ -453,8 +456,11 @@ class Dashboard(Screen[None]):
         self.follower.wake()  # its rows come with the next read
 
     def read_presence(self) -> None:
-        """Presence changes without a commit: the Nodes view, while shown, reads it again."""
-        if self.stack.view == "nodes" and not self.paused and self.is_running:
+        """Presence changes without a commit: the Nodes view, while shown, reads it again, and
+        every few seconds a read looks for nodes gone silent (alerts)."""
+        if self.paused or not self.is_running:
+            return
+        if self.stack.view == "nodes" or self.live.presence_due():
             self.follower.wake()
 
     # --- the attempt timeline (DESIGN §17) -------------------------------------------------------
