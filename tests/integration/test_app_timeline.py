@@ -9,8 +9,11 @@ import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from refine_tui.app import RefineApp
 from refine_tui.screens.timeline import TimelineScreen
+from refine_tui.textual_private import notifications
 from store.journal.sqlite import Journal
 from store.model.goals import Goals
 from tests.helpers.dashboard import loaded, select
@@ -88,6 +91,10 @@ def journal_with_story(tmp_path: Path) -> Path:
     return path
 
 
+def notes(app: RefineApp) -> list[str]:
+    return [n.message for n in notifications(app)]
+
+
 def timeline(app: RefineApp) -> TimelineScreen:
     screen = app.screen
     assert isinstance(screen, TimelineScreen)
@@ -107,13 +114,14 @@ async def open_timeline(pilot, *keys: str) -> TimelineScreen:
     return timeline(pilot.app)
 
 
+@pytest.mark.parametrize("size", [(80, 24), (200, 50)])
 async def test_the_timeline_shows_each_attempt_in_order_and_the_running_one_grows(
-    tmp_path: Path,
+    tmp_path: Path, size: tuple[int, int]
 ) -> None:
     path = journal_with_story(tmp_path)
     now = [T0 + 3 * H + 50]
     app = RefineApp(journal=path, node=NODE, clock=lambda: now[0])
-    async with app.run_test(size=(80, 24)) as pilot:
+    async with app.run_test(size=size) as pilot:
         await loaded(pilot)
         await select(pilot, "story")
         screen = await open_timeline(pilot)
@@ -124,7 +132,8 @@ async def test_the_timeline_shows_each_attempt_in_order_and_the_running_one_grow
             ["R1", "#3", "running"],
         ]
         assert "⋯ 2h56m ⋯" in lines[3]  # the idle gap, collapsed and marked
-        assert all(len(line) <= screen.chart.size.width for line in lines)
+        assert all(len(line) == screen.chart.size.width for line in lines[:4])  # whole
+        assert lines[4].rstrip().endswith(" now")
         laid = screen.chart.laid
         assert laid is not None
         grown = laid.bars[-1].x1 - laid.bars[-1].x0
@@ -165,3 +174,13 @@ async def test_a_new_attempt_appears_on_the_open_timeline(tmp_path: Path) -> Non
         await until(pilot, lambda: len(screen.chart.spans) == 4)
         outcomes = [b.span.outcome for b in screen.chart.laid.bars]
         assert outcomes == ["interrupted", "failed", "failed", "running"]
+
+
+async def test_t_says_why_where_it_does_not_apply(tmp_path: Path) -> None:
+    path = journal_with_story(tmp_path)
+    app = RefineApp(journal=path, node=NODE)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await loaded(pilot)
+        await pilot.press("w", "t")  # the Workers view: no Goal there
+        await until(pilot, lambda: any("Timeline:" in n for n in notes(app)))
+        assert not isinstance(app.screen, TimelineScreen)
