@@ -133,7 +133,9 @@ def layout(spans: Sequence[AttemptSpan], now: float, width: int) -> Layout:
     bars = []
     for span, (t0, t1) in zip(spans, times, strict=True):
         piece = next(p for p in pieces if p.t0 <= t0 <= p.t1)
-        x0 = min(math.floor(piece.x(t0)), piece.x1 - 1)
+        # Both ends rounded alike: an attempt claimed as the last one ended starts where it
+        # ended, neither overlapping it nor leaving a blank cell between them.
+        x0 = min(round(piece.x(t0)), piece.x1 - 1)
         x1 = min(max(x0 + 1, round(piece.x(t1))), piece.x1)
         bars.append(Bar(span, x0, x1, t1 - t0))
     return Layout(width, bars, pieces, placed)

@@ -92,3 +92,10 @@ def test_the_ticks_name_the_start_and_now() -> None:
 def test_rounds_label_their_run() -> None:
     laid = layout([span(1, "failed", 0, 10), span(1, "completed", 20, 30, round_=2)], 40, 40)
     assert [label(b.span, b.seconds)[:5] for b in laid.bars] == ["R1 #1", "R2 #1"]
+
+
+def test_an_attempt_claimed_as_the_last_ended_starts_where_it_ended() -> None:
+    spans = [span(1, "failed", 0, 3.3), span(2, "failed", 3.3, 6.6), span(3, "failed", 6.6, 10)]
+    for width in (23, 52, 54, 77):
+        bars = layout(spans, 10, width).bars
+        assert [b.x1 for b in bars[:-1]] == [b.x0 for b in bars[1:]], width
