@@ -68,8 +68,10 @@ MARK_ACTIONS = ("mark", "mark_all", "unmark")
 BULK = {"stop": "stop", "cancel_goal": "cancel", "release": "release"}
 # The Nodes view (DESIGN §14): its own block, so other keys land beside it without conflict.
 KEYS.append(Binding("n", "nodes", "Nodes", show=False))
+# The attempt timeline (DESIGN §17), of the selected Goal or Run.
+KEYS.append(Binding("t", "timeline", "Timeline"))
 OPERATOR_ACTIONS = ("stop", "cancel_goal", "cleanup", "release")
-SELECTION_ACTIONS = ("log", "history")
+SELECTION_ACTIONS = ("log", "history", "timeline")
 ACTION_TITLES = {
     "stop": "Stop",
     "cancel_goal": "Cancel",
@@ -77,6 +79,7 @@ ACTION_TITLES = {
     "release": "Release",
     "log": "Log",
     "history": "History",
+    "timeline": "Timeline",
     "mark": "Mark",
     "mark_all": "Mark all",
     "unmark": "Unmark",
@@ -90,6 +93,7 @@ SYSTEM_COMMANDS = (
     ("Log", "Show / hide the attempt's log (l)", "log"),
     ("History", "Show / hide the run's event history (h)", "history"),
     ("Workers", "This node's worker processes (w)", "workers"),
+    ("Timeline", "The goal's (or run's) attempts on a time axis (t)", "timeline"),
     ("Nodes", "Every node's presence; x confirms a silent node's attempts (n)", "nodes"),
     ("Filter goals", "Filter by id, title, status or node (/)", "filter"),
     ("Pause / resume", "Pause live updates (p)", "pause"),

@@ -1,18 +1,25 @@
 """Alerts for the operator at the dashboard (DESIGN §16): a Goal that becomes ``exhausted``, an
-attempt that becomes ``needs cleanup``: one notification each, never twice for the same thing,
-never for what was already so when the dashboard opened.
+attempt that becomes ``needs cleanup``, a node that goes ``silent``: one notification each,
+never twice for the same thing, never for what was already so when the dashboard opened.
 
 ``Alerts.take`` sees each journal update's Goal rows (on the UI thread: a dict look-up a row).
 A full read (the first one, a new filter, a reload) only learns what is so; a row that a commit
 touched since (a partial update carries only those) and now is exhausted or needs cleanup
 became so while the dashboard watched, unless it was known to be so already.
+
+``Alerts.take_nodes`` sees the nodes' presence, read every few seconds (beats commit nothing).
+One silence is one node's silence after one last beat: said once; a node that beats again and
+goes silent again is a new silence. A node silent at the first look (or first seen silent in a
+full read) was silent before the dashboard looked: never said.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 
+from refine_tui import format as fmt
 from refine_tui.rows import GoalRow
+from store.journal.presence import Presence, State
 
 Key = tuple[str, ...]
 
@@ -23,6 +30,8 @@ class Alerts:
     def __init__(self) -> None:
         self._known: dict[Key, bool] = {}  # a condition's last known state
         self._said: set[Key] = set()
+        self.node_states: dict[str, State] = {}  # each node's presence at the last look
+        self._silences: dict[str, float] = {}  # node → the last beat its known silence follows
 
     def take(self, goals: Mapping[str, GoalRow | None], full: bool) -> list[str]:
         """The alerts an update raises, in words."""
@@ -39,6 +48,29 @@ class Alerts:
                 elif holds:
                     self._said.add(key)  # so from the start: never said
         return said
+
+    def take_nodes(self, presence: tuple[float, list[Presence]], full: bool) -> list[str]:
+        """The alerts a look at the nodes' presence raises (``presence``: the database's
+        clock now and every node's row), in words."""
+        now, rows = presence
+        said = []
+        for row in rows:
+            state = row.state(now)
+            was = self.node_states.get(row.node_id)
+            self.node_states[row.node_id] = state
+            if state != "silent" or self._silences.get(row.node_id) == row.last_seen:
+                continue
+            self._silences[row.node_id] = row.last_seen
+            if was is not None or not full:
+                said.append(silent_words(row, now))
+        return said
+
+
+def silent_words(row: Presence, now: float) -> str:
+    return (
+        f"node {row.node_id} ({row.host}) went silent: no heartbeat for "
+        f"{fmt.duration(now - row.last_seen)} (n: the nodes; x there confirms its attempts)"
+    )
 
 
 def conditions(row: GoalRow) -> Iterator[tuple[Key, bool, str]]:

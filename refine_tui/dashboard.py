@@ -44,6 +44,7 @@ from refine_tui.messages import JournalTrouble, JournalUpdate
 from refine_tui.paint_hold import PaintHold
 from refine_tui.rows import GoalRow
 from refine_tui.screens.help import HelpScreen
+from refine_tui.screens.timeline import TimelineScreen
 from refine_tui.views import (
     AttemptsView,
     GoalsView,
@@ -108,6 +109,7 @@ class Dashboard(Screen[None]):
         self._enabled: tuple[bool, ...] = ()  # which actions the footer last showed enabled
         self._reload_asked = False  # `r` pressed: confirm when the full reload is shown
         self._held_updates: list[JournalUpdate] = []  # read while paused, shown on resume
+        self.timeline: TimelineScreen | None = None  # the attempt timeline, while shown
 
     def compose(self) -> ComposeResult:
         yield self.header
@@ -183,6 +185,8 @@ class Dashboard(Screen[None]):
                 self.nodes.show(update.nodes)
             if update.history:
                 self.detail_pane.append_history(update.history)
+            if update.timeline is not None and self.timeline is not None:
+                self.timeline.show(*update.timeline)
         seq, shown = update.last_sequence, len(self.goals.listed)
         self.show_header(
             state=self.steady_state(),
@@ -193,7 +197,10 @@ class Dashboard(Screen[None]):
             detail="",
         )
         self.selection_changed()
-        self.alert(self.alerts.take(update.goals, update.full))
+        said = self.alerts.take(update.goals, update.full)
+        if update.node_presence is not None:
+            said += self.alerts.take_nodes(update.node_presence, update.full)
+        self.alert(said)
         self.tell_detail(retarget=False)  # the attempt in the log pane may have ended
         if update.painted is not None:
             self.app.call_after_refresh(update.painted.set)
@@ -469,9 +476,28 @@ class Dashboard(Screen[None]):
         self.follower.wake()  # its rows come with the next read
 
     def read_presence(self) -> None:
-        """Presence changes without a commit: the Nodes view, while shown, reads it again."""
-        if self.stack.view == "nodes" and not self.paused and self.is_running:
+        """Presence changes without a commit: the Nodes view, while shown, reads it again, and
+        every few seconds a read looks for nodes gone silent (alerts)."""
+        if self.paused or not self.is_running:
+            return
+        if self.stack.view == "nodes" or self.live.presence_due():
             self.follower.wake()
+
+    # --- the attempt timeline (DESIGN §17) -------------------------------------------------------
+
+    def action_timeline(self) -> None:
+        """The selected Goal's attempts on a time axis (a Run's only, from a Run or Attempt)."""
+        goal = self.stack.selected_goal()
+        if goal is None:
+            return
+        run_id = self.stack.selected_run() if self.stack.view in ("runs", "attempts") else None
+        self.timeline = TimelineScreen(
+            goal.goal_id, run_id, follower=self.follower, clock=self.clock
+        )
+        self.app.push_screen(self.timeline, callback=self._timeline_closed)
+
+    def _timeline_closed(self, _: None) -> None:
+        self.timeline = None
 
     def action_pause(self) -> None:
         self.paused = not self.paused

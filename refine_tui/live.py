@@ -21,7 +21,9 @@ from refine_tui.messages import JournalUpdate
 from refine_tui.rows import ACTIVE_LIMIT, RECENT_LIMIT, Reader, WorkerRow
 from store.errors import StorageError
 from store.journal.api import Event, Journal
+from store.journal.presence import Presence
 from store.journal.watch import ChangeFeed
+from store.ops.attempt_spans import attempt_spans
 from store.ops.nodes import list_nodes, node_view
 from store.ops.pulses import Pulses, read_pulses
 from store.ops.reads import goals_touched
@@ -32,6 +34,7 @@ PAINT_WAIT_S = 1.0  # how long a full read waits for its first screen to be pain
 # threads get the GIL back this soon (Python's default, 5 ms, made a change read wait 100-400 ms
 # during the build, and each step of the frame after a new list's first screen wait too).
 HANDOFF_SWITCH_S = 0.0005
+PRESENCE_READ_S = 5.0  # nodes' presence is read this often for the alerts (beats commit nothing)
 
 
 class _Handoff:
@@ -75,6 +78,7 @@ class Wants:
     run_id: str | None = None  # the Run the Attempts view is about
     history_run: str | None = None  # the Run whose history the detail pane shows
     history_after: int = 0  # the last sequence of it shown
+    timeline: tuple[str, str | None] | None = None  # the timeline screen's (goal_id, run_id)
 
     def request(self, full: bool, recheck: tuple[str, ...] = ()) -> ReadRequest:
         return ReadRequest(
@@ -88,6 +92,7 @@ class Wants:
             recheck=recheck,
             goal_node=self.goal_node,
             first_screen=self.first_screen,
+            timeline=self.timeline,
         )
 
 
@@ -105,6 +110,7 @@ class ReadRequest:
     recheck: tuple[str, ...] = ()  # goals to re-read even without events (process liveness)
     goal_node: str | None = None  # the drilled-into Goal's node, as the screen shows it
     first_screen: int = FIRST_SCREEN  # rows a new list shows first: the table's height and more
+    timeline: tuple[str, str | None] | None = None  # (goal_id, run_id): its attempts' spans
 
 
 class LiveReader:
@@ -120,6 +126,11 @@ class LiveReader:
         self._listed: str | None = None  # the filter of the last full read
         self.pulses: Pulses | None = None  # the last hour's, read once per journal then kept
         self._pulsed_generation = -1
+        self._presence_read_at = -PRESENCE_READ_S  # (monotonic) the last look at presence
+
+    def presence_due(self) -> bool:
+        """The nodes' presence is due another look (any read takes it then)."""
+        return time.monotonic() - self._presence_read_at >= PRESENCE_READ_S
 
     @property
     def indexed(self) -> bool:
@@ -194,10 +205,11 @@ class LiveReader:
         self._generation = self.feed.generation
         reader.learn(events)
         pulsed = self._pulse(journal, events)
+        presence = self._presence(journal)
         changed = goals_touched(events)
         touched = set(changed) | set(req.recheck)
         # Presence changes without a commit: the Nodes view reads it on every wake-up.
-        if not full and not touched and req.view != "nodes" and not pulsed:
+        if not full and not touched and req.view != "nodes" and not pulsed and not presence:
             return None
         index = self._index[1] if self._index is not None else None
         if full and index is not None:
@@ -247,9 +259,19 @@ class LiveReader:
             update.history = [e for e in reader.history(req.history_run) if e.sequence > after]
         if req.view == "nodes":
             update.nodes = list_nodes(journal)
+        if req.timeline is not None and (full or req.timeline[0] in touched):
+            update.timeline = (req.timeline, attempt_spans(journal, *req.timeline))
         if pulsed or full:
             update.pulses = self.pulses.copy() if self.pulses else None  # the UI's own
+        update.node_presence = presence
         return update
+
+    def _presence(self, journal: Journal) -> tuple[float, list[Presence]] | None:
+        """(thread) Every node's presence, when due (None: not this read)."""
+        if not self.presence_due():
+            return None
+        self._presence_read_at = time.monotonic()
+        return journal.presence()
 
     def _pulse(self, journal: Journal, events: list[Event]) -> bool:
         """(thread) The pulses: the last hour's read once per journal, then these events."""

@@ -14,6 +14,8 @@ from textual.message import Message
 
 from refine_tui.rows import AttemptRow, GoalRow, RunRow, WorkerRow
 from store.journal.api import Event
+from store.journal.presence import Presence
+from store.ops.attempt_spans import AttemptSpan
 from store.ops.nodes import NodeView
 from store.ops.pulses import Pulses
 
@@ -37,6 +39,10 @@ class JournalUpdate(Message):
     nodes: list[NodeView] | None = None  # every node's presence (the Nodes view is shown)
     presence: NodeView | None = None  # the drilled-into attempts' node, when it is another one
     pulses: Pulses | None = None  # the last hour's attempt counts per minute (when they changed)
+    # The timeline screen's (goal_id, run_id) and its attempts, when they may have changed.
+    timeline: tuple[tuple[str, str | None], list[AttemptSpan]] | None = None
+    # Every node's presence and the database's clock (read every few seconds, for alerts).
+    node_presence: tuple[float, list[Presence]] | None = None
 
 
 @dataclass

@@ -27,7 +27,9 @@ from textual.pilot import Pilot
 from textual.widgets import Input
 
 from refine_tui.app import RefineApp
+from refine_tui.dashboard import PULSES_MIN_HEIGHT
 from refine_tui.demo import DEMO_NODE, finish, populate, start_node, stop_node
+from refine_tui.screens.timeline import TimelineScreen
 from store.goals import Goals
 from store.journal.api import Journal
 
@@ -73,6 +75,10 @@ def mark(*goal_ids: str) -> Steps:
     return steps
 
 
+def timeline_read(app: RefineApp) -> bool:
+    return isinstance(app.screen, TimelineScreen) and app.screen.read_once
+
+
 def modal_open(app: RefineApp) -> bool:
     return len(app.screen_stack) > 1 and app.screen.query("#dialog").first() is not None
 
@@ -97,6 +103,7 @@ SHOTS: dict[str, tuple[tuple[int, int], list[Steps]]] = {
     "nodes": ((80, 24), [press("n", wait=lambda a: a.dashboard.stack.view == "nodes")]),
     "bulk-modal": ((80, 24), [mark("thumbs-1", "thumbs-2"), press("c", wait=modal_open)]),
     "goals-small": ((60, 16), []),
+    "timeline": ((80, 24), [select("flaky-fetch"), press("t", wait=lambda a: timeline_read(a))]),
 }
 LIVE_GOALS = {"soak-test", "index-rebuild", "sync-billing"}  # running for a minute at least
 
@@ -106,6 +113,11 @@ async def shoot(journal: Path, name: str, out: Path) -> Path:
     app = RefineApp(journal=journal, node=DEMO_NODE, operator="dana")
     async with app.run_test(size=size) as pilot:
         await loaded(pilot)
+        # The pulses are drawn by the dashboard's first tick (a second in), where they show.
+        dashboard = app.dashboard
+        await until(
+            pilot, lambda: size[1] < PULSES_MIN_HEIGHT or bool(dashboard.pulses_line.series)
+        )
         for step in steps:
             await step(pilot)
         await pilot.pause(0.4)

@@ -4,13 +4,16 @@ already so when the dashboard opened (the demo journal has both) raises nothing.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
 import refine_tui.app
 from refine_tui.app import RefineApp
 from refine_tui.demo import _finish
+from refine_tui.live import PRESENCE_READ_S
 from refine_tui.textual_private import notifications
+from store.journal.presence import MISSED_BEATS, Beat
 from store.journal.sqlite import Journal
 from store.model.goals import Goals
 from tests.helpers.dashboard import end, loaded
@@ -19,6 +22,8 @@ from tests.integration.test_app import start_loop_goal
 
 NODE = "n1"
 SIZE = (100, 30)
+FAST_S = 0.05  # a heartbeat interval that goes silent at once
+B_S = 1.0  # node b's: live 3 s after a beat, then silent
 
 
 class BellCounting(RefineApp):
@@ -27,9 +32,15 @@ class BellCounting(RefineApp):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.bells = 0
+        self.said: list[str] = []  # every alert, also those whose notification timed out
 
     def bell(self) -> None:
         self.bells += 1
+
+    def notify(self, message: str, *, title: str = "", **options: Any) -> None:
+        if title == "Alert":
+            self.said.append(message)
+        super().notify(message, title=title, **options)
 
 
 def alerts(app: RefineApp) -> list[str]:
@@ -87,3 +98,34 @@ async def test_an_attempt_needing_cleanup_alerts_once(journal_path: Path) -> Non
             assert len(alerts(app)) == 1 and app.bells == 1
     finally:
         end(proc)
+
+
+def beat(path: Path, node_id: str, interval_s: float, kind: str = "start") -> None:
+    with Journal.open(path) as journal:
+        journal.write_presence(Beat(node_id, kind, f"host-{node_id}", 4, "0.1.0", interval_s))  # type: ignore[arg-type]
+
+
+async def test_a_node_going_silent_alerts_once_and_rings(journal_path: Path) -> None:
+    """Node b beats, then stops beating: one alert naming it, one bell; a node silent before
+    the dashboard opened (gone) raises nothing; b beating again and going silent again is a
+    new silence."""
+    beat(journal_path, "gone", FAST_S)
+    time.sleep(FAST_S * (MISSED_BEATS + 1))  # silent before the dashboard opens
+    app = BellCounting(journal=journal_path, node=NODE)
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        states = app.dashboard.alerts.node_states
+        for said in (1, 2):
+            deadline = time.monotonic() + 20
+            while states.get("b") != "live":  # b beats until the dashboard has seen it live
+                assert time.monotonic() < deadline, "node b never seen live"
+                beat(journal_path, "b", B_S)
+                await pilot.pause(0.5)
+            assert states["gone"] == "silent"
+            # No more beats: silent 3 intervals after the last one, seen at the next look.
+            await until(pilot, lambda n=said: len(app.said) == n, timeout=20)
+            assert app.bells == said
+            assert "node b (host-b) went silent" in app.said[-1]
+            assert not any("gone" in a for a in app.said)
+            await pilot.pause(PRESENCE_READ_S + 1)  # another look: the same silence, not said
+            assert len(app.said) == said and app.bells == said
