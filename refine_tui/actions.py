@@ -40,9 +40,10 @@ from store.ops.operator import (
     stop_goal,
 )
 
-# The dashboard's keys. Help and Quit first: a narrow terminal cuts the footer's end, and these
-# two must stay.
+# The dashboard's keys. Back beside the tables' enter (the focused table's keys lead the
+# footer); shown only where it goes somewhere (Dashboard.check_action).
 KEYS: list[BindingType] = [
+    Binding("escape,backspace", "back", "Back"),
     Binding("question_mark", "help", "Help"),
     Binding("q", "app.quit", "Quit"),
     Binding("s", "stop", "Stop"),
@@ -55,7 +56,6 @@ KEYS: list[BindingType] = [
     Binding("slash", "filter", "Filter"),
     Binding("p", "pause", "Pause", show=False),
     Binding("r", "refresh", "Refresh", show=False),
-    Binding("escape,backspace", "back", "Back", show=False),
 ]
 # Marks (DESIGN §15): with marks, s c R act on the marked Goals.
 KEYS += [
@@ -68,6 +68,22 @@ MARK_ACTIONS = ("mark", "mark_all", "unmark")
 BULK = {"stop": "stop", "cancel_goal": "cancel", "release": "release"}
 # The Nodes view (DESIGN §14): its own block, so other keys land beside it without conflict.
 KEYS.append(Binding("n", "nodes", "Nodes", show=False))
+# What a footer too narrow for every key keeps, first to last (whole keys: the others are in
+# `?` help): Help and Quit, the Filter, the way down (the tables' enter) and back, then the
+# operator keys. Log and History go first.
+FOOTER_KEEPS = (
+    "help",
+    "app.quit",
+    "filter",
+    "select_cursor",
+    "back",
+    "stop",
+    "cancel_goal",
+    "cleanup",
+    "release",
+    "log",
+    "history",
+)
 OPERATOR_ACTIONS = ("stop", "cancel_goal", "cleanup", "release")
 SELECTION_ACTIONS = ("log", "history")
 ACTION_TITLES = {
@@ -155,6 +171,12 @@ def why(action: str, sel: Selection) -> tuple[str, str] | None:
             return (
                 f"on {goal.node_id}",
                 f"it runs on node {goal.node_id}; Stop works on this node ({sel.node}) only",
+            )
+        if goal.needs_cleanup:  # no live process proves it: nothing is left to stop
+            return (
+                "no process here — x confirms cleanup",
+                f"no process of attempt {goal.running_epoch} is left on node {sel.node} to stop;"
+                " x (Confirm cleanup) records that its work has ended",
             )
     elif action == "cancel_goal":
         if goal.terminal:
@@ -555,7 +577,7 @@ def evidence_text(evidence: CleanupEvidence, operator: str, node: str, now: floa
         style="italic",
     )
     if evidence.log_tail:
-        text.append("\n\nlast log lines:", style="dim")
+        text.append("\n\nlast log lines (↑↓ scroll):", style="dim")
         for line in evidence.log_tail[-8:]:  # visible first: Text.append drops \r \x07 \b
             text.append("\n  " + fmt.visible(line.rstrip("\n")), style="dim")
     return text
