@@ -172,12 +172,8 @@ def why(action: str, sel: Selection) -> tuple[str, str] | None:
                 f"on {goal.node_id}",
                 f"it runs on node {goal.node_id}; Stop works on this node ({sel.node}) only",
             )
-        if goal.needs_cleanup:  # no live process proves it: nothing is left to stop
-            return (
-                "no process here — x confirms cleanup",
-                f"no process of attempt {goal.running_epoch} is left on node {sel.node} to stop;"
-                " x (Confirm cleanup) records that its work has ended",
-            )
+        if goal.needs_cleanup:  # advice: pressed anyway, the store answers (store_answers)
+            return no_process(goal, sel.node)
     elif action == "cancel_goal":
         if goal.terminal:
             return f"{goal.status}", f"goal is already {goal.status}"
@@ -193,6 +189,25 @@ def why(action: str, sel: Selection) -> tuple[str, str] | None:
     elif action == "history" and sel.run_id is None:
         return "no run", "no run selected"
     return None
+
+
+def no_process(goal: GoalRow, node: str) -> tuple[str, str]:
+    """Stop on a `needs cleanup` row: no live process proves the attempt, x is what to do."""
+    return (
+        "no process here — x confirms cleanup",
+        f"no process of attempt {goal.running_epoch} is left on node {node} to stop;"
+        " x (Confirm cleanup) records that its work has ended",
+    )
+
+
+def store_answers(action: str, sel: Selection) -> bool:
+    """Greyed as advice only (Stop on a `needs cleanup` row): pressed anyway, the flow runs
+    and the store answers, with its typed refusal (NO_PROCESS_RECORD) when no process record
+    is left, or a Stop of the dead process its record names."""
+    goal = sel.goal
+    if action != "stop" or goal is None or not goal.needs_cleanup or sel.bulk:
+        return False
+    return why(action, sel) == no_process(goal, sel.node)
 
 
 def why_mark(action: str, sel: Selection) -> tuple[str, str] | None:
@@ -241,13 +256,21 @@ def check(action: str, sel: Selection) -> bool | None:
     return True
 
 
-def key_refusal(key: str, selection: Callable[[], Selection]) -> str | None:
-    """What pressing ``key`` says when its action is greyed (None: nothing to say); the
-    selection is looked at only for the dashboard's own keys."""
+def key_action(key: str) -> str | None:
+    """The dashboard's action for ``key`` (None: not one of its keys)."""
     for binding in KEYS:
         if isinstance(binding, Binding) and key in binding.key.split(","):
-            return refusal(binding.action, selection())
+            return binding.action
     return None
+
+
+def key_refusal(key: str, selection: Callable[[], Selection]) -> str | None:
+    """What pressing ``key`` says when its action is greyed (None: nothing to say, or the
+    store answers); the selection is looked at only for the dashboard's own keys."""
+    if (action := key_action(key)) is None:
+        return None
+    sel = selection()
+    return None if store_answers(action, sel) else refusal(action, sel)
 
 
 def refusal(action: str, sel: Selection) -> str | None:

@@ -33,8 +33,10 @@ from refine_tui.actions import (
     applies,
     check,
     hint,
+    key_action,
     key_refusal,
     refusal,
+    store_answers,
     why,
 )
 from refine_tui.alerts import Alerts
@@ -308,11 +310,15 @@ class Dashboard(Screen[None]):
         return reason[1] if reason else None
 
     def on_key(self, event: events.Key) -> None:
-        """A greyed key says why instead of doing nothing."""
+        """A greyed key says why instead of doing nothing (or, greyed as advice, asks the
+        store, which answers: Stop on a `needs cleanup` row)."""
         if isinstance(self.focused, Input):
             return
         if (text := key_refusal(event.key, self.selection)) is not None:
             self.app.notify(text, severity="warning")
+            event.stop()
+        elif (action := key_action(event.key)) and store_answers(action, self.selection()):
+            self.act(action)
             event.stop()
 
     async def run_checked(self, action: str) -> None:

@@ -5,7 +5,9 @@ ones, styling each (≈ 10 ms a focus change, profiled: a filter's Enter moves f
 to the table in the frame that shows the new list; and the removed widgets were kept, so memory
 grew). Here the key widgets stay: a key no longer shown is hidden (the filter box shows only
 its own key), each shown one takes its binding and repaints only if it changed. A key the
-footer has no widget for, or keys in another order, recompose as Textual does.
+footer has no widget for is mounted in its place (escape, shown only where it goes back: the
+footer would otherwise recompose to the filter box's two keys, then back, on every filter);
+keys in another order, or groups, recompose as Textual does.
 
 A footer too narrow for its keys hides whole keys, the last of ``keeps`` first (Textual's cut
 the last key mid-word, and whatever came after it: at 60 columns, the Filter).
@@ -64,10 +66,19 @@ class KeyFooter(Footer):
                 self._fit({k.action for k in fitting(wanted, self.width_now, self.keeps)})
             return
         kept = {k.action for k in fitting(wanted or [], self.width_now, self.keeps)}
+        after: FooterKey | None = None
         for widget, shown in placed:
-            if shown is not None:
+            if widget is None:  # a new key, mounted after the one before it
+                assert shown is not None
+                widget = _new_key(shown)
+                if after is not None:
+                    await self.mount(widget, after=after)
+                else:
+                    await self.mount(widget, before=0 if keys else None)
+            elif shown is not None:
                 _show(widget, shown)
             widget.display = shown is not None and shown.action in kept
+            after = widget
 
     @property
     def width_now(self) -> int:
@@ -120,19 +131,43 @@ def fitting(wanted: list[Shown], width: int, keeps: Sequence[str]) -> list[Shown
 
 def _place(
     wanted: list[Shown], keys: list[FooterKey]
-) -> list[tuple[FooterKey, Shown | None]] | None:
-    """Each key widget with what it shows now (None: hidden), or None when the wanted keys are
-    not the widgets' actions in their order."""
-    placed: list[tuple[FooterKey, Shown | None]] = []
-    pending = iter(wanted)
-    shown = next(pending, None)
-    for widget in keys:
-        if shown is not None and widget.action == shown.action:
-            placed.append((widget, shown))
-            shown = next(pending, None)
+) -> list[tuple[FooterKey | None, Shown | None]] | None:
+    """Each key widget with what it shows now (None: hidden), and the wanted keys no widget
+    has (None: a widget to mount there), in order; None when the wanted keys are not the
+    widgets' actions in their order."""
+    placed: list[tuple[FooterKey | None, Shown | None]] = []
+    i, seen = 0, set()
+    for n, widget in enumerate(keys):
+        ahead = {w.action for w in keys[n:]}
+        while i < len(wanted) and wanted[i].action not in ahead:
+            if wanted[i].action in seen:
+                return None  # its widget came earlier: another order
+            placed.append((None, wanted[i]))
+            i += 1
+        if i < len(wanted) and widget.action == wanted[i].action:
+            placed.append((widget, wanted[i]))
+            i += 1
         else:
             placed.append((widget, None))
-    return placed if shown is None else None
+        seen.add(widget.action)
+    for shown in wanted[i:]:
+        if shown.action in seen:
+            return None
+        placed.append((None, shown))
+    return placed
+
+
+def _new_key(shown: Shown) -> FooterKey:
+    """A key widget as Footer.compose makes one."""
+    key = FooterKey(
+        shown.key,
+        shown.key_display,
+        shown.description,
+        shown.action,
+        disabled=not shown.enabled,
+        tooltip=shown.tooltip,
+    )
+    return key.data_bind(compact=Footer.compact)
 
 
 def _show(widget: FooterKey, shown: Shown) -> None:
