@@ -40,9 +40,10 @@ from store.ops.operator import (
     stop_goal,
 )
 
-# The dashboard's keys. Help and Quit first: a narrow terminal cuts the footer's end, and these
-# two must stay.
+# The dashboard's keys. Back beside the tables' enter (the focused table's keys lead the
+# footer); shown only where it goes somewhere (Dashboard.check_action).
 KEYS: list[BindingType] = [
+    Binding("escape,backspace", "back", "Back"),
     Binding("question_mark", "help", "Help"),
     Binding("q", "app.quit", "Quit"),
     Binding("s", "stop", "Stop"),
@@ -55,7 +56,6 @@ KEYS: list[BindingType] = [
     Binding("slash", "filter", "Filter"),
     Binding("p", "pause", "Pause", show=False),
     Binding("r", "refresh", "Refresh", show=False),
-    Binding("escape,backspace", "back", "Back", show=False),
 ]
 # Marks (DESIGN §15): with marks, s c R act on the marked Goals.
 KEYS += [
@@ -70,6 +70,23 @@ BULK = {"stop": "stop", "cancel_goal": "cancel", "release": "release"}
 KEYS.append(Binding("n", "nodes", "Nodes", show=False))
 # The attempt timeline (DESIGN §17), of the selected Goal or Run.
 KEYS.append(Binding("t", "timeline", "Timeline"))
+# What a footer too narrow for every key keeps, first to last (whole keys: the others are in
+# `?` help): Help and Quit, the Filter, the way down (the tables' enter) and back, then the
+# operator keys. Log and History go first.
+FOOTER_KEEPS = (
+    "help",
+    "app.quit",
+    "filter",
+    "select_cursor",
+    "back",
+    "stop",
+    "cancel_goal",
+    "cleanup",
+    "release",
+    "log",
+    "history",
+    "timeline",
+)
 OPERATOR_ACTIONS = ("stop", "cancel_goal", "cleanup", "release")
 SELECTION_ACTIONS = ("log", "history", "timeline")
 ACTION_TITLES = {
@@ -160,6 +177,8 @@ def why(action: str, sel: Selection) -> tuple[str, str] | None:
                 f"on {goal.node_id}",
                 f"it runs on node {goal.node_id}; Stop works on this node ({sel.node}) only",
             )
+        if goal.needs_cleanup:  # advice: pressed anyway, the store answers (store_answers)
+            return no_process(goal, sel.node)
     elif action == "cancel_goal":
         if goal.terminal:
             return f"{goal.status}", f"goal is already {goal.status}"
@@ -175,6 +194,25 @@ def why(action: str, sel: Selection) -> tuple[str, str] | None:
     elif action == "history" and sel.run_id is None:
         return "no run", "no run selected"
     return None
+
+
+def no_process(goal: GoalRow, node: str) -> tuple[str, str]:
+    """Stop on a `needs cleanup` row: no live process proves the attempt, x is what to do."""
+    return (
+        "no process here — x confirms cleanup",
+        f"no process of attempt {goal.running_epoch} is left on node {node} to stop;"
+        " x (Confirm cleanup) records that its work has ended",
+    )
+
+
+def store_answers(action: str, sel: Selection) -> bool:
+    """Greyed as advice only (Stop on a `needs cleanup` row): pressed anyway, the flow runs
+    and the store answers, with its typed refusal (NO_PROCESS_RECORD) when no process record
+    is left, or a Stop of the dead process its record names."""
+    goal = sel.goal
+    if action != "stop" or goal is None or not goal.needs_cleanup or sel.bulk:
+        return False
+    return why(action, sel) == no_process(goal, sel.node)
 
 
 def why_mark(action: str, sel: Selection) -> tuple[str, str] | None:
@@ -223,13 +261,21 @@ def check(action: str, sel: Selection) -> bool | None:
     return True
 
 
-def key_refusal(key: str, selection: Callable[[], Selection]) -> str | None:
-    """What pressing ``key`` says when its action is greyed (None: nothing to say); the
-    selection is looked at only for the dashboard's own keys."""
+def key_action(key: str) -> str | None:
+    """The dashboard's action for ``key`` (None: not one of its keys)."""
     for binding in KEYS:
         if isinstance(binding, Binding) and key in binding.key.split(","):
-            return refusal(binding.action, selection())
+            return binding.action
     return None
+
+
+def key_refusal(key: str, selection: Callable[[], Selection]) -> str | None:
+    """What pressing ``key`` says when its action is greyed (None: nothing to say, or the
+    store answers); the selection is looked at only for the dashboard's own keys."""
+    if (action := key_action(key)) is None:
+        return None
+    sel = selection()
+    return None if store_answers(action, sel) else refusal(action, sel)
 
 
 def refusal(action: str, sel: Selection) -> str | None:
@@ -559,7 +605,7 @@ def evidence_text(evidence: CleanupEvidence, operator: str, node: str, now: floa
         style="italic",
     )
     if evidence.log_tail:
-        text.append("\n\nlast log lines:", style="dim")
+        text.append("\n\nlast log lines (↑↓ scroll):", style="dim")
         for line in evidence.log_tail[-8:]:  # visible first: Text.append drops \r \x07 \b
             text.append("\n  " + fmt.visible(line.rstrip("\n")), style="dim")
     return text

@@ -18,16 +18,18 @@ Clock = Callable[[], float]
 Cells = tuple[Any, ...]
 
 # Widths chosen for 80 columns first: the first seven Goal columns (what an operator scans:
-# status, elapsed, markers) and all nine Attempt columns fit; round and worker follow off
+# status, markers, elapsed) and all nine Attempt columns fit; round and worker follow off
 # screen. Text cut with … is whole in the line under the table (the selected row, in words).
+# The Note (needs cleanup, R: release) comes before Elapsed, Att and Node: a narrower terminal
+# loses those first, and at 60 columns the Note still shows whole.
 GOAL_COLUMNS = (
     Column("goal", "Goal", 14),
     Column("title", "Title", 12),
     Column("status", "Status", 9),
+    Column("note", "Note", 16),
     Column("elapsed", "Elapsed", 7),
     Column("attempts", "Att", 4),
     Column("node", "Node", 4),
-    Column("note", "Note", 16),
     Column("round", "Rnd", 3),
     Column("worker", "Worker", 12),
 )
@@ -103,10 +105,10 @@ def goal_cells(r: GoalRow, widths: Mapping[str, int], clock: Clock) -> Cells:
         fmt.clip(r.goal_id, 14),
         fmt.clip(r.title, widths["title"]),
         fmt.status_text(r.status),
+        fmt.note_text(fmt.clip(r.note, widths["note"])),
         elapsed,
         r.attempts,
         fmt.clip(r.node_id, 4),
-        fmt.note_text(fmt.clip(r.note, widths["note"])),
         str(r.round) if r.round else "",
         fmt.clip(r.worker, 12),
     )
@@ -289,7 +291,7 @@ def worker_words(w: WorkerRow) -> str:
 def empty_words(filter_text: str, journal_label: str) -> str:
     """An empty Goals table says why, and what to do."""
     if filter_text:
-        return f"No goal matches “{filter_text}” — / then escape clears the filter"
+        return f"No goal matches “{filter_text}” — escape clears the filter"
     return (
         f"No goals in this journal yet — add one: refine --journal {journal_label} "
         "goal add --title TITLE -- COMMAND ARGS…"

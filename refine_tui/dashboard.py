@@ -26,14 +26,17 @@ from refine_tui import cells
 from refine_tui import format as fmt
 from refine_tui.actions import (
     BULK,
+    FOOTER_KEEPS,
     KEYS,
     OperatorFlows,
     Selection,
     applies,
     check,
     hint,
+    key_action,
     key_refusal,
     refusal,
+    store_answers,
     why,
 )
 from refine_tui.alerts import Alerts
@@ -122,7 +125,7 @@ class Dashboard(Screen[None]):
             yield self.detail_pane
         yield self.filter_box
         yield Label("", id="why")
-        yield KeyFooter(compact=True, show_command_palette=False)
+        yield KeyFooter(keeps=FOOTER_KEEPS, compact=True, show_command_palette=False)
 
     class Ready(Message):
         """The screen and its tables are mounted: updates can come."""
@@ -286,7 +289,7 @@ class Dashboard(Screen[None]):
         # Only when an action became (un)available: refresh_bindings() has every widget with
         # bindings looked at again (and Textual 8.2's Footer kept each key widget it recomposed).
         selection = self.selection()  # once: every action below is judged on it
-        enabled = applies(selection)
+        enabled = (*applies(selection), self.goes_back(), self.stack.shown.selected_key is None)
         if enabled != self._enabled:
             self._enabled = enabled
             self.app.refresh_bindings()
@@ -324,6 +327,8 @@ class Dashboard(Screen[None]):
         )
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "back":  # shown only where escape goes somewhere
+            return self.goes_back()
         return check(action, self.selection())
 
     def why_not(self, action: str) -> str | None:
@@ -332,11 +337,15 @@ class Dashboard(Screen[None]):
         return reason[1] if reason else None
 
     def on_key(self, event: events.Key) -> None:
-        """A greyed key says why instead of doing nothing."""
+        """A greyed key says why instead of doing nothing (or, greyed as advice, asks the
+        store, which answers: Stop on a `needs cleanup` row)."""
         if isinstance(self.focused, Input):
             return
         if (text := key_refusal(event.key, self.selection)) is not None:
             self.app.notify(text, severity="warning")
+            event.stop()
+        elif (action := key_action(event.key)) and store_answers(action, self.selection()):
+            self.act(action)
             event.stop()
 
     async def run_checked(self, action: str) -> None:
@@ -415,6 +424,7 @@ class Dashboard(Screen[None]):
     def toggle_detail(self, mode: str) -> None:
         if self.detail_pane.toggle(mode, self.stack.detail_target()):
             self.app.add_class("with-detail")
+            self.selection_changed()  # escape closes it now
         else:
             self.close_detail()
 
@@ -422,6 +432,7 @@ class Dashboard(Screen[None]):
         self.detail_pane.close()
         self.app.remove_class("with-detail")
         self.stack.shown.focus()
+        self.selection_changed()
 
     def tell_detail(self, retarget: bool = True) -> None:
         """Tell an open detail pane the selection (or only whether its attempt still runs)."""
@@ -451,11 +462,23 @@ class Dashboard(Screen[None]):
         self.set_crumbs()
         self.goals.focus()
 
+    def goes_back(self) -> bool:
+        """Whether escape does something here: closes the filter box or the detail pane, goes
+        up a view, or clears the Goals' filter."""
+        return (
+            self.filter_box.is_open
+            or self.detail is not None
+            or self.stack.view != "goals"
+            or bool(self.goals.filter)
+        )
+
     def action_back(self) -> None:
         if self.filter_box.is_open:  # escape in the filter clears it (k9s)
             self.set_filter("")
         elif self.detail is not None:
             self.close_detail()
+        elif self.stack.view == "goals" and self.goals.filter:  # the filtered list: the whole
+            self.set_filter("")
         else:
             self.stack.back()
 

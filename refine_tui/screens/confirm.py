@@ -16,19 +16,35 @@ from textual.widgets import Button, Input, Label, Static
 
 from refine_tui.format import literal, literal_text
 
+SCROLL_HINT = "↑↓ scroll"
+
 
 class _Fitted:
-    """The body scrolls and the buttons stay on screen, however short the terminal."""
+    """The body scrolls and the buttons stay on screen, however short the terminal; a body
+    cut by the dialog says it scrolls (on the dialog's bottom border)."""
 
     RESERVED = 7  # rows that are not the body: border, title and its gap, the buttons
 
     def fit_body(self) -> None:
         screen = cast("ModalScreen[Any]", self)  # mixed into ModalScreens only
         body = screen.query_one("#dialog-body")
-        body.styles.max_height = max(2, min(14, screen.app.size.height - self.RESERVED - 2))
+        # Every row a short terminal has (60×16: the warning is whole above the log lines).
+        body.styles.max_height = max(2, min(14, screen.app.size.height - self.RESERVED))
+        screen.call_after_refresh(self.say_scrolls)
+
+    def say_scrolls(self) -> None:
+        screen = cast("ModalScreen[Any]", self)
+        if screen.is_attached:
+            cut = screen.query_one("#dialog-body").max_scroll_y > 0
+            screen.query_one("#dialog").border_subtitle = SCROLL_HINT if cut else ""
 
     def on_resize(self) -> None:
         self.fit_body()
+
+    def action_scroll_body(self, lines: int) -> None:
+        """↑↓ (and pgup pgdn) scroll the body whatever has the focus (a button)."""
+        screen = cast("ModalScreen[Any]", self)
+        screen.query_one("#dialog-body").scroll_relative(y=lines, animate=False)
 
 
 class ConfirmModal(_Fitted, ModalScreen[bool]):
@@ -37,6 +53,10 @@ class ConfirmModal(_Fitted, ModalScreen[bool]):
     BINDINGS: ClassVar = [
         Binding("y", "confirm", "Confirm"),
         Binding("n,escape", "back", "Back"),
+        Binding("up", "scroll_body(-1)", "Scroll up", show=False),
+        Binding("down", "scroll_body(1)", "Scroll down", show=False),
+        Binding("pageup", "scroll_body(-5)", "Page up", show=False),
+        Binding("pagedown", "scroll_body(5)", "Page down", show=False),
     ]
 
     def __init__(self, title: str, body: str | Text, confirm_label: str) -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import ClassVar
 
+from textual.binding import Binding, BindingType
+
 from refine_tui.follow import JournalFollower
 from refine_tui.widgets.keyed_table import Column, KeyedTable
 
@@ -21,9 +23,19 @@ class TableView(KeyedTable):
 
     VIEW: ClassVar[str]
 
+    @staticmethod
+    def opens(description: str) -> list[BindingType]:
+        """enter in the footer, named after what it opens (shown while a row is selected)."""
+        return [Binding("enter", "select_cursor", description)]
+
     def __init__(self, columns: Sequence[Column], follower: JournalFollower) -> None:
         super().__init__(columns, id=self.VIEW)
         self.follower = follower
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "select_cursor":  # enter: only onto a row (else not in the footer)
+            return self.selected_key is not None
+        return True
 
     def words(self) -> str | None:
         """The selected row in words, whole: what the columns had to cut at 80 columns (None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import ClassVar
 
 from textual import events, on
 from textual.message import Message
@@ -38,6 +39,7 @@ class GoalsView(TableView):
     """The listed Goals: ``listed`` (in list order), some of them not in the table yet."""
 
     VIEW = "goals"
+    BINDINGS: ClassVar = TableView.opens("Runs")
     filter: var[str] = var("", init=False, always_update=True)
     """What the list is filtered by (id, title, status or node contains it)."""
     paused: var[bool] = var(False, init=False)

@@ -7,6 +7,7 @@ goes up as ``RunsView.Opened``.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from textual import on
 from textual.message import Message
@@ -29,6 +30,7 @@ class RunsView(TableView):
     """The Runs of one Goal (``goal_id``; None: no Goal is drilled into)."""
 
     VIEW = "runs"
+    BINDINGS: ClassVar = TableView.opens("Attempts")
 
     @dataclass
     class Opened(Message):

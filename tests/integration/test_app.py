@@ -1042,19 +1042,20 @@ async def test_elapsed_tick_repaints_only_visible_rows_whose_text_changed(tmp_pa
         step(0)
         assert step(0) == []  # same text: nothing written
         assert step(1) == sorted(table.get_row_index(k) for k in visible)  # visible rows only
-        assert table.get_row(visible[0])[3].plain == "31s"
+        assert table.get_cell(visible[0], "elapsed").plain == "31s"
         now[0] = claimed + 1805.2  # past ten minutes the text shows minutes
         step(0)
         assert step(1) == [] and step(1) == []  # 30m twice: no repaint
-        assert table.get_row(visible[0])[3].plain == "30m"
+        assert table.get_cell(visible[0], "elapsed").plain == "30m"
         now[0] = claimed + 7205.2  # and past an hour, hours and minutes
         step(0)
         assert step(1) == [] and step(1) == []  # 2h00m twice: no repaint
-        assert table.get_row(visible[0])[3].plain == "2h00m"
+        assert table.get_cell(visible[0], "elapsed").plain == "2h00m"
         table.scroll_end(animate=False)
         await until(pilot, lambda: table.visible_keys() != visible)
         last = table.visible_keys()[-1]
-        await until(pilot, lambda: table.get_row(last)[3].plain == "2h00m")  # caught up at once
+        # caught up at once
+        await until(pilot, lambda: table.get_cell(last, "elapsed").plain == "2h00m")
 
 
 async def test_a_goal_just_claimed_is_starting_not_needs_cleanup(

@@ -33,6 +33,7 @@ from store.journal.sqlite import Journal
 from store.model.goals import Goals
 from tests.helpers.cli import dump, refine
 from tests.helpers.registry import node_registry
+from tests.helpers.tmux import session_alive, tmux, wait_for_screen
 from tests.helpers.waits import until
 
 NODE = "n1"
@@ -214,10 +215,6 @@ async def test_every_screen_shows_hostile_text_literally(hostile: Path) -> None:
 # --- a real `refine tui` in a terminal -------------------------------------------------------
 
 
-def tmux(*args: str) -> str:
-    return subprocess.run(["tmux", *args], check=True, capture_output=True, text=True).stdout
-
-
 @pytest.mark.skipif(shutil.which("tmux") is None and not os.environ.get("CI"), reason="no tmux")
 def test_refine_tui_in_tmux_shows_hostile_text_and_keeps_running(hostile: Path) -> None:
     session = f"hostile{os.getpid()}"
@@ -251,21 +248,6 @@ def test_refine_tui_in_tmux_shows_hostile_text_and_keeps_running(hostile: Path) 
     finally:
         if session_alive(session):
             subprocess.run(["tmux", "kill-session", "-t", session], check=False)
-
-
-def session_alive(session: str) -> bool:
-    found = subprocess.run(["tmux", "has-session", "-t", session], capture_output=True)
-    return found.returncode == 0
-
-
-def wait_for_screen(session: str, needle: str, timeout: float = 30.0) -> str:
-    deadline = time.monotonic() + timeout
-    while True:
-        screen = tmux("capture-pane", "-p", "-t", session)
-        if needle in screen:
-            return screen
-        assert time.monotonic() < deadline, f"{needle!r} never showed:\n{screen}"
-        time.sleep(0.2)
 
 
 # --- the CLI's human output and --json ---------------------------------------------------------

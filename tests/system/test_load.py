@@ -182,8 +182,8 @@ async def test_feed_and_dashboard_show_the_final_state_exactly_under_load(
                 goal["title"],
                 attempts,
             )
-            cells = [str(c) for c in table.get_row(goal_id)]
-            assert cells[2] == goal["status"] and cells[4] == attempts
+            cells = {k: str(table.get_cell(goal_id, k)) for k in ("status", "attempts")}
+            assert cells == {"status": goal["status"], "attempts": attempts}
         assert rss_peak - rss_start < RSS_GROWTH_LIMIT
 
 

@@ -50,12 +50,16 @@ async def test_the_footer_follows_focus_and_selection_without_new_key_widgets(
         await until(pilot, lambda: app.focused is not None and app.focused.id == "filter")
         await until(pilot, lambda: shown(app) == bindings(app))
         states.append(shown(app))
-        assert shown(app) == [("/", "Filter", True)]  # the box takes the letters
+        # The box takes the letters; escape clears the filter (issue 24.3: shown).
+        assert shown(app) == [("esc", "Back", True), ("/", "Filter", True)]
         await pilot.press("enter")  # and back to the table
         await until(pilot, lambda: app.focused is not None and app.focused.id == "goals")
         await until(pilot, lambda: shown(app) == bindings(app))
         assert len({tuple(s) for s in states}) > 1, "the selections enabled different keys"
-        assert list(app.query(FooterKey)) == widgets  # the same widgets, updated in place
+        now = list(app.query(FooterKey))
+        assert [w for w in now if w in widgets] == widgets  # the same widgets, updated in place
+        # and one mounted in its place for escape, first shown by the filter box (issue 24.3)
+        assert [w.action for w in now if w not in widgets] == ["back"]
         footer = app.query_one(Footer)
         painted = "".join(str(k.render()) for k in footer.query_children(FooterKey) if k.display)
         assert "Stop" in painted and "Quit" in painted

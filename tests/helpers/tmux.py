@@ -1,0 +1,25 @@
+"""Driving a real `refine tui` in tmux: the session, keys sent to it, what its pane shows."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+
+
+def tmux(*args: str) -> str:
+    return subprocess.run(["tmux", *args], check=True, capture_output=True, text=True).stdout
+
+
+def session_alive(session: str) -> bool:
+    found = subprocess.run(["tmux", "has-session", "-t", session], capture_output=True)
+    return found.returncode == 0
+
+
+def wait_for_screen(session: str, needle: str, timeout: float = 30.0) -> str:
+    deadline = time.monotonic() + timeout
+    while True:
+        screen = tmux("capture-pane", "-p", "-t", session)
+        if needle in screen:
+            return screen
+        assert time.monotonic() < deadline, f"{needle!r} never showed:\n{screen}"
+        time.sleep(0.2)
