@@ -20,9 +20,10 @@ from textual.driver import Driver
 from textual.screen import ModalScreen, Screen
 
 from refine_tui import format as fmt
-from refine_tui.actions import SYSTEM_COMMANDS, OperatorFlows
+from refine_tui.actions import OperatorFlows
 from refine_tui.dashboard import Dashboard
 from refine_tui.follow import JournalFollower
+from refine_tui.keys import SYSTEM_COMMANDS
 from refine_tui.live import LiveReader
 from refine_tui.messages import JournalTrouble, JournalUpdate
 from refine_tui.rows import GoalRow

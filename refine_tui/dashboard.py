@@ -24,11 +24,14 @@ from textual.widgets import DataTable, Input, Label, Static
 
 from refine_tui import cells
 from refine_tui import format as fmt
-from refine_tui.actions import (
+from refine_tui.actions import OperatorFlows
+from refine_tui.alerts import Alerts
+from refine_tui.detail import DetailPane
+from refine_tui.follow import JournalFollower
+from refine_tui.keys import (
     BULK,
     FOOTER_KEEPS,
     KEYS,
-    OperatorFlows,
     Selection,
     applies,
     check,
@@ -39,9 +42,6 @@ from refine_tui.actions import (
     store_answers,
     why,
 )
-from refine_tui.alerts import Alerts
-from refine_tui.detail import DetailPane
-from refine_tui.follow import JournalFollower
 from refine_tui.live import LiveReader
 from refine_tui.messages import JournalTrouble, JournalUpdate
 from refine_tui.paint_hold import PaintHold

@@ -14,8 +14,8 @@ from textual import on
 from textual.message import Message
 from textual.widgets import ContentSwitcher
 
-from refine_tui.actions import Selection
 from refine_tui.detail import DetailTarget
+from refine_tui.keys import Selection
 from refine_tui.rows import GoalRow, Reader
 from refine_tui.views.attempts import AttemptsView
 from refine_tui.views.base import TableView
