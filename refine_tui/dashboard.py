@@ -159,6 +159,7 @@ class Dashboard(Screen[None]):
         """Give Title, Note and an attempt's State the room a wide terminal has."""
         self.app.call_after_refresh(self.header.show)  # cut to the new width (else on change)
         self.app.call_after_refresh(self.place_toasts)
+        self.draw_pulses()  # a short terminal has no line for them: hidden now, not at the tick
         widths = cells.widths_for(event.size.width)
         with self.app.batch_update():
             self.goals.set_widths(widths)
