@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from store.canonical import canonical_json
 from store.errors import InvalidInputError
+from tests.helpers.examples import examples
 
 REFERENCE = json.JSONEncoder(
     sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
@@ -54,7 +55,7 @@ values = st.recursive(
 )
 
 
-@settings(max_examples=2000, suppress_health_check=[HealthCheck.too_slow], deadline=None)
+@settings(max_examples=examples(2000), suppress_health_check=[HealthCheck.too_slow], deadline=None)
 @given(values)
 def test_same_bytes_as_json_or_the_same_refusal(value: Any) -> None:
     if plain(value):
@@ -184,7 +185,7 @@ def run_states(draw: st.DrawFn) -> dict[str, Any]:
     return state
 
 
-@settings(max_examples=1500, deadline=None)
+@settings(max_examples=examples(1500), deadline=None)
 @given(goal_states())
 def test_goal_text_is_the_canonical_json_of_every_checked_goal(state: dict[str, Any]) -> None:
     from store.model.goal import check_goal_state, goal_text
@@ -196,7 +197,7 @@ def test_goal_text_is_the_canonical_json_of_every_checked_goal(state: dict[str, 
     assert goal_text(state) == canonical_json(state)
 
 
-@settings(max_examples=1500, deadline=None)
+@settings(max_examples=examples(1500), deadline=None)
 @given(run_states())
 def test_run_text_is_the_canonical_json_of_every_checked_run(state: dict[str, Any]) -> None:
     from store.errors import CorruptRunError
@@ -209,7 +210,7 @@ def test_run_text_is_the_canonical_json_of_every_checked_run(state: dict[str, An
     assert run_text(state) == canonical_json(state)
 
 
-@settings(max_examples=1500, deadline=None)
+@settings(max_examples=examples(1500), deadline=None)
 @given(run_states())
 def test_a_checked_run_reads_back_as_a_run_that_passes(state: dict[str, Any]) -> None:
     """What lets a command remember its new Run's text as passing (run_model.passed_run): the

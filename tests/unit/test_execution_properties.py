@@ -28,6 +28,7 @@ from store.errors import (
 )
 from store.journal.sqlite import Journal
 from store.model.execution import OPERATIONS, Execution, check_run, validate_run_command
+from tests.helpers.examples import examples
 from tests.helpers.run_support import PINS, assert_consistent, budget, footprint
 
 CLEANUP = {"epoch": 1, "confirmed_by": "op@n1", "method": "sigterm"}
@@ -117,7 +118,7 @@ def fuzz_journal(tmp_path_factory: pytest.TempPathFactory) -> Any:
         yield j
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(case=mutated_inputs())
 def test_fuzzed_commands_raise_only_typed_errors_and_write_nothing(
     fuzz_journal: Journal, case: tuple[str, dict[str, Any]]
@@ -135,7 +136,7 @@ def test_fuzzed_commands_raise_only_typed_errors_and_write_nothing(
     assert_consistent(fuzz_journal)
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(op=st.sampled_from(OPERATIONS), inputs=st.dictionaries(st.sampled_from(FIELDS), values))
 def test_validate_run_command_refuses_with_invalid_input_only(
     op: str, inputs: dict[str, Any]
@@ -392,7 +393,7 @@ class RunMachine(RuleBasedStateMachine):
 
 # Input generation speed is not what these tests check: a slow CI box must not fail them.
 RunMachine.TestCase.settings = settings(
-    max_examples=100,
+    max_examples=examples(100),
     stateful_step_count=40,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from store.journal import core
 from store.speedups.json_scan import loads
+from tests.helpers.examples import examples
 
 scalars = (
     st.none()
@@ -33,7 +34,7 @@ def _parsed(parse: Any, text: Any) -> tuple[str, Any]:
         return type(exc).__name__, str(exc)
 
 
-@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(1500), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     values.map(lambda v: json.dumps(v, ensure_ascii=False, allow_nan=True))
     | st.text()
