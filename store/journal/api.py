@@ -93,7 +93,7 @@ class Backend(Protocol):
     ) -> Journal: ...
 
     @classmethod
-    def wakeups(cls, location: str) -> WakeUps: ...
+    def wakeups(cls, location: str, node_id: str | None = None) -> WakeUps: ...
 
 
 @runtime_checkable
@@ -135,9 +135,12 @@ class Journal(Protocol):
         )
 
     @staticmethod
-    def watch(location: Location) -> WakeUps:
-        """Wake-ups for changes of the journal at ``location`` (which may not exist yet)."""
-        return JournalLocation.of(location).watch()
+    def watch(location: Location, node_id: str | None = None) -> WakeUps:
+        """Wake-ups for changes of the journal at ``location`` (which may not exist yet).
+
+        ``node_id``: a node's, which need not wake for commits that concern only other nodes
+        (PostgreSQL's notifications name them; SQLite's file changes cannot say: all wake)."""
+        return JournalLocation.of(location).watch(node_id)
 
     read_only: bool
     location: str  # where the journal is, fit to show: a file path, or a URL without password

@@ -1,9 +1,16 @@
 """Wake-ups for a PostgreSQL journal: ``LISTEN`` on a dedicated connection (DESIGN §7, §12).
 
-Every command sends ``NOTIFY refine_journal, '<last sequence>'`` in its transaction, so a
-notification arrives once the commit is visible. A wake-up is a hint, never data: the consumer
-(``ChangeFeed``, the node) then reads "events after N" as on SQLite. A slow safety poll wakes
-the consumer even without a notification (a missed one costs at most that long).
+Every command sends ``NOTIFY refine_journal, '<last sequence> <node> …'`` in its transaction
+(the nodes it touches, when it can say: ``postgres.notice_suffix``), so a notification arrives
+once the commit is visible. A wake-up is a hint, never data: the consumer (``ChangeFeed``, the
+node) then reads "events after N" as on SQLite. A slow safety poll wakes the consumer even
+without a notification (a missed one costs at most that long).
+
+A node listens for itself (``node_id``): a notification that names other nodes only is counted
+(``skipped``) and wakes nobody, so a node does not read on every commit of a fleet. One that
+names no node (a command that cannot say) wakes it, as do the safety poll and every
+(re)connection: what it skipped concerned other nodes, and what it may have missed while the
+connection was down is read by sequence then. A dashboard (no ``node_id``) wakes on every one.
 
 When the connection is lost (a server restart ends every session), or the first one cannot be
 made, the consumer is woken at once, so its own read fails and says so; the listener
@@ -32,7 +39,7 @@ from typing import Any
 import psycopg
 from psycopg.sql import SQL, Identifier
 
-from store.journal.postgres import channel_for, connection_info
+from store.journal.postgres import channel_for, connection_info, read_notice
 
 SAFETY_POLL_S = 5.0  # wake the consumer at least this often (a cheap "anything new?" read)
 FIRST_BACKOFF_S = 0.2
@@ -48,15 +55,19 @@ class ListenWakeUps:
         self,
         location: str,
         *,
-        poll_interval_s: float = SAFETY_POLL_S,
+        node_id: str | None = None,
+        poll_interval_s: float | None = None,
         max_backoff_s: float = MAX_BACKOFF_S,
     ) -> None:
+        """``node_id``: wake only for commits that may concern that node (see above)."""
         self._conninfo, schema = connection_info(location, connect_timeout_s=CONNECT_TIMEOUT_S)
         self.channel = channel_for(schema)
-        self.poll_interval_s = poll_interval_s
+        self.node_id = node_id
+        self.poll_interval_s = SAFETY_POLL_S if poll_interval_s is None else poll_interval_s
         self.max_backoff_s = max_backoff_s
         self.state = "connecting"  # then "live" | "reconnecting" (set by the thread)
         self.last_notified = 0  # the highest sequence a notification carried
+        self.skipped = 0  # notifications that named other nodes only (woke nobody)
         self.connects = 0  # successful LISTENs (more than one: it reconnected)
         self._halt = threading.Event()  # stop: the iteration and the thread end
         self._wake = asyncio.Event()  # the consumer's: set on its loop, by the thread
@@ -149,9 +160,13 @@ class ListenWakeUps:
             while not self._halt.is_set() and not conn.broken:
                 woke = False
                 for note in conn.notifies(timeout=0):  # what arrived (raises once it is lost)
-                    with contextlib.suppress(ValueError):
-                        self.last_notified = max(self.last_notified, int(note.payload))
-                    woke = True
+                    last, nodes = read_notice(note.payload)
+                    if last is not None:
+                        self.last_notified = max(self.last_notified, last)
+                    if self.node_id is None or nodes is None or self.node_id in nodes:
+                        woke = True
+                    else:
+                        self.skipped += 1
                 if woke:
                     self._wake_consumer()
                 ready.poll()  # until data or a lost connection, or stop()

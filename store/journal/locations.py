@@ -197,10 +197,11 @@ class JournalLocation:
             journal_id=journal_id,
         )
 
-    def watch(self) -> WakeUps:
+    def watch(self, node_id: str | None = None) -> WakeUps:
         """This journal's change source: wake-ups from its backend (a file watcher on the
-        folder of a SQLite file, ``LISTEN`` on a server), even while it does not exist."""
-        return self.backend().wakeups(self.text)
+        folder of a SQLite file, ``LISTEN`` on a server), even while it does not exist.
+        ``node_id``: a node's, woken only by commits that may concern it (``Journal.watch``)."""
+        return self.backend().wakeups(self.text, node_id)
 
 
 Location = str | os.PathLike[str] | JournalLocation

@@ -4,7 +4,8 @@ One transaction per command. The aggregates it reads are locked (``SELECT … FO
 version-checked by the shared command code (``store.journal.core``). Sequences come from one
 head row (``UPDATE … RETURNING``) whose lock is held to commit: writers that append events
 commit in sequence order, so a reader of "events after N" can never skip an event that commits
-late. The same transaction sends ``NOTIFY`` with the new last sequence. A command is two round
+late. The same transaction sends ``NOTIFY`` with the new last sequence and the nodes the command
+touches (``notice_suffix``), so a node skips the commits of others. A command is two round
 trips (the decision, in Python, needs the locked state): the locks and the receipt, then one
 call of the schema's ``write_command()`` and COMMIT; its statements are prepared once per
 connection.
@@ -26,6 +27,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import threading
 import time
 import uuid
@@ -69,6 +71,7 @@ from store.journal.core import (
     first_ids,
     run_command,
     stored_row,
+    text_field,
 )
 from store.journal.locations import server_journal_dir
 from store.journal.presence import PRESENCE_COLUMNS, Beat, Presence, beat_row, presence_row
@@ -77,21 +80,23 @@ from store.journal.slots import Sharing, Slot, sharing
 from store.journal.url import DEFAULT_SCHEMA, check_ports, parse_url, redact, valid_schema
 
 Synchronous = Literal["FULL", "NORMAL"]
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 APPLICATION = "refine-journal"
 CHANNEL = "refine_journal"
 NAME_MAX = 63  # bytes in a PostgreSQL identifier (NAMEDATALEN - 1), a NOTIFY channel's too
 _RECORD = "sequence, aggregate_id, version, type, data, committed_at, command_id"  # EventRecord
 _IDLE = psycopg.pq.TransactionStatus.IDLE
+_NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")  # store.names' rule, ASCII: a node id
 _UNPREPARED = pgerrors.InvalidSqlStatementName
 _RETRIES = 8  # a lost race on a new row, a deadlock or a serialization failure: run it again
 
 # A decided command's writes in one call (``_PostgresCommand.write``): the sequences are taken
 # from the head row here, so the client sends its writes without waiting for them. ``writes`` is
 # ``[events, rows]`` as JSON: an event ``[aggregate_id, version, type, data]``, a row
-# ``[aggregate_id, kind, version, status, node_id, last event (1-based, 0: none), state, new]``.
-# The head is updated first, before any row is inserted (as every writer does: a lock order
-# without cycles); NOTIFY says the new last sequence.
+# ``[aggregate_id, kind, version, status, node_id, last event (1-based, 0: none), state, new]``;
+# ``writes->2`` (schema 6), text appended to the NOTIFY payload after the last sequence: the
+# nodes the command touches (``notice_suffix``). The head is updated first, before any row is
+# inserted (as every writer does: a lock order without cycles).
 _WRITE_COMMAND = """
 CREATE OR REPLACE FUNCTION {s}.write_command(
     command_id text, key text, result text, at double precision, channel text, writes jsonb
@@ -134,6 +139,11 @@ BEGIN
 END
 $$;
 """
+# Schema 6: the payload names the nodes the command touches, when the client says (an older
+# client's writes have no third element: "<last>" alone, which wakes everyone).
+_WRITE_COMMAND_6 = _WRITE_COMMAND.replace(
+    "pg_notify(channel, last::text)", "pg_notify(channel, last::text || coalesce(writes->>2, ''))"
+)
 _WRITE_COMMAND_3 = _WRITE_COMMAND.replace(  # schema 3 also wrote the outbox table
     "    END IF;\n    -- One row",
     """        INSERT INTO {s}.outbox (sequence, aggregate_id, topic)
@@ -216,7 +226,7 @@ UPDATE {s}.receipts SET payload = left(encode(sha256(convert_to(payload, 'UTF8')
     WHERE payload LIKE '{{%%';
 """,
     # 3: a decided command's writes in one call (``_PostgresCommand.write``), then with an
-    # outbox table; 4 replaces it.
+    # outbox table; 4 replaces it; 6 replaces it again.
     3: "\n" + _WRITE_COMMAND_3,
     # 4 (as SQLite's schema 4): the outbox is a view of the events (it repeated each event's
     # sequence, aggregate and type; nobody marked a row published), and the aggregate indexes
@@ -249,6 +259,9 @@ CREATE TABLE {s}.node_presence (
     stopped_at    double precision
 );
 """,
+    # 6: NOTIFY names the nodes a command touches (``notice_suffix``): a node reads only on
+    # commits of its own (and on those that cannot say), no longer on every node's.
+    6: "\n" + _WRITE_COMMAND_6,
 }
 
 # The server's clock, for every machine alike: ``now()`` is the time its transaction began.
@@ -331,6 +344,40 @@ def channel_for(schema: str) -> str:
     return f"{channel[: NAME_MAX - len(digest) - 1]}_{digest}"
 
 
+# The most text a notification names nodes with (after "<last>"): a command touching more
+# nodes (or a name of other characters) names none, so every node reads it. Far below
+# NOTIFY's 8,000 bytes (past which the command itself would fail), and small beside what every
+# listener (each node, each dashboard) receives for every commit; ≥ 15 nodes of 64 bytes fit.
+NOTICE_NODES_MAX = 1000
+
+
+def notice_suffix(rows: Iterable[tuple[str | None, str | None]]) -> str:
+    """What a command's NOTIFY says after its last sequence: ``" a b"``, the nodes its rows
+    name (``(node before, node after)`` each: a Goal moved to another node concerns both), or
+    ``""`` when it cannot say: no row names a node, a node id is not a name, or too many nodes.
+    ``""`` makes every node read the commit, as before schema 6.
+
+    A Run names no node: its Goal does, and Goals writes a Goal and its Runs in one command. A
+    Run written alone (``Execution``) names none, so every node reads that commit."""
+    nodes = {node for pair in rows for node in pair if node is not None}
+    if not nodes or not all(_NODE_NAME.fullmatch(node) for node in nodes):
+        return ""
+    suffix = "".join(f" {node}" for node in sorted(nodes))
+    return suffix if len(suffix) <= NOTICE_NODES_MAX else ""
+
+
+def read_notice(payload: str) -> tuple[int | None, frozenset[str] | None]:
+    """A notification's last sequence (None: unreadable) and the nodes it names (None: it
+    names none, so it may concern every node)."""
+    first, _, rest = payload.partition(" ")
+    try:
+        last: int | None = int(first)
+    except ValueError:
+        return None, None
+    nodes = frozenset(rest.split()) if rest else None
+    return last, nodes or None
+
+
 def quoted(schema: str) -> str:
     """``schema`` as a quoted SQL identifier, for the ``{s}`` of this module's SQL texts."""
     return Identifier(schema).as_string()
@@ -367,6 +414,9 @@ class PostgresJournal(Journal):
         self.journal_id = journal_id
         self.immutable = False  # a server journal is never a frozen snapshot
         self.channel = channel_for(schema)
+        # Queries this handle sent to read the journal (not its commands, not its presence
+        # beats): how a node shows it did not read on another node's commits.
+        self.reads = 0
 
     # --- lifecycle -----------------------------------------------------------------------------
 
@@ -440,10 +490,11 @@ class PostgresJournal(Journal):
             journal.close()
 
     @classmethod
-    def wakeups(cls, location: str) -> WakeUps:
+    def wakeups(cls, location: str, node_id: str | None = None) -> WakeUps:
         """``LISTEN`` on a dedicated connection, with a slow safety poll and reconnection; or,
         in a process that shares its connections (a served tab), the changes of the file its
-        parent relays its own LISTEN to: no connection of ours at all."""
+        parent relays its own LISTEN to: no connection of ours at all. ``node_id``: a node's
+        listener, woken only by commits that may concern it (``ListenWakeUps``)."""
         wake_file = sharing().wake_file
         if wake_file is not None:
             from store.journal.watch import JournalWatcher
@@ -451,7 +502,7 @@ class PostgresJournal(Journal):
             return JournalWatcher(wake_file)
         from store.journal.listen import ListenWakeUps
 
-        return ListenWakeUps(location)
+        return ListenWakeUps(location, node_id=node_id)
 
     def close(self) -> None:
         with self._lock:
@@ -627,6 +678,11 @@ class PostgresJournal(Journal):
     # --- reads ---------------------------------------------------------------------------------
 
     def _rows(self, query: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """A read's rows (counted in ``reads``)."""
+        self.reads += 1
+        return self._query(query, args)
+
+    def _query(self, query: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         with self._in_use():
             for retry in (False, True):
                 reused = self._conn is not None
@@ -790,7 +846,7 @@ class PostgresJournal(Journal):
             raise JournalClosedError("journal is closed")
         if self.read_only:
             raise JournalReadOnlyError("journal is open read-only")
-        self._rows(_WRITE_PRESENCE, [row[name] for name in _PRESENCE_ARGS])
+        self._query(_WRITE_PRESENCE, [row[name] for name in _PRESENCE_ARGS])
 
     def presence(self) -> tuple[float, list[Presence]]:
         """Every node's presence row (by node id) and the server's clock now."""
@@ -918,6 +974,7 @@ class _PostgresCommand:
         self.command_id = command_id
         self.committed = False
         self._receipt: tuple[str, str] | None = None
+        self._nodes_before: dict[str, str | None] = {}  # each loaded aggregate's node
 
     def load(self, aggregate_ids: Sequence[str]) -> dict[str, Stored | None]:
         # Rows locked in id order (two commands never wait on each other in a cycle); then the
@@ -933,6 +990,7 @@ class _PostgresCommand:
         )
         cur.nextset()
         found = {str(row[0]): stored_row(row) for row in cur.fetchall()}
+        self._nodes_before = {agg: text_field(st.state, "node_id") for agg, st in found.items()}
         cur.nextset()
         row = cur.fetchone()
         self._receipt = (str(row[0]), str(row[1])) if row else None
@@ -965,7 +1023,7 @@ class _PostgresCommand:
                 writes.result,
                 writes.now,
                 self.channel,
-                json.dumps([writes.events, rows], ensure_ascii=False),
+                json.dumps([writes.events, rows, self._notice(writes)], ensure_ascii=False),
             ),
         )
         row = self.cur.fetchone()
@@ -973,6 +1031,11 @@ class _PostgresCommand:
         self.committed = True
         last, n = int(row[0]), len(writes.events)
         return list(range(last - n + 1, last + 1))
+
+    def _notice(self, writes: Writes) -> str:
+        """The nodes this command touches, for its NOTIFY (``notice_suffix``)."""
+        before = self._nodes_before
+        return notice_suffix((before.get(r.aggregate_id), r.node_id) for r in writes.rows)
 
 
 # --- schema ------------------------------------------------------------------------------------

@@ -357,8 +357,9 @@ class SqliteJournal(Journal):
             raise type(exc)(f"{exc.message}: {file}{why}") from exc
 
     @classmethod
-    def wakeups(cls, location: str) -> WakeUps:
-        """A file watcher on the journal's folder (a commit changes ``<db>-wal``)."""
+    def wakeups(cls, location: str, node_id: str | None = None) -> WakeUps:
+        """A file watcher on the journal's folder (a commit changes ``<db>-wal``): every
+        commit wakes every watcher (a file change cannot say whose it is)."""
         from store.journal.watch import (
             JournalWatcher,  # watch builds on the interface, not on SQLite
         )

@@ -49,7 +49,7 @@ from store.host.processes import (
     same_process,
     stop_process,
 )
-from store.journal.api import ChangeSource, Journal, JournalHandle, relay
+from store.journal.api import ChangeSource, Journal, JournalHandle, WakeUps, relay
 from store.journal.locations import JournalLocation, Location
 from store.journal.presence import Heartbeat, heartbeat_interval
 from store.journal.slots import KEPT, SLOTS_ENV, ConnectionSlots, max_connections, named
@@ -145,6 +145,10 @@ class Node:
         self._forkserver: Forkserver | None = None
         self._changes: tuple[Journal, ChangeSource] | None = None  # see _committed_meanwhile
         self._exited = False  # a worker's pidfd fired since the last tick (see serve)
+        # What shows this node reads only when it should (on its own commits, its workers'
+        # exits and its safety poll): its rounds, and its wake-ups while it serves.
+        self.rounds = 0
+        self.wakeups: WakeUps | None = None
         # serve() points these at its event loop, so a worker's exit wakes the node at once.
         self.watch_fd: Callable[[int], object] = lambda fd: None
         self.unwatch_fd: Callable[[int], object] = lambda fd: None
@@ -182,6 +186,7 @@ class Node:
         the attempts running): a queued Goal does not wait for them (issue 14). A Goal that
         reconciling requeues is launched on the next tick, which its commit wakes at once.
         """
+        self.rounds += 1
         self.follow_replaced_file()
         self.reap()
         self.relay_wakeups()
@@ -470,11 +475,13 @@ class Node:
         # Warm the forkserver now, so the first Goal does not wait for it.
         if _forking():
             self._forkserver_for(self._worker_env(), self._node_log()).start()
-        watcher = Journal.watch(self.journal_path)
+        watcher = Journal.watch(self.journal_path, self.node_id)  # not other nodes' commits
+        self.wakeups = watcher
         files = False  # a file watcher (SQLite); PostgreSQL notifies after the commit
         if isinstance(watcher, JournalWatcher):
             files, watcher.step_ms = True, WAKE_STEP_MS
         pump = asyncio.create_task(relay(watcher, wake))
+        ending = asyncio.create_task(_set_on(stop, wake))  # a caller's stop ends the wait at once
         heartbeat = Heartbeat(
             lambda: self.journal, self.node_id, capacity=self.capacity, interval_s=self.heartbeat_s
         )
@@ -511,9 +518,10 @@ class Node:
         finally:
             await heartbeat.end(beating, clean=stop.is_set())  # the clean-exit mark, if clean
             watcher.stop()
-            pump.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await pump
+            for task in (pump, ending):
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(sig)
             for launch in self.launched.values():
@@ -563,6 +571,11 @@ class Node:
             step()
         except RefineError as exc:  # e.g. the journal is locked for a while: try again later
             self._say(f"{exc}")
+
+
+async def _set_on(stop: asyncio.Event, wake: asyncio.Event) -> None:
+    await stop.wait()
+    wake.set()
 
 
 def _reserve_state_dir(registry: ProcessRegistry) -> None:
