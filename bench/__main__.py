@@ -5,6 +5,7 @@
     python -m bench --only latency idle
     python -m bench --only latency-pg   # commit → row with the journal on PostgreSQL
     python -m bench --only million      # the 1,000,000-goal journal (issue 27)
+    python -m bench --only fanout       # PostgreSQL: server CPU per commit, 1+1 vs 10+5 listeners
 
 Each benchmark module also runs alone (``python -m bench.latency`` …) with its own options.
 """
@@ -25,6 +26,7 @@ from bench import (
     claims,
     cli,
     commands,
+    fanout,
     idle,
     latency,
     lifecycle,
@@ -135,6 +137,11 @@ def run_million(s: Settings) -> list[Row]:
     return million.rows(million.measure(size, 1000, mid, 7 if full else 3, set(), log=_log))
 
 
+def run_fanout(s: Settings) -> list[Row]:
+    seconds = 20.0 if s.samples >= 100 else 10.0
+    return fanout.rows([fanout.measure(n, f, 50.0, seconds) for n, f in ((1, 1), (10, 5))])
+
+
 BENCHMARKS: dict[str, Callable[[Settings], list[Row]]] = {
     "commands": run_commands,
     "lifecycle": run_lifecycle,
@@ -148,6 +155,7 @@ BENCHMARKS: dict[str, Callable[[Settings], list[Row]]] = {
     "claims": run_claims,
     "scale": run_scale,
     "million": run_million,
+    "fanout": run_fanout,
 }
 
 

@@ -207,3 +207,14 @@ def test_fleet_bench_runs_nodes_on_its_own_server_within_their_connections() -> 
     assert 2 <= r["peak_node"] <= 5  # the node's two, and its workers' when sampled
     assert r["idle_per_node"] == 2
     assert [row[0].split(": ")[1] for row in fleet.rows(r)] == ["connections", "launch", "idle CPU"]
+
+
+@pytest.mark.postgres
+def test_fanout_bench_commits_at_its_rate_beside_nodes_and_followers() -> None:
+    from bench import fanout
+
+    small = fanout.measure(nodes=1, followers=1, rate=20.0, seconds=1.0)
+    big = fanout.measure(nodes=2, followers=1, rate=20.0, seconds=1.0)
+    assert small["commits"] == big["commits"] == 20
+    assert small["server_ms_per_commit"] > 0 and big["node_pct_each"] >= 0
+    assert fanout.rows([small, big])[-1][2] == "≤ 2×"

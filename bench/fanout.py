@@ -1,0 +1,150 @@
+"""The fan-out on PostgreSQL (issue 27 item 2): what a commit costs the server as listeners grow.
+
+    python -m bench.fanout [--rate 50] [--seconds 20] [--layouts 1x1 10x5]
+
+For each layout NODESxFOLLOWERS the bench starts its own server (as ``bench.fleet``), that many
+real ``refine node`` processes (``n01`` …) and that many ``refine events --follow`` processes
+(a reader that, as a dashboard does, wakes and reads on every commit), then commits ``goal
+add``s for a node that none of them is (``elsewhere``) at ``--rate`` per second for
+``--seconds``, through the Goals API from this process. Reported per layout: the server's CPU
+per commit (its processes' CPU over the window ÷ commits: the committer's backend, the
+NOTIFYs, and every listener's reads), the nodes' CPU (% of a core, each: commits not their own)
+and the followers'. The target: server CPU per commit at 10 nodes + 5 followers ≤ 2× that at
+1 + 1, a node's idle CPU ≤ 0.1 % while the commits are not its own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+_ROOT = Path(__file__).resolve().parent.parent
+if str(_ROOT) not in sys.path:  # tests/helpers lives beside the package, not in it
+    sys.path.insert(0, str(_ROOT))
+
+from bench.attempts import _cpu  # noqa: E402
+from bench.fleet import _bare, _end, _env, _refine, _wait  # noqa: E402
+from bench.postgres import server_cpu  # noqa: E402
+from store.journal.api import Journal  # noqa: E402
+from store.model.goals import Goals  # noqa: E402
+from tests.helpers.pg_activity import ConnectionSampler  # noqa: E402
+from tests.helpers.postgres_server import PostgresServer  # noqa: E402
+
+SETTLE_S = 3.0  # after the listeners connect: their start-up reads end
+
+
+def measure(nodes: int, followers: int, rate: float, seconds: float) -> dict[str, Any]:
+    pg = PostgresServer.start_new(max_connections=100)
+    started: list[subprocess.Popen[bytes]] = []
+    try:
+        url = pg.create_database()
+        with tempfile.TemporaryDirectory(prefix="refine-fanout-") as scratch:
+            env = _env(url, Path(scratch), None)
+            _refine(url, env, "init")
+            names = [f"n{k:02d}" for k in range(1, nodes + 1)]
+            base = [sys.executable, "-m", "refine_tui.cli", "--journal", _bare(url)]
+            quiet = subprocess.DEVNULL
+            for name in names:
+                argv = [*base, "--node", name, "node"]
+                started.append(
+                    subprocess.Popen(
+                        argv, env=env, start_new_session=True, stdout=quiet, stderr=quiet
+                    )
+                )
+            readers = [
+                subprocess.Popen(
+                    [*base, "events", "--follow"], env=env, start_new_session=True, stdout=quiet
+                )
+                for _ in range(followers)
+            ]
+            started += readers
+            node_procs = [psutil.Process(p.pid) for p in started[:nodes]]
+            reader_procs = [psutil.Process(p.pid) for p in readers]
+            with ConnectionSampler(url) as sampler:
+                _wait(lambda: sampler.now() == dict.fromkeys(names, 2), 120, "the nodes")
+            time.sleep(SETTLE_S)
+            with Journal.open(url) as journal:
+                goals = Goals(journal)
+                families = [q for p in node_procs for q in (p, *p.children())]
+                node_before, readers_before = _cpu(families), _cpu(reader_procs)
+                server_before = server_cpu(pg)
+                began = time.monotonic()
+                commits = 0
+                while (due := commits / rate) < seconds:  # rate × seconds commits, paced
+                    time.sleep(max(0.0, began + due - time.monotonic()))
+                    goals.create(
+                        goal_id=f"g{commits}", title="elsewhere", node_id="elsewhere",
+                        argv=["true"],
+                    )  # fmt: skip
+                    commits += 1
+                committed_s = time.monotonic() - began
+                time.sleep(1.0)  # the last notifications are read
+                wall = time.monotonic() - began
+                server = server_cpu(pg) - server_before
+                node_cpu = _cpu(families) - node_before
+                readers_cpu = _cpu(reader_procs) - readers_before
+            return {
+                "nodes": nodes,
+                "followers": followers,
+                "commits": commits,
+                "rate": commits / committed_s,
+                "server_ms_per_commit": server / commits * 1000,
+                "server_pct": server / wall * 100,
+                "node_pct_each": node_cpu / wall * 100 / max(nodes, 1),
+                "follower_pct_each": readers_cpu / wall * 100 / max(followers, 1),
+            }
+    finally:
+        _end(started)
+        pg.destroy()
+
+
+def rows(results: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
+    out = []
+    for r in results:
+        out.append(
+            (
+                f"fan-out {r['nodes']} nodes + {r['followers']} followers",
+                f"server {r['server_ms_per_commit']:.2f} ms CPU per commit ({r['server_pct']:.1f} %"
+                f" of a core at {r['rate']:.0f} commits/s, {r['commits']} commits); node"
+                f" {r['node_pct_each']:.2f} % each (none its own); follower"
+                f" {r['follower_pct_each']:.2f} % each",
+                "node ≤ 0.1 %",
+            )
+        )
+    if len(results) >= 2:
+        small, big = results[0], results[-1]
+        ratio = big["server_ms_per_commit"] / small["server_ms_per_commit"]
+        out.append(
+            (
+                "fan-out: server CPU per commit, largest ÷ smallest layout",
+                f"{ratio:.2f}×",
+                "≤ 2×",
+            )
+        )
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rate", type=float, default=50.0)
+    parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument("--layouts", nargs="+", default=["1x1", "10x5"])
+    args = parser.parse_args(argv)
+    results = []
+    for layout in args.layouts:
+        nodes, followers = (int(part) for part in layout.split("x"))
+        results.append(measure(nodes, followers, args.rate, args.seconds))
+    for row in rows(results):
+        print(" | ".join(row), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
