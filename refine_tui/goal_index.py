@@ -9,17 +9,18 @@ thread on a connection of its own (live reads go on meanwhile), then kept curren
 the dashboard reads anyway: every commit reaches it as a touched Goal whose row is re-read
 (``update``), those made during the build included.
 
-Compact, for a million Goals (DESIGN §9: the dashboard ≤ 300 MB): the lines live only joined,
-CHUNK at a time, in id order (the search reads them that way anyway); a status is one byte
-naming an interned status; the recency order is a list of the ids already held, a Goal changed
-again appended anew (its last place counts). No per-Goal dict, tuple or second string: ≈ 140
-bytes per Goal instead of ≈ 400.
+Compact, for a million Goals (DESIGN §9: the dashboard ≤ 300 MB): no Python object per Goal.
+The ids and the lines live joined, CHUNK at a time, in id order (the search reads them that way
+anyway; a Goal is found by bisecting the chunks' first ids, then its chunk); a status is one byte
+naming an interned status; the recency order is one joined string of ids, a Goal changed later
+appended to a list after it (its last place counts). ≈ 60 bytes per Goal instead of ≈ 400.
 """
 
 from __future__ import annotations
 
+import sys
 from bisect import bisect_left, bisect_right, insort
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from refine_tui.rows import ACTIVE, TERMINAL, GoalRow
 from store.journal.api import Journal
@@ -27,7 +28,7 @@ from store.ops import reads
 
 BUILD_PAGE = 2_000  # Goals read at a time while building
 CHUNK = 1_024  # lines joined into one string, searched at once in C before one by one
-_SEP = "\0"  # between the lines of a chunk: never in a line (_words)
+_SEP = "\0"  # between the ids or lines of a chunk: never in a line (_words) nor in an id
 _STATUSES = 255  # distinct statuses kept by name; a further one counts as none (corrupt data)
 
 
@@ -42,30 +43,57 @@ class GoalIndex:
     def __init__(
         self, lines: Mapping[str, str], status: Mapping[str, str], order: list[str]
     ) -> None:
-        ids = sorted(lines)
-        self._setup(ids, [lines[g] for g in ids], [status.get(g, "") for g in ids], order)
-
-    def _setup(
-        self, ids: list[str], texts: list[str], statuses: Iterable[str], order: list[str]
-    ) -> None:
-        self._ids = ids  # sorted: a filter's hits come by id, so a common word stops at the cap
+        """``order``: least recently changed first."""
         self._names: list[str] = []  # status code → status
         self._codes: dict[str, int] = {}
-        self._status = bytearray(self._code(s) for s in statuses)  # by position in _ids
-        # Each CHUNK of lines joined (more or fewer after updates): a word in none of a chunk's
-        # lines is ruled out by one C-level scan; _starts[k] is chunk k's first position.
-        self._blobs = [_SEP.join(texts[at : at + CHUNK]) for at in range(0, len(texts), CHUNK)]
-        self._starts = list(range(0, len(texts), CHUNK))
-        self._active = [
-            g for g, c in zip(ids, self._status, strict=True) if self._names[c] in ACTIVE
-        ]
-        self._order = order  # least recently changed first; a Goal's last place counts
+        goals = [self._packed(g, status.get(g, ""), lines[g]) for g in sorted(lines)]
+        self._assemble(goals, _SEP.join(reversed(order)))
+        self._derive()
+
+    def _packed(self, goal_id: str, status: str, line: str) -> str:
+        """One Goal as one string while building: its id, NUL, its status code, its line."""
+        return f"{goal_id}\0{chr(self._code(status))}{line}"
+
+    def _assemble(self, goals: list[str], newest: str) -> None:
+        """Take in packed Goals sorted by id (emptying ``goals`` as it goes, so the joined
+        chunks replace them rather than add to them); ``newest``: the ids joined, most recently
+        changed first."""
+        # Chunk k: positions _starts[k]… (CHUNK, more or fewer after updates), its ids and lines
+        # joined; a word in none of its lines is ruled out by one C-level scan.
+        self._starts = list(range(0, len(goals), CHUNK))
+        self._size = len(goals)
+        ids, lines, codes = [], [], []
+        for start in reversed(self._starts):  # from the end: a list shrinks there in place
+            parts = [goal.partition("\0") for goal in goals[start:]]
+            del goals[start:]
+            ids.append(_SEP.join([p[0] for p in parts]))
+            codes.append(bytes(ord(p[2][0]) for p in parts))
+            lines.append(_SEP.join([p[2][1:] for p in parts]))
+        self._idblobs, self._blobs = ids[::-1], lines[::-1]
+        self._status = bytearray(b"".join(reversed(codes)))  # by position, in id order
+        self._order = newest  # every Goal once, most recently changed first
+        self._newer: list[str] = []  # changed since, oldest first: a Goal's last place counts
+
+    def _derive(self) -> None:
+        """The chunks' first ids and the active Goals, as new strings from the joined ones:
+        made after the build's many short-lived strings are gone, they pin none of the memory
+        those took (Python gives an arena back only when nothing in it lives)."""
+        self._firsts = [blob.partition(_SEP)[0] for blob in self._idblobs]
+        live = {code for code, name in enumerate(self._names) if name in ACTIVE}
+        self._active = []
+        for k, blob in enumerate(self._idblobs):
+            first = self._starts[k]
+            codes = self._status[first : first + blob.count(_SEP) + 1]
+            if any(code in live for code in codes):
+                ids = blob.split(_SEP)
+                self._active += [g for g, c in zip(ids, codes, strict=True) if c in live]
 
     def _code(self, status: str) -> int:
         code = self._codes.get(status)
         if code is None:
             if len(self._names) >= _STATUSES:
                 return self._code("")  # neither active nor terminal, as any unknown status
+            status = sys.intern(status)  # the known ones: the constants, not a parsed string
             code = self._codes[status] = len(self._names)
             self._names.append(status)
         return code
@@ -77,31 +105,32 @@ class GoalIndex:
 
         Newest first, as the journal orders by each Goal's last commit: that order is the rank.
         """
-        newest: list[str] = []
-        lines: list[str] = []  # as read; joined in id order below
-        status: list[str] = []
+        index = cls.__new__(cls)
+        index._names, index._codes = [], {}
+        goals: list[str] = []  # packed (_packed), as read; sorted by id below
+        pages: list[str] = []  # each page's ids joined: the recency order, newest first
         with journal.snapshot():
             seen = journal.last_sequence()
             # Pages, keeping only the few strings the index needs: every parsed state at once
             # pinned ≈ 265 MB of Python's arenas at 100k, never given back.
+            page: list[str] = []
             for goal_id, state in reads.goal_states(journal, newest_first=True, page=BUILD_PAGE):
-                lines.append(
-                    _words(goal_id, state.get("title"), state.get("status"), state.get("node_id"))
-                )
-                status.append(str(state.get("status")))
-                newest.append(goal_id)
-        by_id = sorted(range(len(newest)), key=newest.__getitem__)
-        index = cls.__new__(cls)
-        index._setup(
-            [newest[at] for at in by_id],
-            [lines[at] for at in by_id],
-            (status[at] for at in by_id),
-            newest[::-1],
-        )
+                status = state.get("status")
+                line = _words(goal_id, state.get("title"), status, state.get("node_id"))
+                goals.append(index._packed(goal_id, str(status), line))
+                page.append(goal_id)
+                if len(page) == BUILD_PAGE:
+                    pages.append(_SEP.join(page))
+                    page.clear()
+            pages.append(_SEP.join(page))
+        goals.sort()  # by id: NUL sorts before any character of an id
+        index._assemble(goals, _SEP.join(p for p in pages if p))
+        del goals, pages  # before _derive: see there
+        index._derive()
         return seen, index
 
     def __len__(self) -> int:
-        return len(self._ids)
+        return self._size
 
     def update(self, rows: Mapping[str, GoalRow | None], changed: Iterable[str] = ()) -> None:
         """Take in rows just read (None: the Goal is gone); ``changed``: the Goals commits
@@ -118,60 +147,78 @@ class GoalIndex:
                 continue
             self._status[at] = self._code(row.status)
             self._set_active(goal_id, row.status in ACTIVE)
-        if gone:
-            self._order = [g for g in self._order if g not in gone]
+        if gone:  # out of the order too: back only when changed again
+            self._order = _SEP.join(g for g in self._order.split(_SEP) if g not in gone)
+            self._newer = [g for g in self._newer if g not in gone]
         for goal_id in changed:
             if self._find(goal_id) is not None:
-                self._order.append(goal_id)  # now the most recent
-        if len(self._order) > 2 * len(self._ids) + CHUNK:
-            self._compact_order()
+                self._newer.append(goal_id)  # now the most recent
+        if len(self._newer) > max(CHUNK, self._size):
+            self._fold_order()
+
+    def _place(self, goal_id: str) -> tuple[int, int, list[str]]:
+        """Chunk k where ``goal_id`` is or belongs, its place in the chunk, the chunk's ids."""
+        k = max(bisect_right(self._firsts, goal_id) - 1, 0)
+        ids = self._idblobs[k].split(_SEP)
+        return k, bisect_left(ids, goal_id), ids
 
     def _find(self, goal_id: str) -> int | None:
-        at = bisect_left(self._ids, goal_id)
-        return at if at < len(self._ids) and self._ids[at] == goal_id else None
-
-    def _chunk(self, at: int) -> tuple[int, list[str]]:
-        """The chunk holding position ``at`` (or the last, for the end) and its lines."""
-        k = max(bisect_right(self._starts, at) - 1, 0)
-        return k, self._blobs[k].split(_SEP)
+        """A Goal's position, None when not held."""
+        if not self._idblobs:
+            return None
+        k, i, ids = self._place(goal_id)
+        return self._starts[k] + i if i < len(ids) and ids[i] == goal_id else None
 
     def _put(self, goal_id: str, line: str) -> int:
         """Set a Goal's line, inserting the Goal where new; returns its position."""
-        at = bisect_left(self._ids, goal_id)
-        if at < len(self._ids) and self._ids[at] == goal_id:
-            k, lines = self._chunk(at)
-            if lines[at - self._starts[k]] != line:
-                lines[at - self._starts[k]] = line
+        if not self._idblobs:
+            self._starts, self._firsts, self._idblobs, self._blobs = (
+                [0],
+                [goal_id],
+                [goal_id],
+                [line],
+            )
+            self._status.insert(0, self._code(""))
+            self._size = 1
+            return 0
+        k, i, ids = self._place(goal_id)
+        lines = self._blobs[k].split(_SEP)
+        if i < len(ids) and ids[i] == goal_id:
+            if lines[i] != line:
+                lines[i] = line
                 self._blobs[k] = _SEP.join(lines)
-            return at
-        self._ids.insert(at, goal_id)
-        self._status.insert(at, self._code(""))
-        if not self._blobs:
-            self._blobs, self._starts = [line], [0]
-            return at
-        k, lines = self._chunk(at)
-        lines.insert(at - self._starts[k], line)
+            return self._starts[k] + i
+        ids.insert(i, goal_id)
+        lines.insert(i, line)
+        self._status.insert(self._starts[k] + i, self._code(""))
+        self._size += 1
         self._shift(k, 1)
-        if len(lines) > 2 * CHUNK:  # split: a chunk stays a fast scan
-            half = len(lines) // 2
-            self._blobs[k : k + 1] = [_SEP.join(lines[:half]), _SEP.join(lines[half:])]
+        if len(ids) > 2 * CHUNK:  # split: a chunk stays a fast scan
+            half = len(ids) // 2
             self._starts.insert(k + 1, self._starts[k] + half)
+            self._firsts.insert(k + 1, ids[half])
+            self._idblobs[k : k + 1] = [_SEP.join(ids[:half]), _SEP.join(ids[half:])]
+            self._blobs[k : k + 1] = [_SEP.join(lines[:half]), _SEP.join(lines[half:])]
         else:
-            self._blobs[k] = _SEP.join(lines)
-        return at
+            self._firsts[k] = ids[0]
+            self._idblobs[k], self._blobs[k] = _SEP.join(ids), _SEP.join(lines)
+        return self._starts[k] + i
 
     def _remove(self, goal_id: str) -> bool:
-        at = self._find(goal_id)
-        if at is None:
+        if not self._idblobs:
             return False
-        del self._ids[at], self._status[at]
-        k, lines = self._chunk(at)
-        del lines[at - self._starts[k]]
+        k, i, ids = self._place(goal_id)
+        if not (i < len(ids) and ids[i] == goal_id):
+            return False
+        lines = self._blobs[k].split(_SEP)
+        del ids[i], lines[i], self._status[self._starts[k] + i]
+        self._size -= 1
         self._shift(k, -1)
-        if lines:
-            self._blobs[k] = _SEP.join(lines)
+        if ids:
+            self._firsts[k] = ids[0]
+            self._idblobs[k], self._blobs[k] = _SEP.join(ids), _SEP.join(lines)
         else:
-            del self._blobs[k], self._starts[k]
+            del self._starts[k], self._firsts[k], self._idblobs[k], self._blobs[k]
         return True
 
     def _shift(self, k: int, by: int) -> None:
@@ -179,12 +226,26 @@ class GoalIndex:
         for later in range(k + 1, len(self._starts)):
             self._starts[later] += by
 
-    def _compact_order(self) -> None:
-        """Each Goal once, at its last place."""
-        kept: dict[str, None] = {}
-        for goal_id in reversed(self._order):
-            kept.setdefault(goal_id)
-        self._order = list(reversed(kept))
+    def _recent_first(self) -> Iterator[str]:
+        """Every Goal once, most recently changed first."""
+        seen: set[str] = set()
+        for goal_id in self._newest_places():
+            if goal_id not in seen:
+                seen.add(goal_id)
+                yield goal_id
+
+    def _newest_places(self) -> Iterator[str]:
+        yield from reversed(self._newer)
+        order, start = self._order, 0
+        while start < len(order):  # the joined ids, one at a time
+            end = order.find(_SEP, start)
+            end = len(order) if end < 0 else end
+            yield order[start:end]
+            start = end + 1
+
+    def _fold_order(self) -> None:
+        """The order joined again, each Goal once (its earlier places dropped)."""
+        self._order, self._newer = _SEP.join(list(self._recent_first())), []
 
     def _set_active(self, goal_id: str, active: bool) -> None:
         at = bisect_left(self._active, goal_id)
@@ -200,10 +261,10 @@ class GoalIndex:
         for k, blob in enumerate(self._blobs):
             if needle not in blob:
                 continue
-            first = self._starts[k]
-            for offset, line in enumerate(blob.split(_SEP)):
+            ids = self._idblobs[k].split(_SEP)
+            for goal_id, line in zip(ids, blob.split(_SEP), strict=True):
                 if needle in line:
-                    found.append(self._ids[first + offset])
+                    found.append(goal_id)
                     if len(found) >= limit:
                         return found
         return found
@@ -212,15 +273,29 @@ class GoalIndex:
         """The unfiltered list, by id: the first ``active`` active Goals (by id) and the
         ``recent`` most recently changed terminal ones (as ``Reader.visible_goal_ids``)."""
         found = self._active[:active]
-        ended, seen = 0, set()
-        for goal_id in reversed(self._order):  # most recent first: a few hundred steps
+        ended, status = 0, self._status_reader()
+        for goal_id in self._recent_first():  # most recent first: a few hundred steps
             if ended >= recent:
                 break
-            if goal_id in seen:
-                continue  # changed again later: counted at that place
-            seen.add(goal_id)
-            at = self._find(goal_id)
-            if at is not None and self._names[self._status[at]] in TERMINAL:
+            if status(goal_id) in TERMINAL:
                 found.append(goal_id)
                 ended += 1
         return sorted(set(found))
+
+    def _status_reader(self) -> Callable[[str], str | None]:
+        """Goal id → its status, each chunk's ids split once however many Goals are asked."""
+        split: dict[int, list[str]] = {}
+
+        def status(goal_id: str) -> str | None:
+            if not self._idblobs:
+                return None
+            k = max(bisect_right(self._firsts, goal_id) - 1, 0)
+            ids = split.get(k)
+            if ids is None:
+                ids = split[k] = self._idblobs[k].split(_SEP)
+            i = bisect_left(ids, goal_id)
+            if i < len(ids) and ids[i] == goal_id:
+                return self._names[self._status[self._starts[k] + i]]
+            return None
+
+        return status
