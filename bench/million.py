@@ -81,9 +81,9 @@ def status_query(small: Path, big: Path, rounds: int) -> dict[str, Any]:
 
 def _plan(path: Path) -> str:
     """The index the status page reads (the journal's own query, ids first)."""
-    from store.journal.sqlite import _of_kind
+    from store.journal.queries import SQLITE, of_kind
 
-    inner, args = _of_kind("SELECT aggregate_id FROM aggregates", "goal", ["running"])
+    inner, args = of_kind(SQLITE, "SELECT aggregate_id FROM aggregates", "goal", ["running"])
     conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
         rows = conn.execute(f"EXPLAIN QUERY PLAN {inner} ORDER BY aggregate_id LIMIT 1000", args)
