@@ -34,6 +34,7 @@ from store.errors import (
     TargetNotEmptyError,
 )
 from store.journal.api import ChangeSource, Journal, WakeUps
+from store.journal.copy_chain import ChainHeads
 from store.journal.core import (
     COPY_BATCH,
     COPY_TABLES,
@@ -656,6 +657,7 @@ class SqliteJournal(Journal):
         count = 0
         with self._lock, _storage_errors():
             conn = self._connection()
+            heads = ChainHeads()  # each aggregate's newest event so far, on disk
             conn.execute("BEGIN IMMEDIATE")
             try:
                 if any(
@@ -663,7 +665,6 @@ class SqliteJournal(Journal):
                     for table, _, _ in COPY_TABLES
                 ):
                     raise TargetNotEmptyError(f"journal {self.path} is not empty")
-                heads: dict[str, int] = {}  # each aggregate's newest event so far
                 for table, rows in batches:
                     columns, _ = copy_table(table)
                     if table == "outbox":  # a view of the events: it must agree with them
@@ -671,7 +672,7 @@ class SqliteJournal(Journal):
                         count += len(rows)
                         continue
                     if table == "events":  # in sequence order: chain each to the one before
-                        columns, rows = (*columns, "prev"), _chained(rows, heads)
+                        columns, rows = (*columns, "prev"), heads.chained(rows)
                     marks = ", ".join("?" * len(columns))
                     conn.executemany(
                         f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({marks})", rows
@@ -682,6 +683,8 @@ class SqliteJournal(Journal):
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
                 raise
+            finally:
+                heads.close()
         return count
 
     def changes(self) -> ChangeSource:
@@ -744,15 +747,6 @@ class SqliteJournal(Journal):
             (aggregate_id,),
         ).fetchone()
         return stored_row(row) if row else None
-
-
-def _chained(rows: list[tuple[Any, ...]], heads: dict[str, int]) -> list[tuple[Any, ...]]:
-    """Copied events ``(sequence, aggregate_id, …)`` with their aggregate's previous event."""
-    out = []
-    for row in rows:
-        out.append((*row, heads.get(row[1])))
-        heads[row[1]] = row[0]
-    return out
 
 
 def _check_outbox_rows(conn: sqlite3.Connection, rows: list[tuple[Any, ...]]) -> None:

@@ -105,3 +105,41 @@ def test_searching_by_chunks_finds_what_a_scan_of_every_line_finds(
         assert index.matching(needle, limit) == every[:limit], (step, needle)
         active = sorted(g for g, r in rows.items() if r.status in ACTIVE)
         assert index.listed(len(rows), 0) == active
+
+
+def test_the_recency_order_holds_through_many_changes_and_removals(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The order kept compact (one joined string, later changes listed after it and folded in
+    when many) lists the most recently changed terminal Goals as a plain recency list would;
+    a Goal that is gone leaves the order until it changes again."""
+    monkeypatch.setattr(goal_index, "CHUNK", 4)
+    rng = random.Random(27)
+
+    def row(goal_id: str, status: str) -> GoalRow:
+        return GoalRow(goal_id, "t", "n1", status, 0, "0/1", "", None, "")
+
+    status = {f"g{n:03d}": rng.choice(("queued", "completed", "failed")) for n in range(40)}
+    lines = {g: f"{g}\nt\n{s}\nn1" for g, s in status.items()}
+    order = list(status)  # least recently changed first
+    index = GoalIndex(lines, dict(status), list(order))
+    for step in range(400):
+        goal_id = f"g{rng.randrange(50):03d}"
+        if goal_id in status and rng.random() < 0.1:
+            del status[goal_id]
+            if goal_id in order:
+                order.remove(goal_id)
+            index.update({goal_id: None})
+        elif goal_id in status or rng.random() < 0.5:
+            status[goal_id] = rng.choice(("queued", "running", "completed", "failed"))
+            if goal_id in order:
+                order.remove(goal_id)
+            order.append(goal_id)
+            index.update({goal_id: row(goal_id, status[goal_id])}, [goal_id])
+        else:  # re-read without a commit of its own: its place stays where it was
+            status[goal_id] = "completed"
+            index.update({goal_id: row(goal_id, "completed")})
+        recent = rng.choice((1, 3, 8))
+        ended = [g for g in reversed(order) if status[g] in TERMINAL][:recent]
+        assert index.listed(0, recent) == sorted(ended), step
+        assert len(index) == len(status)
