@@ -3,17 +3,20 @@
 Built from the journal's history by commit time, so they are full the moment a dashboard opens:
 the first event of the hour is found by a binary search over the gap-free sequence (each probe
 one index seek), then only the attempt events after it are read (an index range, ``types``).
-Kept current from the events a reader already has (``note``). Commit times are wall clock,
-informational: a clock stepped back only moves a count to another minute.
+Kept current from the events a reader already has (``note``). Counted per Goal too (an attempt
+event's aggregate is its Run, ``run:GOAL.rN``), so that a filter's pulses (``narrowed``) are a sum
+in memory, not another read. Commit times are wall clock, informational: a clock stepped back
+only moves a count to another minute.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from typing import TYPE_CHECKING
 
 from store.journal.api import MAX_PAGE
+from store.model.goal import goal_id_of
 
 if TYPE_CHECKING:
     from store.journal.api import Journal
@@ -30,32 +33,66 @@ KIND_OF = {
 
 
 class Pulses:
-    """Counts per (kind, minute since the epoch), the last ``WINDOW_MIN`` minutes kept."""
+    """Counts per (kind, minute since the epoch), in all and per Goal; the last ``WINDOW_MIN``
+    minutes kept (``series`` and ``prune`` drop older ones)."""
 
-    def __init__(self) -> None:
+    def __init__(self, narrowed: bool = False) -> None:
         self.counts: Counter[tuple[str, int]] = Counter()
+        self.by_goal: dict[str, Counter[tuple[str, int]]] = {}
+        self.narrowed = narrowed  # the counts are only some Goals' (``narrowed``)
 
-    def note(self, events: Iterable[tuple[str, float]]) -> bool:
-        """(type, committed_at) of events; True if any was counted."""
+    def note(self, events: Iterable[tuple[str, float, str]]) -> bool:
+        """(type, committed_at, aggregate_id) of events; True if any was counted."""
         counted = False
-        for type_, at in events:
+        for type_, at, aggregate_id in events:
             if (kind := KIND_OF.get(type_)) is not None:
-                self.counts[(kind, int(at // 60))] += 1
+                key = (kind, int(at // 60))
+                self.counts[key] += 1
+                if (goal_id := goal_id_of(aggregate_id)) is not None:
+                    self.by_goal.setdefault(goal_id, Counter())[key] += 1
                 counted = True
         return counted
 
-    def copy(self) -> Pulses:
+    def totals(self) -> Pulses:
+        """The counts of every Goal, without the per-Goal ones (what a screen draws)."""
         other = Pulses()
         other.counts = self.counts.copy()
         return other
+
+    def narrowed_to(self, goal_ids: Collection[str]) -> Pulses:
+        """The counts of ``goal_ids`` only, summed in memory: a walk of the smaller of them and
+        the Goals counted this hour."""
+        other = Pulses(narrowed=True)
+        if len(goal_ids) < len(self.by_goal):
+            counted = (self.by_goal.get(g) for g in goal_ids)
+        else:
+            counted = (c for g, c in self.by_goal.items() if g in goal_ids)
+        for counts in counted:
+            if counts:
+                other.counts.update(counts)
+        return other
+
+    def prune(self, now: float) -> None:
+        """Drop the minutes older than the window (per Goal too: Goals with none left go)."""
+        first = int(now // 60) - WINDOW_MIN + 1
+        _drop_before(self.counts, first)
+        for goal_id in list(self.by_goal):
+            if not _drop_before(self.by_goal[goal_id], first):
+                del self.by_goal[goal_id]
 
     def series(self, now: float) -> dict[str, list[int]]:
         """Each kind's counts, oldest minute first, the current minute last."""
         last = int(now // 60)
         minutes = range(last - WINDOW_MIN + 1, last + 1)
-        for key in [k for k in self.counts if k[1] < minutes[0]]:
-            del self.counts[key]  # older than the window: never shown again
+        _drop_before(self.counts, minutes[0])  # older than the window: never shown again
         return {kind: [self.counts[(kind, m)] for m in minutes] for kind in KINDS}
+
+
+def _drop_before(counts: Counter[tuple[str, int]], first: int) -> int:
+    """Drop the minutes before ``first``; how many keys are left."""
+    for key in [k for k in counts if k[1] < first]:
+        del counts[key]
+    return len(counts)
 
 
 def first_sequence_since(journal: Journal, since: float) -> int:
@@ -78,6 +115,6 @@ def read_pulses(journal: Journal, now: float) -> Pulses:
     after = first_sequence_since(journal, now - WINDOW_MIN * 60)
     types = sorted(KIND_OF)
     while records := journal.event_records(after, MAX_PAGE, types):
-        pulses.note((r[3], r[5]) for r in records)
+        pulses.note((r[3], r[5], r[1]) for r in records)
         after = records[-1][0]
     return pulses
