@@ -116,3 +116,13 @@ async def test_the_filter_narrows_the_pulses_to_the_goals_it_shows(tmp_path: Pat
         await pilot.press("escape")  # clears the filter: the totals again, gamma's included
         await until(pilot, lambda: counted(app) == {"starts": 5, "completions": 2, "failures": 3})
         assert not narrowed()
+
+
+async def test_without_pulses_none_are_read_or_drawn(journal_path: Path) -> None:
+    """``RefineApp(pulses=False)`` (``refine tui --no-pulses``): no line, no reads for it."""
+    app = RefineApp(journal=journal_path, node="n1", pulses=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        await pilot.pause(1.2)  # a tick
+        assert not app.dashboard.pulses_line.display
+        assert app.live.pulses is None and app.dashboard.pulses_line.series == {}
