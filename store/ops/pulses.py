@@ -115,12 +115,17 @@ def first_sequence_since(journal: Journal, since: float) -> int:
     return low
 
 
-def read_pulses(journal: Journal, now: float) -> Pulses:
-    """The last hour's pulses from the journal's history."""
+def read_pulses(journal: Journal, now: float, upto: int | None = None) -> Pulses:
+    """The last hour's pulses from the journal's history (``upto``: its events up to this
+    sequence only, those a reader has seen: it notes the later ones when it reads them)."""
     pulses = Pulses()
     after = first_sequence_since(journal, now - WINDOW_MIN * 60)
     types = sorted(KIND_OF)
     while records := journal.event_records(after, MAX_PAGE, types):
+        if upto is not None and records[-1][0] > upto:
+            records = [r for r in records if r[0] <= upto]
+            pulses.note((r[3], r[5], r[1]) for r in records)
+            break
         pulses.note((r[3], r[5], r[1]) for r in records)
         after = records[-1][0]
     return pulses

@@ -126,3 +126,18 @@ async def test_without_pulses_none_are_read_or_drawn(journal_path: Path) -> None
         await pilot.pause(1.2)  # a tick
         assert not app.dashboard.pulses_line.display
         assert app.live.pulses is None and app.dashboard.pulses_line.series == {}
+
+
+def test_read_pulses_stops_at_the_sequence_a_reader_has_seen(tmp_path: Path) -> None:
+    """The dashboard reads the hour after its first rows: commits made meanwhile come with its
+    next poll, and are counted once (then), not also by that read."""
+    path = tmp_path / "two.db"
+    two_goals(path)
+    with Journal.open(path, read_only=True) as journal:
+        claims = [e for e in journal.events_after(0) if e.type == "attempt.claimed"]
+        upto = claims[1].sequence  # alpha's claim and beta's first
+        now = time.time()
+        seen = read_pulses(journal, now, upto=upto).series(now)
+        every = read_pulses(journal, now).series(now)
+    assert sum(seen["starts"]) == 2 and sum(seen["completions"]) == 1
+    assert sum(every["starts"]) == 4 and sum(every["failures"]) == 3
