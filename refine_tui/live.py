@@ -271,8 +271,9 @@ class LiveReader:
         shown = not full and self._show(goals, req.filter)  # the filter shows more or fewer
         if pulsed and self._pulsed_generation != self.feed.generation:
             # The last hour's history (≈ 0.1 s with 20,000 attempt events in it), read after
-            # the rows: a new list's first screen is painted meanwhile, never waits for it.
-            self.pulses = read_pulses(journal, time.time(), upto=self.feed.last_sequence)
+            # the rows, handing the GIL back soon: the first screen's frame is being written.
+            with gil_handoff():
+                self.pulses = read_pulses(journal, time.time(), upto=self.feed.last_sequence)
             self._pulsed_generation = self.feed.generation
         if self.pulses is not None and (pulsed or full or shown):
             # The UI's own copy, only the shown Goals' counts when filtered (a sum in memory).
