@@ -8,6 +8,7 @@ and what the ``ReadRequest`` carries, captured on the UI thread; results go back
 from __future__ import annotations
 
 import contextlib
+import gc
 import sys
 import threading
 import time
@@ -63,6 +64,19 @@ class _Handoff:
 
 
 gil_handoff = _Handoff()
+
+
+@contextlib.contextmanager
+def _no_gc() -> Iterator[None]:
+    """No full collection while a read makes many objects at once (each would hold the GIL
+    ≈ 100 ms over the app's objects), as the index build does (``follow.build_index``)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 @dataclass
@@ -272,7 +286,7 @@ class LiveReader:
         if pulsed and self._pulsed_generation != self.feed.generation:
             # The last hour's history (≈ 0.1 s with 20,000 attempt events in it), read after
             # the rows, handing the GIL back soon: the first screen's frame is being written.
-            with gil_handoff():
+            with gil_handoff(), _no_gc():
                 self.pulses = read_pulses(journal, time.time(), upto=self.feed.last_sequence)
             self._pulsed_generation = self.feed.generation
         if self.pulses is not None and (pulsed or full or shown):
