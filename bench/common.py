@@ -36,6 +36,9 @@ OTHER_NODE = "n2"
 PLACEHOLDER = "zqxplaceholderqz"
 BUILDER_VERSION = 1
 CACHE = Path(tempfile.gettempdir()) / "refine-bench-cache"
+# The dashboard with its pulses (DESIGN §17) and without (``RefineApp(pulses=False)``, ``refine
+# tui --no-pulses``): the benches' ``--pulses on|off|both``, both measured side by side.
+PULSE_ARMS: dict[str, tuple[bool, ...]] = {"on": (True,), "off": (False,), "both": (True, False)}
 
 # Per 100 Goals. At 100k "busy" makes 25k active Goals (the dashboard lists at most 1,000 of
 # them), and the first 1,000 active ids hold ~600 queued Goals for the latency samples. "quiet"
@@ -171,6 +174,35 @@ def _fingerprint(templates: dict[str, _Template]) -> str:
     for shape, t in sorted(templates.items()):
         h.update(repr((shape, t.aggregates, t.events, t.receipts)).encode())
     return h.hexdigest()[:16]
+
+
+def shift_history(path: Path, ends_ago: float) -> None:
+    """Move every commit time so the journal's last commit was ``ends_ago`` seconds ago.
+
+    The cached journal keeps the times it was built at: its running attempts would be as old as
+    the cache. Times live only in ``committed_at`` (claims start elapsed times from there).
+    """
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        (last,) = conn.execute("SELECT max(committed_at) FROM events").fetchone()
+        delta = time.time() - ends_ago - last
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("UPDATE events SET committed_at = committed_at + ?", (delta,))
+        conn.execute("UPDATE receipts SET committed_at = committed_at + ?", (delta,))
+        conn.execute("COMMIT")
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    finally:
+        conn.close()
+
+
+def arm_label(pulses: bool, arms: Sequence[bool]) -> str:
+    """A figure's ", pulses on|off" (nothing for the default: pulses on alone)."""
+    return "" if tuple(arms) == (True,) else f", pulses {'on' if pulses else 'off'}"
+
+
+def tui_args(pulses: bool) -> tuple[str, ...]:
+    """``refine tui``'s options for an arm."""
+    return () if pulses else ("--no-pulses",)
 
 
 def build_journal(path: Path, n: int, templates: dict[str, _Template], mix: str = "busy") -> None:
@@ -348,13 +380,16 @@ def _writer(path: str) -> None:
 class TmuxDashboard:
     """``refine tui`` in a detached tmux session: a real terminal, a real process to measure."""
 
-    def __init__(self, path: str | Path, size: tuple[int, int] = (120, 40)) -> None:
+    def __init__(
+        self, path: str | Path, size: tuple[int, int] = (120, 40), args: Sequence[str] = ()
+    ) -> None:
+        """``args``: ``refine tui``'s options (``--no-pulses``)."""
         self.session = f"refine-bench-{os.getpid()}-{time.monotonic_ns() % 10**9}"
         # A tmux server of its own (-L): the shared one exits with its last session, and a new
         # session asked for meanwhile failed (a whole `python -m bench` run lost at its end).
         self.socket = self.session
         command = [sys.executable, "-m", "refine_tui.cli", "--journal", str(path)]
-        command += ["--node", NODE, "tui"]
+        command += ["--node", NODE, "tui", *args]
         # A tmux server started earlier (by anyone) gives a new session its own environment:
         # pass ours, so the pane runs this tree's code (PYTHONPATH), not the server's.
         env = f"PYTHONPATH={os.environ.get('PYTHONPATH', '')}"

@@ -1,6 +1,10 @@
 """Dashboard CPU idle and under a steady stream of commits (DESIGN §9: idle ≤ 0.5 % of a core).
 
-    python -m bench.idle [--seconds 60] [--rate 50] [--sizes 1000]
+    python -m bench.idle [--seconds 60] [--rate 50] [--sizes 1000] [--pulses on|off|both]
+
+``--pulses both`` measures each dashboard figure twice, side by side (one journal, one arm after
+the other): with the pulses (the default) and without them (``refine tui --no-pulses``,
+``RefineApp(pulses=False)``: no pulses line, no reads for it).
 
 - idle: ``refine tui`` in a real terminal (tmux, 120×40) on a journal nobody writes to, left
   alone; CPU is the process's user+system time (psutil ``cpu_times``) over the window, in % of
@@ -23,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -33,7 +36,17 @@ from typing import Any
 
 import psutil
 
-from bench.common import NODE, TmuxDashboard, journal_with, summary, writer_command
+from bench.common import (
+    NODE,
+    PULSE_ARMS,
+    TmuxDashboard,
+    arm_label,
+    journal_with,
+    shift_history,
+    summary,
+    tui_args,
+    writer_command,
+)
 from bench.latency import SIZE, ProbeApp, ready
 from refine_tui.rows import Reader
 from refine_tui.widgets.keyed_table import KeyedTable
@@ -54,39 +67,21 @@ def load_steps(rate: float, seconds: float) -> list[str]:
     ]
 
 
-def shift_history(path: Path, ends_ago: float) -> None:
-    """Move every commit time so the journal's last commit was ``ends_ago`` seconds ago.
-
-    The cached journal keeps the times it was built at: its running attempts would be as old as
-    the cache. Times live only in ``committed_at`` (claims start elapsed times from there).
-    """
-    conn = sqlite3.connect(path, isolation_level=None)
-    try:
-        (last,) = conn.execute("SELECT max(committed_at) FROM events").fetchone()
-        delta = time.time() - ends_ago - last
-        conn.execute("BEGIN IMMEDIATE")
-        conn.execute("UPDATE events SET committed_at = committed_at + ?", (delta,))
-        conn.execute("UPDATE receipts SET committed_at = committed_at + ?", (delta,))
-        conn.execute("COMMIT")
-        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    finally:
-        conn.close()
+IDLE_JOURNALS = (
+    ("quiet", "quiet", None),
+    ("busy, young", "busy", HISTORY_ENDS_S["young"]),
+    ("busy, old", "busy", HISTORY_ENDS_S["old"]),
+)
 
 
-def idle_journals(n: int, folder: Path, log=print) -> dict[str, Path]:
-    """The idle journals by name (quiet, busy young, busy old), each a copy in ``folder``."""
+def idle_journals(n: int, folder: Path, log=print) -> dict[str, tuple[Path, float | None]]:
+    """The idle journals by name (quiet, busy young, busy old), each a copy in ``folder``, with
+    how long before the dashboard starts its history is to end (``shift_history``)."""
     out = {}
-    for name, mix, ends_ago in (
-        ("quiet", "quiet", None),
-        ("busy, young", "busy", HISTORY_ENDS_S["young"]),
-        ("busy, old", "busy", HISTORY_ENDS_S["old"]),
-    ):
+    for name, mix, ends_ago in IDLE_JOURNALS:
         sub = folder / name.replace(", ", "-")  # the tmux command line is split at spaces
         sub.mkdir()
-        path = journal_with(n, sub, mix=mix, log=log)
-        if ends_ago is not None:
-            shift_history(path, ends_ago)
-        out[name] = path
+        out[name] = (journal_with(n, sub, mix=mix, log=log), ends_ago)
     return out
 
 
@@ -95,11 +90,14 @@ def _cpu(proc: psutil.Process) -> float:
     return times.user + times.system
 
 
-def tmux_cpu(path: Path, seconds: float, rate: float = 0.0) -> dict[str, float] | None:
-    """% of one core used by ``refine tui`` in tmux over ``seconds`` (with ``rate`` commits/s)."""
+def tmux_cpu(
+    path: Path, seconds: float, rate: float = 0.0, pulses: bool = True
+) -> dict[str, float] | None:
+    """% of one core used by ``refine tui`` in tmux over ``seconds`` (with ``rate`` commits/s);
+    ``pulses=False``: ``refine tui --no-pulses``."""
     if not TmuxDashboard.available():
         return None
-    with TmuxDashboard(path, SIZE) as tui:
+    with TmuxDashboard(path, SIZE, tui_args(pulses)) as tui:
         tui.wait_for(lambda screen: "live" in screen and " queued " in screen)
         time.sleep(SETTLE_S)
         writer = None
@@ -154,8 +152,10 @@ def node_cpu(seconds: float, finished: int = 3) -> dict[str, float]:
     return {"cpu_percent": 100 * used / elapsed, "seconds": elapsed, "threads": threads}
 
 
-async def _headless_load(path: Path, seconds: float, rate: float) -> dict[str, Any]:
-    app = ProbeApp(journal=path, node=NODE)
+async def _headless_load(
+    path: Path, seconds: float, rate: float, pulses: bool = True
+) -> dict[str, Any]:
+    app = ProbeApp(journal=path, node=NODE, pulses=pulses)
     steps = load_steps(rate, seconds)
     writer = await asyncio.create_subprocess_exec(
         *writer_command(path), stdin=subprocess.PIPE, stdout=subprocess.PIPE
@@ -222,33 +222,49 @@ def _missed(app: ProbeApp, path: Path, touched: set[str]) -> dict[str, int]:
     return {"differing": differing, "not_shown": len(touched - set(app.goal_rows))}
 
 
-def measure(sizes: list[int], seconds: float, rate: float, log=print) -> dict[str, Any]:
+def measure(
+    sizes: list[int], seconds: float, rate: float, log=print, pulses: str = "on"
+) -> dict[str, Any]:
+    """``pulses``: on, off or both (each dashboard figure with and without the pulses, one arm
+    right after the other on the same journal; figures named by ``arm_label``)."""
+    arms = PULSE_ARMS[pulses]
     results: dict[str, Any] = {}
     for n in sizes:
         with tempfile.TemporaryDirectory(prefix="refine-bench-") as folder:
-            for name, path in idle_journals(n, Path(folder), log=log).items():
-                results[f"idle {n} {name}"] = tmux_cpu(path, seconds)
-    with tempfile.TemporaryDirectory(prefix="refine-bench-") as folder:
-        path = journal_with(sizes[0], Path(folder), log=log)
-        results["load tmux"] = tmux_cpu(path, seconds, rate)
-    with tempfile.TemporaryDirectory(prefix="refine-bench-") as folder:
-        path = journal_with(sizes[0], Path(folder), log=log)
-        results["load headless"] = asyncio.run(_headless_load(path, seconds, rate))
+            for name, (path, ends_ago) in idle_journals(n, Path(folder), log=log).items():
+                for arm in arms:
+                    if ends_ago is not None:  # each arm's history ends as long before it
+                        shift_history(path, ends_ago)
+                    results[f"idle {n} {name}{arm_label(arm, arms)}"] = tmux_cpu(
+                        path, seconds, pulses=arm
+                    )
+    for arm in arms:
+        with tempfile.TemporaryDirectory(prefix="refine-bench-") as folder:
+            path = journal_with(sizes[0], Path(folder), log=log)
+            results[f"load tmux{arm_label(arm, arms)}"] = tmux_cpu(path, seconds, rate, arm)
+    for arm in arms:
+        with tempfile.TemporaryDirectory(prefix="refine-bench-") as folder:
+            path = journal_with(sizes[0], Path(folder), log=log)
+            run = _headless_load(path, seconds, rate, arm)
+            results[f"load headless{arm_label(arm, arms)}"] = asyncio.run(run)
     results["node idle"] = node_cpu(seconds)
     results["rate"] = rate
     results["sizes"] = sizes
+    results["arms"] = arms
     return results
 
 
 def rows(r: dict[str, Any]) -> list[tuple[str, str, str]]:
     """(figure, value, target) lines for the summary table."""
     out = []
+    arms = r.get("arms", (True,))
     for n in r["sizes"]:
-        for name in ("quiet", "busy, young", "busy, old"):
-            idle = r[f"idle {n} {name}"]
+        for name, arm in ((name, arm) for name, _, _ in IDLE_JOURNALS for arm in arms):
+            label = arm_label(arm, arms)
+            idle = r[f"idle {n} {name}{label}"]
             if idle:
                 out.append((
-                    f"idle CPU, {n:,} goals, {name} (tmux)",
+                    f"idle CPU, {n:,} goals, {name}{label} (tmux)",
                     f"{idle['cpu_percent']:.2f} % of a core over {idle['seconds']:.0f} s"
                     + (" (indicative: < 20 s)" if idle["seconds"] < 20 else ""),
                     "≤ 0.5 %",
@@ -260,24 +276,32 @@ def rows(r: dict[str, Any]) -> list[tuple[str, str, str]]:
         f" ({node['threads']} threads)",
         "≤ 0.1 %",
     ))  # fmt: skip
-    load, head = r["load tmux"], r["load headless"]
+    for arm in arms:
+        out += _load_rows(r, arm_label(arm, arms))
+    return out
+
+
+def _load_rows(r: dict[str, Any], label: str) -> list[tuple[str, str, str]]:
+    """The figures under a stream of commits, of one arm (``label``)."""
+    out = []
+    load, head = r[f"load tmux{label}"], r[f"load headless{label}"]
     if load:
         out.append((
-            f"CPU under {r['rate']:.0f} commits/s (tmux)",
+            f"CPU under {r['rate']:.0f} commits/s{label} (tmux)",
             f"{load['cpu_percent']:.1f} % of a core ({load['commits']} commits in"
             f" {load['seconds']:.0f} s)",
             "responsive",
         ))  # fmt: skip
     keys = head["keys"]
     out.append((
-        f"under {r['rate']:.0f} commits/s (headless)",
+        f"under {r['rate']:.0f} commits/s{label} (headless)",
         f"{head['commits']} commits → {head['updates']} updates; key response p50"
         f" {keys['p50']:.0f} ms p95 {keys['p95']:.0f} ms; lag after last"
         f" {head['lag_ms']:.0f} ms; CPU {head['cpu_percent']:.1f} %",
         "coalesced",
     ))  # fmt: skip
     out.append((
-        "  missed under load",
+        f"  missed under load{label}",
         f"{head['differing']} rows differ from the journal, {head['not_shown']} goals not shown",
         "0, 0",
     ))  # fmt: skip
@@ -289,8 +313,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--rate", type=float, default=50.0)
     parser.add_argument("--sizes", type=int, nargs="+", default=[1000])
+    parser.add_argument("--pulses", choices=sorted(PULSE_ARMS), default="on")
     args = parser.parse_args(argv)
-    for figure, value, target in rows(measure(args.sizes, args.seconds, args.rate)):
+    measured = measure(args.sizes, args.seconds, args.rate, pulses=args.pulses)
+    for figure, value, target in rows(measured):
         print(f"{figure:<38} {value}  [{target}]")
     return 0
 

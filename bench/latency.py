@@ -1,6 +1,7 @@
 """Commit by another process → row updated on the dashboard (DESIGN §9: p95 ≤ 100 ms, ratio ≤ 1.5).
 
     python -m bench.latency [--sizes 1000 100000] [--samples 100] [--tmux] [--postgres]
+                            [--pulses on|off|both]
 
 For each journal size, ``RefineApp`` runs headless (``run_test``) on a copy of the journal; a
 writer process starts, then settles, Goals that are on screen, one commit at a time at random
@@ -16,6 +17,11 @@ then wakes on ``LISTEN``/``NOTIFY`` (store/journal_listen.py) rather than inotif
 session (120×40) and the bench polls ``tmux capture-pane`` every few ms until the row's line
 reads the new status. That figure includes tmux and the polling (≈ 5 ms resolution). Its first
 commit is a warm-up, shown apart (at 100k goals the filter's index is still being built then).
+
+``--pulses both`` measures each size twice, side by side on the same journal: with the pulses
+(the default) and without them (``RefineApp(pulses=False)``, ``refine tui --no-pulses``: no
+pulses line, no reads for it). A SQLite journal's history is moved to end
+``HISTORY_ENDS_S`` before the run, so that the pulses have most of an hour to count.
 """
 
 from __future__ import annotations
@@ -34,12 +40,26 @@ from pathlib import Path
 from typing import Any
 
 import refine_tui.app
-from bench.common import NODE, TmuxDashboard, journal_with, row_line, summary, writer_command
+from bench.common import (
+    NODE,
+    PULSE_ARMS,
+    TmuxDashboard,
+    arm_label,
+    journal_with,
+    row_line,
+    shift_history,
+    summary,
+    tui_args,
+    writer_command,
+)
 from refine_tui.app import RefineApp
 from refine_tui.messages import JournalUpdate
 from refine_tui.widgets.keyed_table import KeyedTable
 
 SIZE = (120, 40)
+# The journal's last commit this long before the run: the pulses count most of an hour, and the
+# running attempts' elapsed times show minutes (as before the shift), not ticking seconds.
+HISTORY_ENDS_S = 900.0
 Locations = Callable[[int], AbstractContextManager[str]]  # size -> a fresh journal's location
 
 
@@ -104,12 +124,16 @@ async def listed(app: ProbeApp, timeout: float = 120.0) -> None:
 
 
 async def _headless(
-    path: str, samples: int, seed: int, gap_s: tuple[float, float] = (0.05, 0.25)
+    path: str,
+    samples: int,
+    seed: int,
+    gap_s: tuple[float, float] = (0.05, 0.25),
+    pulses: bool = True,
 ) -> dict[str, Any]:
     """``gap_s``: the random pause between two samples' commits (a test asking only how many
-    samples were taken needs none)."""
+    samples were taken needs none); ``pulses=False``: the dashboard without them."""
     rng = random.Random(seed)
-    app = ProbeApp(journal=path, node=NODE)
+    app = ProbeApp(journal=path, node=NODE, pulses=pulses)
     writer = await asyncio.create_subprocess_exec(
         *writer_command(path), stdin=subprocess.PIPE, stdout=subprocess.PIPE
     )
@@ -144,7 +168,7 @@ async def _headless(
     return {"seen": summary(seen), "painted": summary(painted), "updates": updates}
 
 
-def tmux_samples(path: str, samples: int, seed: int) -> dict[str, Any] | None:
+def tmux_samples(path: str, samples: int, seed: int, pulses: bool = True) -> dict[str, Any] | None:
     """Commit → the row's line in a real terminal (tmux) shows it; None without tmux."""
     if not TmuxDashboard.available():
         return None
@@ -156,7 +180,7 @@ def tmux_samples(path: str, samples: int, seed: int) -> dict[str, Any] | None:
     latencies: list[float] = []
     first = 0.0
     try:
-        with TmuxDashboard(path, SIZE) as tui:
+        with TmuxDashboard(path, SIZE, tui_args(pulses)) as tui:
             tui.wait_for(lambda screen: "live" in screen and " queued " in screen)
             time.sleep(1.0)
             screen = tui.screen()
@@ -194,7 +218,9 @@ def journals(backend: str, log: Callable[[str], None]) -> Iterator[Locations]:
         @contextlib.contextmanager
         def on_file(n: int) -> Iterator[str]:
             with tempfile.TemporaryDirectory(prefix="refine-bench-") as folder:
-                yield str(journal_with(n, Path(folder), log=log))
+                path = journal_with(n, Path(folder), log=log)
+                shift_history(path, HISTORY_ENDS_S)
+                yield str(path)
 
         yield on_file
     else:
@@ -205,53 +231,74 @@ def journals(backend: str, log: Callable[[str], None]) -> Iterator[Locations]:
 
 
 def measure(
-    sizes: list[int], samples: int, tmux: bool, log=print, backend: str = "sqlite"
+    sizes: list[int],
+    samples: int,
+    tmux: bool,
+    log=print,
+    backend: str = "sqlite",
+    pulses: str = "on",
 ) -> dict[int, dict[str, Any]]:
+    """Per size, the first arm's figures; with ``pulses="both"`` the second arm's (pulses off)
+    under ``"pulses off"``, measured right after it on a fresh copy of the same journal."""
+    arms = PULSE_ARMS[pulses]
     results: dict[int, dict[str, Any]] = {}
     with journals(backend, log) as location_of:
         for n in sizes:
-            with location_of(n) as location:
-                results[n] = asyncio.run(_headless(location, samples, seed=n))
-            if tmux:
-                with location_of(n) as location:
-                    results[n]["tmux"] = tmux_samples(location, max(10, samples // 5), seed=n)
+            measured = [_measure_arm(location_of, n, samples, tmux, arm) for arm in arms]
+            results[n] = measured[0] | {"arms": arms}
+            if len(measured) > 1:
+                results[n]["pulses off"] = measured[1]
     return results
+
+
+def _measure_arm(
+    location_of: Locations, n: int, samples: int, tmux: bool, pulses: bool
+) -> dict[str, Any]:
+    with location_of(n) as location:
+        result = asyncio.run(_headless(location, samples, seed=n, pulses=pulses))
+    if tmux:
+        with location_of(n) as location:
+            result["tmux"] = tmux_samples(location, max(10, samples // 5), seed=n, pulses=pulses)
+    return result
 
 
 def rows(results: dict[int, dict[str, Any]], backend: str = "sqlite") -> list[tuple[str, str, str]]:
     """(figure, value, target) lines for the summary table."""
     on = "" if backend == "sqlite" else ", PostgreSQL"
+    arms = next(iter(results.values())).get("arms", (True,)) if results else (True,)
     out = []
-    for n, r in results.items():
-        s, p = r["seen"], r["painted"]
-        out.append(
-            (
-                f"commit → row, {n:,} goals{on} (headless)",
-                f"p50 {s['p50']:.0f} ms · p95 {s['p95']:.0f} ms · max {s['max']:.0f} ms"
-                f" (painted p95 {p['p95']:.0f} ms, n={s['n']})",
-                "p95 ≤ 100 ms",
-            )
-        )
-        if r.get("tmux"):
-            t = r["tmux"]
-            out.append(
-                (
-                    f"commit → row, {n:,} goals{on} (tmux)",
-                    f"p50 {t['p50']:.0f} ms · p95 {t['p95']:.0f} ms (n={t['n']};"
-                    f" first after start {t['first']:.0f} ms)",
-                    "p95 ≤ 100 ms",
-                )
-            )
-    sizes = sorted(results)
-    if len(sizes) >= 2:
-        small, big = results[sizes[0]]["seen"], results[sizes[-1]]["seen"]
-        out.append(
-            (
-                f"latency ratio {sizes[-1]:,}/{sizes[0]:,}{on}",
+    for arm in arms:  # an arm's figures together: its sizes, then their ratio
+        label = on + arm_label(arm, arms)
+        of_arm = {n: r if arm == arms[0] else r["pulses off"] for n, r in results.items()}
+        for n, r in of_arm.items():
+            out += _size_rows(n, r, label)
+        sizes = sorted(of_arm)
+        if len(sizes) >= 2:
+            small, big = of_arm[sizes[0]]["seen"], of_arm[sizes[-1]]["seen"]
+            out.append((
+                f"latency ratio {sizes[-1]:,}/{sizes[0]:,}{label}",
                 f"p50 {big['p50'] / small['p50']:.2f} · p95 {big['p95'] / small['p95']:.2f}",
                 "≤ 1.5",
-            )
-        )
+            ))  # fmt: skip
+    return out
+
+
+def _size_rows(n: int, r: dict[str, Any], on: str) -> list[tuple[str, str, str]]:
+    """One size's lines, of one arm (``on``: the backend and the arm, in words)."""
+    s, p = r["seen"], r["painted"]
+    out = [(
+        f"commit → row, {n:,} goals{on} (headless)",
+        f"p50 {s['p50']:.0f} ms · p95 {s['p95']:.0f} ms · max {s['max']:.0f} ms"
+        f" (painted p95 {p['p95']:.0f} ms, n={s['n']})",
+        "p95 ≤ 100 ms",
+    )]  # fmt: skip
+    if t := r.get("tmux"):
+        out.append((
+            f"commit → row, {n:,} goals{on} (tmux)",
+            f"p50 {t['p50']:.0f} ms · p95 {t['p95']:.0f} ms (n={t['n']};"
+            f" first after start {t['first']:.0f} ms)",
+            "p95 ≤ 100 ms",
+        ))  # fmt: skip
     return out
 
 
@@ -261,9 +308,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--samples", type=int, default=100)
     parser.add_argument("--tmux", action="store_true")
     parser.add_argument("--postgres", action="store_true", help="the journal on PostgreSQL")
+    parser.add_argument("--pulses", choices=sorted(PULSE_ARMS), default="on")
     args = parser.parse_args(argv)
     backend = "postgresql" if args.postgres else "sqlite"
-    results = measure(args.sizes, args.samples, args.tmux, backend=backend)
+    results = measure(args.sizes, args.samples, args.tmux, backend=backend, pulses=args.pulses)
     for figure, value, target in rows(results, backend):
         print(f"{figure:<38} {value:<60} {target}")
     return 0

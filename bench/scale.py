@@ -1,10 +1,14 @@
 """The dashboard on 100,000 Goals (DESIGN §9: ≤ 200 MB RSS, first paint ≤ 2 s), and its feel.
 
-    python -m bench.scale [--size 100000] [--repeats 3]
+    python -m bench.scale [--size 100000] [--repeats 3] [--mix busy|history] [--pulses on|off|both]
 
 - first paint and memory, real terminal: ``refine tui`` is launched in tmux (120×40); first paint
   is the time from launching the process until the Goals table shows rows and the header says
-  live; RSS is the process's resident memory a few seconds later (psutil).
+  live; RSS is the process's resident memory a few seconds later (psutil). The journal's history
+  is moved to end a minute before (``HISTORY_ENDS_S``), so that the pulses (drawn from the last
+  hour's history at start) have a full hour to read; ``--mix history``: the long-history journal
+  (bench.common); ``--pulses both``: each repeat with and without the pulses (``refine tui
+  --no-pulses``), one after the other.
 - responsiveness, headless (``run_test``): page-down and end key presses, and applying a
   filter, timed from the key until the table moved (or the filtered rows arrived) and the
   screen refresh after it finished. A filter's first screen is timed to the end of the first
@@ -26,21 +30,31 @@ from typing import Any
 
 from textual.widgets import Input
 
-from bench.common import NODE, TmuxDashboard, journal_with, summary
+from bench.common import (
+    NODE,
+    PULSE_ARMS,
+    TmuxDashboard,
+    arm_label,
+    journal_with,
+    shift_history,
+    summary,
+    tui_args,
+)
 from bench.latency import SIZE, ProbeApp, ready
 from refine_tui.widgets.keyed_table import KeyedTable
 
 SETTLE_S = 3.0
+HISTORY_ENDS_S = 60.0  # the journal's last commit this long before the run
 # Typed filters: an id prefix (100 hits), common words (≥ 1,200 hits: the list's cap), a node,
 # and the cleared filter between them.
 FILTERS = ("g0012", "queued", "", "completed", "n2", "", "held", "running", "")
 
 
-def first_paint(path: Path) -> dict[str, float] | None:
-    """(seconds to first paint, RSS MB) of ``refine tui`` launched in tmux."""
+def first_paint(path: Path, pulses: bool = True) -> dict[str, float] | None:
+    """(seconds to first paint, RSS MB) of ``refine tui`` launched in tmux (``--no-pulses``)."""
     if not TmuxDashboard.available():
         return None
-    with TmuxDashboard(path, SIZE) as tui:
+    with TmuxDashboard(path, SIZE, tui_args(pulses)) as tui:
         shown = tui.wait_for(lambda screen: "live" in screen and " queued " in screen)
         painted = shown - tui.started
         time.sleep(SETTLE_S)
@@ -73,8 +87,8 @@ async def _longest_stall(until: asyncio.Event) -> float:
     return longest * 1000
 
 
-async def _responsiveness(path: Path, presses: int) -> dict[str, Any]:
-    app = ProbeApp(journal=path, node=NODE)
+async def _responsiveness(path: Path, presses: int, pulses: bool = True) -> dict[str, Any]:
+    app = ProbeApp(journal=path, node=NODE, pulses=pulses)
     began = time.monotonic()
     async with app.run_test(size=SIZE) as pilot:
         await ready(app)
@@ -138,36 +152,40 @@ def _filtered(app: ProbeApp, text: str) -> bool:
     return bool(rows) and all(app.dashboard.goals.matches(r) for r in rows)
 
 
-def measure(size: int, repeats: int, presses: int = 20, log=print) -> dict[str, Any]:
-    results: dict[str, Any] = {"size": size, "paints": []}
+def measure(
+    size: int,
+    repeats: int,
+    presses: int = 20,
+    log=print,
+    mix: str = "busy",
+    pulses: str = "on",
+) -> dict[str, Any]:
+    """``pulses``: the first paints with them, without, or both (alternating, one repeat of each
+    at a time); the feel is measured with the first arm."""
+    arms = PULSE_ARMS[pulses]
+    results: dict[str, Any] = {"size": size, "mix": mix, "arms": arms}
+    results |= {f"paints{arm_label(arm, arms)}": [] for arm in arms}
     with tempfile.TemporaryDirectory(prefix="refine-bench-") as folder:
-        path = journal_with(size, Path(folder), log=log)
+        path = journal_with(size, Path(folder), mix=mix, log=log)
+        shift_history(path, HISTORY_ENDS_S)
         for _ in range(repeats):
-            paint = first_paint(path)
-            if paint is not None:
-                results["paints"].append(paint)
-        results["feel"] = asyncio.run(_responsiveness(path, presses))
+            for arm in arms:
+                paint = first_paint(path, arm)
+                if paint is not None:
+                    results[f"paints{arm_label(arm, arms)}"].append(paint)
+        results["feel"] = asyncio.run(_responsiveness(path, presses, arms[0]))
     return results
 
 
 def rows(r: dict[str, Any]) -> list[tuple[str, str, str]]:
     """(figure, value, target) lines for the summary table."""
     out = []
-    n, paints, feel = r["size"], r["paints"], r["feel"]
-    if paints:
-        times = [p["first_paint_s"] for p in paints]
-        rss = [p["rss_mb"] for p in paints]
-        out.append((
-            f"first paint, {n:,} goals (tmux)",
-            f"median {statistics.median(times):.2f} s (min {min(times):.2f}, max"
-            f" {max(times):.2f}, n={len(times)})",
-            "≤ 2 s",
-        ))  # fmt: skip
-        out.append((
-            f"dashboard RSS, {n:,} goals (tmux)",
-            f"median {statistics.median(rss):.0f} MB (max {max(rss):.0f})",
-            "≤ 200 MB",
-        ))  # fmt: skip
+    n, feel, arms = r["size"], r["feel"], r.get("arms", (True,))
+    of = f", {r['mix']} journal" if r.get("mix", "busy") != "busy" else ""
+    for arm in arms:
+        label = of + arm_label(arm, arms)
+        if paints := r[f"paints{arm_label(arm, arms)}"]:
+            out += _paint_rows(n, paints, label)
     p, e, f, s = feel["pages"], feel["ends"], feel["filters"], feel["first_screens"]
     stall, cpu = feel["stalls"], feel["first_screen_cpu"]
     out.append((
@@ -187,12 +205,33 @@ def rows(r: dict[str, Any]) -> list[tuple[str, str, str]]:
     return out
 
 
+def _paint_rows(n: int, paints: list[dict[str, float]], label: str) -> list[tuple[str, str, str]]:
+    times = [p["first_paint_s"] for p in paints]
+    rss = [p["rss_mb"] for p in paints]
+    return [
+        (
+            f"first paint, {n:,} goals{label} (tmux)",
+            f"median {statistics.median(times):.2f} s (min {min(times):.2f}, max"
+            f" {max(times):.2f}, n={len(times)})",
+            "≤ 2 s",
+        ),
+        (
+            f"dashboard RSS, {n:,} goals{label} (tmux)",
+            f"median {statistics.median(rss):.0f} MB (max {max(rss):.0f})",
+            "≤ 200 MB",
+        ),
+    ]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", type=int, default=100_000)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--mix", choices=("busy", "history"), default="busy")
+    parser.add_argument("--pulses", choices=sorted(PULSE_ARMS), default="on")
     args = parser.parse_args(argv)
-    for figure, value, target in rows(measure(args.size, args.repeats)):
+    measured = measure(args.size, args.repeats, mix=args.mix, pulses=args.pulses)
+    for figure, value, target in rows(measured):
         print(f"{figure:<38} {value}  [{target}]")
     return 0
 

@@ -40,7 +40,8 @@ HOLD_PAINT_S = 0.5
 
 class RefineApp(App[None]):
     """The dashboard. ``RefineApp(journal=PATH, node=NAME, read_only=False)``; ``quiet``:
-    alerts notify without ringing the terminal bell."""
+    alerts notify without ringing the terminal bell; ``pulses=False``: no pulses, nor their
+    reads (``tui --no-pulses``: a small terminal's line, and the benches' other arm)."""
 
     CSS_PATH = "app.tcss"
     TITLE = "refine"
@@ -56,6 +57,7 @@ class RefineApp(App[None]):
         clock: Callable[[], float] = time.time,
         watch: bool = True,
         quiet: bool = False,
+        pulses: bool = True,
     ) -> None:
         super().__init__()
         self._held_notes: list[tuple[str, str, dict[str, Any]]] = []  # said while a dialog was up
@@ -65,7 +67,9 @@ class RefineApp(App[None]):
         self.read_only = read_only
         self.operator = operator or default_operator()
         self.feed = ChangeFeed(location)
-        self.live = live = LiveReader(self.feed, self.node)  # the read thread's own state
+        self.live = live = LiveReader(
+            self.feed, self.node, pulses=pulses
+        )  # the read thread's own state
         self._writer = JournalHandle(location)
         flows = OperatorFlows(
             self,

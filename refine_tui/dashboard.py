@@ -246,10 +246,12 @@ class Dashboard(Screen[None]):
         """The pulses in the Goals view, if the terminal has a line for them (their minute
         moves on with the clock: only a changed sparkline repaints)."""
         shown = self.stack.view == "goals" and self.app.size.height >= PULSES_MIN_HEIGHT
+        shown = shown and self.live.pulsing  # none without their reads (`tui --no-pulses`)
         if self.pulses_line.display != shown:
             self.pulses_line.display = shown
         if shown and self._pulses is not None:
-            self.pulses_line.show(self._pulses.series(self.clock()))
+            pulses = self._pulses
+            self.pulses_line.show(pulses.series(self.clock()), narrowed=pulses.narrowed)
 
     # --- around the views ----------------------------------------------------------------------
 

@@ -299,3 +299,11 @@ class GoalIndex:
             return None
 
         return status
+
+
+def matches(row: GoalRow, text: str) -> bool:
+    """The filter as a commit's row is judged by (the index judges a new list's)."""
+    if not text:
+        return True
+    needle = text.lower()
+    return any(needle in f.lower() for f in (row.goal_id, row.title, row.status, row.node_id))

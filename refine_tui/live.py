@@ -8,6 +8,7 @@ and what the ``ReadRequest`` carries, captured on the UI thread; results go back
 from __future__ import annotations
 
 import contextlib
+import gc
 import sys
 import threading
 import time
@@ -16,9 +17,9 @@ from dataclasses import dataclass
 
 from textual.message import Message
 
-from refine_tui.goal_index import GoalIndex
+from refine_tui.goal_index import GoalIndex, matches
 from refine_tui.messages import JournalUpdate
-from refine_tui.rows import ACTIVE_LIMIT, RECENT_LIMIT, Reader, WorkerRow
+from refine_tui.rows import ACTIVE_LIMIT, RECENT_LIMIT, GoalRow, Reader, WorkerRow
 from store.errors import StorageError
 from store.journal.api import Event, Journal
 from store.journal.presence import Presence
@@ -63,6 +64,19 @@ class _Handoff:
 
 
 gil_handoff = _Handoff()
+
+
+@contextlib.contextmanager
+def _no_gc() -> Iterator[None]:
+    """No full collection while a read makes many objects at once (each would hold the GIL
+    ≈ 100 ms over the app's objects), as the index build does (``follow.build_index``)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 @dataclass
@@ -116,9 +130,11 @@ class ReadRequest:
 class LiveReader:
     """Reads what changed since the last read, through one ChangeFeed connection."""
 
-    def __init__(self, feed: ChangeFeed, node: str) -> None:
+    def __init__(self, feed: ChangeFeed, node: str, *, pulses: bool = True) -> None:
+        """``pulses``: read the pulses (DESIGN §17); without them the dashboard draws none."""
         self.feed = feed
         self.node = node
+        self.pulsing = pulses
         self.reader: Reader | None = None  # also lent to process looks and the log pane
         self._generation = 0
         self._goal_total: int | None = None  # the last count of Goals
@@ -126,6 +142,10 @@ class LiveReader:
         self._listed: str | None = None  # the filter of the last full read
         self.pulses: Pulses | None = None  # the last hour's, read once per journal then kept
         self._pulsed_generation = -1
+        self._pruned_minute = 0  # the minute the pulses last dropped what left the window
+        # The Goals the filter shows (None: no filter, every Goal), as the Goals view lists
+        # them: the pulses are narrowed to these.
+        self._shown: set[str] | None = None
         self._presence_read_at = -PRESENCE_READ_S  # (monotonic) the last look at presence
 
     def presence_due(self) -> bool:
@@ -204,7 +224,7 @@ class LiveReader:
         reader = self.reader
         self._generation = self.feed.generation
         reader.learn(events)
-        pulsed = self._pulse(journal, events)
+        pulsed = self._pulse(events)
         presence = self._presence(journal)
         changed = goals_touched(events)
         touched = set(changed) | set(req.recheck)
@@ -240,6 +260,7 @@ class LiveReader:
                 painted.wait(PAINT_WAIT_S)  # painted before the rest competes for the GIL
         if full:
             self._listed = req.filter
+            self._shown = set(ids) if req.filter else None
         with gil_handoff() if first else contextlib.nullcontext():
             goals = first | reader.goal_rows(ids[len(first) :])  # the first screen is read once
         if index is not None:
@@ -261,8 +282,19 @@ class LiveReader:
             update.nodes = list_nodes(journal)
         if req.timeline is not None and (full or req.timeline[0] in touched):
             update.timeline = (req.timeline, attempt_spans(journal, *req.timeline))
-        if pulsed or full:
-            update.pulses = self.pulses.copy() if self.pulses else None  # the UI's own
+        shown = not full and self._show(goals, req.filter)  # the filter shows more or fewer
+        if pulsed and self._pulsed_generation != self.feed.generation:
+            # The last hour's history (≈ 0.1 s with 20,000 attempt events in it), read after
+            # the rows, handing the GIL back soon: the first screen's frame is being written.
+            with gil_handoff(), _no_gc():
+                self.pulses = read_pulses(journal, time.time(), upto=self.feed.last_sequence)
+            self._pulsed_generation = self.feed.generation
+        if self.pulses is not None and (pulsed or full or shown):
+            # The UI's own copy, only the shown Goals' counts when filtered (a sum in memory).
+            narrow = self._shown
+            update.pulses = (
+                self.pulses.totals() if narrow is None else self.pulses.narrowed_to(narrow)
+            )
         update.node_presence = presence
         return update
 
@@ -273,10 +305,29 @@ class LiveReader:
         self._presence_read_at = time.monotonic()
         return journal.presence()
 
-    def _pulse(self, journal: Journal, events: list[Event]) -> bool:
-        """(thread) The pulses: the last hour's read once per journal, then these events."""
+    def _show(self, goals: dict[str, GoalRow | None], filter: str) -> bool:
+        """(thread) Rows commits brought, taken into the Goals the filter shows as the Goals view
+        takes them (a new match is listed, a gone Goal leaves); True if those changed."""
+        shown = self._shown
+        if shown is None:
+            return False
+        before = len(shown)
+        for goal_id, row in goals.items():
+            if row is None:
+                shown.discard(goal_id)
+            elif matches(row, filter):
+                shown.add(goal_id)
+        return len(shown) != before
+
+    def _pulse(self, events: list[Event]) -> bool:
+        """(thread) The pulses: these events noted; True also when the last hour is to be read
+        (once per journal, by ``_read`` after the rows: it holds these events)."""
+        if not self.pulsing:
+            return False
         if self.pulses is None or self.feed.generation != self._pulsed_generation:
-            self.pulses = read_pulses(journal, time.time())  # includes ``events``
-            self._pulsed_generation = self.feed.generation
             return True
-        return self.pulses.note((e.type, e.committed_at) for e in events)
+        now = time.time()
+        if (minute := int(now // 60)) != self._pruned_minute:
+            self._pruned_minute = minute
+            self.pulses.prune(now)  # once a minute: the per-Goal counts would grow all day
+        return self.pulses.note((e.type, e.committed_at, e.aggregate_id) for e in events)

@@ -192,6 +192,12 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     if tui := command("tui", cli.cmd_tui, "the dashboard"):
         tui.add_argument("--read-only", action="store_true", help=READ_ONLY_HELP)
         tui.add_argument("--quiet", action="store_true", help=QUIET_HELP)
+        tui.add_argument(
+            "--no-pulses",
+            dest="pulses",
+            action="store_false",
+            help="no pulses above the Goals (nor their reads of the journal's last hour)",
+        )
     if serve := command(
         "serve", cli.cmd_serve, "the dashboard in a browser (prints a URL with a token)"
     ):

@@ -78,7 +78,11 @@ def _run_tui(args: argparse.Namespace) -> int:
 
         connection_info(location.text)
     RefineApp(
-        journal=journal_text(args), node=node_name(args), read_only=args.read_only, quiet=args.quiet
+        journal=journal_text(args),
+        node=node_name(args),
+        read_only=args.read_only,
+        quiet=args.quiet,
+        pulses=args.pulses,
     ).run()
     return EXIT_OK
 

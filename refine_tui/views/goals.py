@@ -23,6 +23,7 @@ from refine_tui import cells
 from refine_tui import format as fmt
 from refine_tui.cells import BASE_WIDTHS, GOAL_COLUMNS, Cells
 from refine_tui.follow import JournalFollower
+from refine_tui.goal_index import matches
 from refine_tui.observe import LaunchWindows
 from refine_tui.rows import GoalRow
 from refine_tui.views.base import TableView
@@ -244,11 +245,3 @@ def first_screen(height: int) -> int:
     """How many rows a new list shows first: the table's height, and the lines the filter box
     frees when it closes (held paint: not laid out yet); each costs ≈ 0.5 ms to read and add."""
     return max(height, 20) + 4
-
-
-def matches(row: GoalRow, text: str) -> bool:
-    """The filter as a commit's row is judged by (the index judges a new list's)."""
-    if not text:
-        return True
-    needle = text.lower()
-    return any(needle in f.lower() for f in (row.goal_id, row.title, row.status, row.node_id))

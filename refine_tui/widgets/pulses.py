@@ -1,5 +1,6 @@
 """Pulses above the Goals table (DESIGN §17): starts, completions and failures per minute over
-the last hour, one line: each a word with the current minute's count, then a ``Sparkline``."""
+the last hour, one line: each a word with the current minute's count, then a ``Sparkline``;
+"filtered" before them when they count only the Goals the filter shows."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from textual.containers import Horizontal
 from textual.widgets import Label, Sparkline
 
 NAMES = {"starts": "started", "completions": "completed", "failures": "failed"}
+NARROWED = "filtered:"
 
 
 class Pulses(Horizontal):
@@ -16,8 +18,10 @@ class Pulses(Horizontal):
     def __init__(self, *, id: str) -> None:
         super().__init__(id=id)
         self.series: dict[str, list[int]] = {}
+        self.narrowed = False
 
     def compose(self) -> ComposeResult:
+        yield Label(NARROWED, id="pulse-narrowed", classes="pulse-now")  # hidden until narrowed
         for kind in NAMES:
             yield Label(self.words(kind, 0), id=f"pulse-{kind}-now", classes="pulse-now")
             yield Sparkline([0] * 60, id=f"pulse-{kind}", classes=f"pulse {kind}")
@@ -26,7 +30,11 @@ class Pulses(Horizontal):
     def words(kind: str, now: int) -> str:
         return f"{NAMES[kind]} {now:>3}/m "
 
-    def show(self, series: dict[str, list[int]]) -> None:
+    def show(self, series: dict[str, list[int]], narrowed: bool = False) -> None:
+        """``narrowed``: the counts are only the Goals the filter shows."""
+        if narrowed != self.narrowed:
+            self.narrowed = narrowed
+            self.query_one("#pulse-narrowed", Label).display = narrowed
         for kind, counts in series.items():
             if self.series.get(kind) == counts:
                 continue

@@ -36,3 +36,8 @@ def test_json_is_offered_only_where_a_command_prints_data() -> None:
             assert not has_json, path
         elif command not in (None, "goal") or path == "refine goal add":
             assert has_json, path
+
+
+def test_tui_no_pulses_turns_them_off() -> None:
+    assert build_parser().parse_args(["tui"]).pulses is True
+    assert build_parser().parse_args(["tui", "--no-pulses"]).pulses is False
