@@ -48,8 +48,9 @@ def test_the_timeline_at_80x24_shows_every_attempt_whole(tmp_path: Path) -> None
         wait_until(lambda: "halted" not in screen(session), what="the filter applied")
         tmux("send-keys", "-t", session, "t")
         shown = wait_until(
-            lambda: "R1 #3 running" in (text := screen(session)) and text,
-            what="the timeline",
+            # The footer may come a frame after the timeline's rows.
+            lambda: "R1 #3 running" in (text := screen(session)) and "esc Back" in text and text,
+            what="the timeline and its footer",
         )
         lines = shown.splitlines()
         assert len(lines) == 24 and all(len(line) <= 80 for line in lines)

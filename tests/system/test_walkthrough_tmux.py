@@ -55,7 +55,9 @@ def test_the_walkthrough_in_tmux(journal_path: Path, width: int, height: int) ->
     tmux("new-session", "-d", "-s", session, "-x", str(width), "-y", str(height), command)
     try:
         # 1. Start: the header (journal, node, live, last commit), the table, the footer.
-        screen = wait_for_screen(session, "needs cleanup")
+        wait_for_screen(session, "needs cleanup")
+        # The footer comes a frame after the rows, its enter once a row is selected.
+        screen = wait_for_screen(session, "⏎ Runs")
         lines = screen.splitlines()
         assert "journal.db" in lines[0] and f"node {NODE}" in lines[0] and "live" in lines[0]
         assert "last commit seq" in lines[1] and "8 goals" in lines[1]
@@ -66,12 +68,14 @@ def test_the_walkthrough_in_tmux(journal_path: Path, width: int, height: int) ->
 
         # 3. Look closer: enter → Runs, enter → Attempts, escape back up to the Goals.
         keys(session, "End", "Enter")
-        screen = wait_for_screen(session, "› unit-tests › Runs")
+        wait_for_screen(session, "› unit-tests › Runs")
+        screen = wait_for_screen(session, "⏎ Attempts")
         assert "unit-tests.r1" in screen and "⏎ Attempts" in screen.splitlines()[-1]
         keys(session, "Enter")
-        screen = wait_for_screen(session, "› unit-tests.r1 › Attempts")
-        assert "failed (exit 1)" in screen and "completed" in screen
-        assert "esc Back" in screen.splitlines()[-1]
+        wait_for_screen(session, "› unit-tests.r1 › Attempts")
+        screen = wait_for_screen(session, "completed")
+        assert "failed (exit 1)" in screen
+        assert "esc Back" in screen.splitlines()[-1] and "⏎" not in screen.splitlines()[-1]
         keys(session, "Escape", "Escape")
         wait_for_screen(session, "needs cleanup")
 
