@@ -4,3 +4,7 @@ Modules: ``execution`` (the Execution API), ``run`` and ``run_rules`` (the Run r
 invariants and field rules), ``goal`` (the Goal record and rules), ``goals`` (the Goals API).
 Imports only ``store.journal`` and the base modules (``errors``, ``canonical``, ``records``).
 """
+
+# The public surface: these modules (other packages import from them, never from a
+# private ``_name``).
+__all__ = ["execution", "goal", "goals", "run", "run_rules"]

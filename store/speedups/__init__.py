@@ -13,3 +13,7 @@ replaces on every supported Python (3.11, 3.12, 3.13; `.ci/run` runs the unit ti
 A win a benchmark no longer shows goes back to the plain call (issue 28 dropped the prebuilt C
 JSON encoder of ``store.canonical``: ≈ 1 µs of a ≈ 300 µs command).
 """
+
+# The public surface: these modules (other packages import from them, never from a
+# private ``_name``).
+__all__ = ["frozen_dataclass", "inotify", "json_scan", "sha256"]
