@@ -23,3 +23,10 @@ def wait_for_screen(session: str, needle: str, timeout: float = 30.0) -> str:
             return screen
         assert time.monotonic() < deadline, f"{needle!r} never showed:\n{screen}"
         time.sleep(0.2)
+
+
+def unwrapped(screen: str) -> str:
+    """The screen's words as one line: borders, scrollbars and line ends taken off (block
+    elements, U+2580–U+259F), so text wrapped at any width reads whole."""
+    text = "".join(" " if "\u2580" <= c <= "\u259f" else c for c in screen)
+    return " ".join(text.split())

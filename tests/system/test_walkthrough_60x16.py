@@ -11,17 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.tmux import session_alive, tmux, wait_for_screen
+from tests.helpers.tmux import session_alive, tmux, unwrapped, wait_for_screen
 
 NODE = "n1"
 WARNING = "Confirm only if this attempt's work has really ended (process gone or fenced)."
-
-
-def unwrapped(screen: str) -> str:
-    """The screen's words as one line: borders, scrollbars and line ends taken off (block
-    elements, U+2580–U+259F)."""
-    text = "".join(" " if "\u2580" <= c <= "\u259f" else c for c in screen)
-    return " ".join(text.split())
 
 
 @pytest.mark.skipif(shutil.which("tmux") is None and not os.environ.get("CI"), reason="no tmux")

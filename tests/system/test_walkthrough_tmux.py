@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.tmux import session_alive, tmux, wait_for_screen
+from tests.helpers.tmux import session_alive, tmux, unwrapped, wait_for_screen
 
 NODE = "n1"
 
@@ -23,14 +23,7 @@ def keys(session: str, *names: str) -> None:
     """One key at a time: an escape followed at once by a letter is read as alt+letter."""
     for name in names:
         tmux("send-keys", "-t", session, name)
-        subprocess.run(["sleep", "0.3"], check=True)
-
-
-def unwrapped(screen: str) -> str:
-    """The screen's words as one line: borders and line ends taken off (block elements,
-    U+2580–U+259F), so a notification wrapped at any width reads whole."""
-    text = "".join(" " if "\u2580" <= c <= "\u259f" else c for c in screen)
-    return " ".join(text.split())
+        time.sleep(0.3)
 
 
 def wait_for_words(session: str, words: str, timeout: float = 30.0) -> str:
@@ -105,7 +98,7 @@ def test_the_walkthrough_in_tmux(journal_path: Path, width: int, height: int) ->
         screen = wait_for_screen(session, "Timeline of goal nightly-report")
         assert "R1 #1 interrupted" in screen
         keys(session, "Escape", "q")
-        subprocess.run(["sleep", "1"], check=True)
+        time.sleep(1)
         assert not session_alive(session), "q quits"
     finally:
         if session_alive(session):
