@@ -523,7 +523,7 @@ def _claim(
         goal_id, node_id, started.run.run_id, started.goal.round, started.attempt.epoch, worker
     )
     if started.replayed:  # seed: never launch work from a replayed claim; re-read ownership
-        now = _reread(goals, claim)
+        now = _reread_patiently(goals, claim)  # ours to end: nobody else will
         _say(
             f"{claim.run_id}/{claim.epoch}: this claim was replayed (token {token} was used"
             f" before; the attempt is {_ownership(now)}): not launching the recipe again"
@@ -558,49 +558,76 @@ def _start_patiently(
     """Start, repeating the same claim (same token, so the same command id) while the journal
     is unreachable: a connection lost at the commit leaves the outcome unknown, and only the
     repeat tells (seed: a replay means it committed). Another token would be refused by a
-    claim that did commit, and the attempt it made would wait for an operator. A refusal of the
-    role (JournalNotPermittedError: no privilege) is not waited for: it raises at once."""
+    claim that did commit, and the attempt it made would wait for an operator. Once a try was
+    lost so, every later storage failure is waited out too: a repeat refused for a lock (a
+    session of this machine's, cut off mid-command, holds it until the server ends it) says
+    nothing about the first. A refusal of the role (JournalNotPermittedError: no privilege) is
+    not waited for: it raises at once."""
     deadline = time.monotonic() + REPORT_PATIENCE_S
     delay = POLL_S
+    unknown = False  # an earlier try may have committed: only the same claim can tell
     while True:
         try:
             return goals.start(
                 goal_id=goal_id, node_id=node_id, worker=worker, token=token, round=round
             )
-        except StorageUnreachableError as exc:
-            if time.monotonic() >= deadline:
+        except StorageError as exc:
+            unknown = unknown or isinstance(exc, StorageUnreachableError)
+            if not _waited_out(exc, unknown, deadline):
                 raise
             _say(f"{goal_id}: the claim waits for the journal: {exc}")
         time.sleep(delay)
         delay = min(delay * 2, RETRY_MAX_S)
 
 
+def _waited_out(exc: StorageError, unknown: bool, deadline: float) -> bool:
+    """Whether a failed journal write is tried again: its outcome may be unknown, the role
+    may write, and there is patience left."""
+    permitted = not isinstance(exc, JournalNotPermittedError)
+    return unknown and permitted and time.monotonic() < deadline
+
+
 def _end_unlaunched(goals: Goals, claim: Claim) -> int:
     """Our claim committed but its answer was lost: nothing was launched for the attempt and
     nothing will be. As its owner, end it (interrupt, or the pending cancellation) so the Goal
-    moves on rather than waiting for an operator's cleanup."""
+    moves on rather than waiting for an operator's cleanup. A journal that is locked or out of
+    reach for now is waited out (the attempt is ours: nobody else ends it)."""
     rec = ProcessRegistry.for_journal(goals.journal, claim.node_id).get(claim.run_id, claim.epoch)
     if rec is not None and same_process(rec):  # a process runs it after all: not ours to end
         return EXIT_REFUSED
-    try:
-        with goals.journal.snapshot():
-            goal = goals.read(claim.goal_id)
-            run = Execution(goals.journal).read(claim.run_id)
-        if goal is None or run is None or not run.runs_attempt(claim.epoch):
+    deadline = time.monotonic() + REPORT_PATIENCE_S
+    delay = POLL_S
+    while True:
+        try:
+            return _interrupt_unlaunched(goals, claim)
+        except StorageError as exc:
+            if not _waited_out(exc, True, deadline):
+                _say(f"{claim.run_id}/{claim.epoch}: the unlaunched attempt was not ended: {exc}")
+                return EXIT_SUPERSEDED
+            _say(f"{claim.run_id}/{claim.epoch}: ending the unlaunched attempt waits: {exc}")
+        except RefineError as exc:  # changed meanwhile: an operator can still end it
+            _say(f"{claim.run_id}/{claim.epoch}: the unlaunched attempt was not ended: {exc}")
             return EXIT_SUPERSEDED
-        goals.interrupt(
-            goal_id=claim.goal_id,
-            run_id=claim.run_id,
-            epoch=claim.epoch,
-            goal_version=goal.version,
-            run_version=run.version,
-            confirmed_by=claim.worker,
-            method=NOT_LAUNCHED,
-            command_id=f"run:{claim.run_id}:unlaunched:{claim.epoch}",
-        )
-    except RefineError as exc:  # changed meanwhile, or unreachable: an operator can still end it
-        _say(f"{claim.run_id}/{claim.epoch}: the unlaunched attempt was not ended: {exc}")
+        time.sleep(delay)
+        delay = min(delay * 2, RETRY_MAX_S)
+
+
+def _interrupt_unlaunched(goals: Goals, claim: Claim) -> int:
+    with goals.journal.snapshot():
+        goal = goals.read(claim.goal_id)
+        run = Execution(goals.journal).read(claim.run_id)
+    if goal is None or run is None or not run.runs_attempt(claim.epoch):
         return EXIT_SUPERSEDED
+    goals.interrupt(
+        goal_id=claim.goal_id,
+        run_id=claim.run_id,
+        epoch=claim.epoch,
+        goal_version=goal.version,
+        run_version=run.version,
+        confirmed_by=claim.worker,
+        method=NOT_LAUNCHED,
+        command_id=f"run:{claim.run_id}:unlaunched:{claim.epoch}",
+    )
     return EXIT_SETTLED
 
 

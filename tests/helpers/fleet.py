@@ -102,8 +102,24 @@ class Fleet:
         deadline = time.monotonic() + timeout
         while not predicate():
             if time.monotonic() > deadline:
-                raise AssertionError(f"timed out waiting for {what}")
+                raise AssertionError(f"timed out waiting for {what}\n{self.node_tails()}")
             time.sleep(0.1)
+
+    def node_tails(self, lines: int = 40) -> str:
+        """The last ``lines`` of each started node's output: what a timed-out wait shows."""
+        tails = []
+        for name in self.nodes:
+            tail = self.node_output(name).splitlines()[-lines:]
+            tails.append(f"--- node {name} ---\n" + "\n".join(tail))
+            for log in self._host(name).state_home.glob("refine/*/*/node.log"):
+                tail = log.read_text(errors="replace").splitlines()[-lines:]
+                tails.append(f"--- {log.relative_to(self.hosts.base_dir)} ---\n" + "\n".join(tail))
+        return "\n".join(tails)
+
+    def node_log(self, host: Host | str) -> str:
+        """What ``host``'s nodes and workers wrote to their ``node.log`` (workers say why)."""
+        logs = self._host(host).state_home.glob("refine/*/*/node.log")
+        return "".join(log.read_text(errors="replace") for log in logs)
 
 
 def _pythonpath() -> str:

@@ -504,8 +504,12 @@ def test_a_claim_committed_while_b_was_cut_off_ends_unlaunched_and_the_goal_runs
 ) -> None:
     """b's claim commits on the server just as b's cable is pulled: its answer never reaches
     b. Back on the network, b repeats the claim (a replay), never launches from it, and ends
-    that attempt itself; the goal runs once, on its next attempt. It stayed `running` until an
-    operator confirmed cleanup (the node's new worker was refused: the goal was running)."""
+    that attempt itself; the goal runs once, on its next attempt.
+
+    b's first repeat finds the head row locked (as it is while a session b lost mid-command
+    lives on at the server) and gives up on the lock: the worker repeats on, since only a
+    repeat tells whether its claim committed. (It once exited there, and the attempt stayed
+    `running` with nobody to end it: CI, 2026-12-02.)"""
     from store.node.worker import NOT_LAUNCHED
 
     folder = w.add("b", "g", RUN_COUNTED)
@@ -527,8 +531,14 @@ def test_a_claim_committed_while_b_was_cut_off_ends_unlaunched_and_the_goal_runs
                 "the server to end b's silent session",
             )
             assert [a.state for a in w.run_of("g").attempts] == ["running"]
+            holder.execute("BEGIN")  # held again: b's first repeat waits out lock_timeout
+            holder.execute("UPDATE refine.head SET sequence = sequence")
         finally:
             w.b.plug()
+        try:
+            w.fleet.wait_for(lambda: "is locked" in w.fleet.node_log("b"), "b's repeat locked out")
+        finally:
+            holder.execute("COMMIT")
     w.fleet.wait_for(lambda: w.status("g") == "completed", "the goal's next attempt")
     first, second = w.run_of("g").attempts
     cleanup = {"epoch": 1, "confirmed_by": first.worker, "method": NOT_LAUNCHED}
