@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
@@ -30,6 +31,29 @@ from store.journal.locations import STATE_DIR_ENV
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         raise UsageError(message)
+
+    def _get_formatter(self) -> argparse.HelpFormatter:
+        # argparse makes a formatter for every argument added, and a formatter without a width
+        # imports shutil (and with it bz2, lzma, zlib: ≈ 3 ms of every command) to learn it.
+        make = self.formatter_class
+        if isinstance(make, type) and issubclass(make, argparse.HelpFormatter):
+            return make(prog=self.prog, width=_help_width())
+        return super()._get_formatter()
+
+
+def _help_width() -> int:
+    """The width argparse would use: ``shutil.get_terminal_size().columns - 2``, as there
+    ``$COLUMNS`` first, then the terminal of ``sys.__stdout__``, else 80."""
+    try:
+        columns = int(os.environ.get("COLUMNS", "0"))
+    except ValueError:
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns  # type: ignore[union-attr]
+        except (AttributeError, ValueError, OSError):
+            columns = 0
+    return (columns or 80) - 2
 
 
 # Every command's name: `parse` builds only the parser of the one a command line names.

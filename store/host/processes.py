@@ -23,7 +23,6 @@ import contextlib
 import itertools
 import json
 import os
-import tempfile
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -404,6 +403,8 @@ def _safe_name(value: str) -> str:
 
 
 def _write_atomically(target: Path, data: Mapping[str, Any], *, sync: bool = True) -> None:
+    import tempfile  # here: it imports shutil and random, and a refused stop writes nothing
+
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".part", dir=target.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
@@ -421,6 +422,8 @@ def _write_atomically(target: Path, data: Mapping[str, Any], *, sync: bool = Tru
 def _create_once(target: Path, text: str) -> str:
     """Write ``text`` to ``target`` unless it exists (whole, never half-written: a hard link of
     a complete file); what ``target`` holds afterwards, ours or the one that was first."""
+    import tempfile
+
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".part", dir=target.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:

@@ -19,7 +19,7 @@ import urllib.parse
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from store.errors import (
     DiskFullError,
@@ -34,7 +34,6 @@ from store.errors import (
     TargetNotEmptyError,
 )
 from store.journal.api import ChangeSource, Journal, WakeUps
-from store.journal.copy_chain import ChainHeads
 from store.journal.core import (
     COPY_BATCH,
     COPY_TABLES,
@@ -60,9 +59,12 @@ from store.journal.core import (
     write_steps,
 )
 from store.journal.locations import journal_file_exists, resolve_journal_path
-from store.journal.presence import PRESENCE_COLUMNS, Beat, Presence, beat_row, presence_row
 from store.journal.queries import ACTIVE_STATUSES as ACTIVE_STATUSES  # the tests' old name
 from store.journal.queries import ACTIVE_TERM, GOAL_TERM, SQLITE, filtered_page, of_kind
+
+# A command, a read or a node's beat needs neither: `refine goals` does not import them.
+if TYPE_CHECKING:
+    from store.journal.presence import Beat, Presence
 
 __all__ = [
     "MAX_PAGE",
@@ -654,6 +656,8 @@ class SqliteJournal(Journal):
         number of rows. TargetNotEmptyError (nothing written) when it holds anything."""
         if self.read_only:
             raise JournalReadOnlyError("journal is open read-only")
+        from store.journal.copy_chain import ChainHeads
+
         count = 0
         with self._lock, _storage_errors():
             conn = self._connection()
@@ -709,6 +713,8 @@ class SqliteJournal(Journal):
         It waits for another writer's lock at most one interval, and never more than a second
         (then JournalLockedError): a beat must not hold up its node's loop for the whole
         busy timeout while a long writer holds the journal; the next beat tries again."""
+        from store.journal.presence import beat_row
+
         row = beat_row(beat)
         if self.read_only:
             raise JournalReadOnlyError("journal is open read-only")
@@ -724,6 +730,8 @@ class SqliteJournal(Journal):
     def presence(self) -> tuple[float, list[Presence]]:
         """Every node's presence row (by node id) and SQLite's clock now; none before
         schema 6 (a journal opened read-only as it was)."""
+        from store.journal.presence import PRESENCE_COLUMNS, presence_row
+
         with self._lock, _storage_errors():
             conn = self._connection()
             now = float(conn.execute(f"SELECT {_SQLITE_NOW}").fetchone()[0])
