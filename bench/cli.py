@@ -1,16 +1,19 @@
 """CLI start-up (DESIGN §9): `refine goals`, `show`, `stop`, `cancel` on a small journal against
 a bare `python -c pass`.
 
-    python -m bench.cli [--runs 30]
+    python -m bench.cli [--runs 30] [--trees OLD NEW]
 
 Like hyperfine: each command runs ``--runs`` times after a warm-up, interleaved (bare, goals,
 show, stop, cancel, bare …) so all see the same machine; the figure is the median wall time of
 each and its ratio to bare, with the ratio of median CPU times (user + system of the process,
-steadier than wall time on a busy machine) beside it. `stop` is refused (the goal is queued:
-exit 1) after its decision; `cancel` cancels a fresh queued goal each time (a real write, fsync
-included). Also reports whether `goals` imported Textual (it must not). Bytecode is cached as
-in an installed package (``PYTHONPYCACHEPREFIX`` in a temporary folder, even where
-``PYTHONDONTWRITEBYTECODE`` is set), so the figure is start-up, not compilation.
+steadier than wall time on a busy machine) beside it. ``--trees A B``: the CPU medians of the
+same commands run from each source tree (its ``PYTHONPATH``) in one interleaved loop, side by
+side (e.g. a ``git archive`` of the commit before beside this checkout). `stop` is refused
+(the goal is queued: exit 1) after its decision; `cancel` cancels a fresh queued goal each
+time (a real write, fsync included). Also reports whether `goals` imported Textual (it must
+not). Bytecode is cached as in an installed package (``PYTHONPYCACHEPREFIX`` in a temporary
+folder, even where ``PYTHONDONTWRITEBYTECODE`` is set), so the figure is start-up, not
+compilation.
 """
 
 from __future__ import annotations
@@ -157,10 +160,48 @@ def rows(m: dict[str, float]) -> list[tuple[str, str, str]]:
     ]
 
 
+def compare(trees: list[str], runs: int) -> dict[str, dict[str, float]]:
+    """CPU ms (median) of bare Python and each command per tree, all in one interleaved loop."""
+    cpus: dict[tuple[str, str], list[float]] = {}
+    with tempfile.TemporaryDirectory(prefix="refine-cli-") as scratch:
+        base = _env(Path(scratch) / "pycache")
+        journal = _small_journal(Path(scratch), "journal.db", 10)
+        to_cancel = {t: _small_journal(Path(scratch), f"cancel{i}.db", runs + 1)
+                     for i, t in enumerate(trees)}  # fmt: skip
+        for n in range(-1, runs):  # -1: the warm-up round
+            for tree in trees:
+                env = {**base, "PYTHONPATH": os.path.abspath(tree)}
+                for name in ("bare", *COMMANDS):
+                    command, expect = _argv(name, n, journal, to_cancel[tree])
+                    _, cpu = _wall(command, expect, env=env)
+                    if n >= 0:
+                        cpus.setdefault((tree, name), []).append(cpu)
+    return {
+        tree: {name: statistics.median(cpus[(tree, name)]) * 1000 for name in ("bare", *COMMANDS)}
+        for tree in trees
+    }
+
+
+def _argv(name: str, n: int, journal: Path, to_cancel: Path) -> tuple[list[str], int]:
+    refine = [sys.executable, "-m", "refine_tui.cli", "--node", "n1", "--journal"]
+    if name == "bare":
+        return [sys.executable, "-c", "pass"], 0
+    if name == "cancel":
+        return [*refine, str(to_cancel), "cancel", f"g{n + 1}", "--reason", "bench"], 0
+    rest = {"goals": ["goals"], "show": ["show", "g1"], "stop": ["stop", "g1"]}[name]
+    return [*refine, str(journal), *rest], 1 if name == "stop" else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=30)
+    parser.add_argument("--trees", nargs="+", help="source trees to compare side by side")
     args = parser.parse_args(argv)
+    if args.trees:
+        for tree, ms in compare(args.trees, args.runs).items():
+            ratios = " · ".join(f"{c} {ms[c]:.1f} ms {ms[c] / ms['bare']:.2f}×" for c in COMMANDS)
+            print(f"{tree}: CPU, bare python {ms['bare']:.1f} ms · {ratios}")
+        return 0
     m = measure(args.runs)
     for row in rows(m):
         print(f"{row[0]}: {row[1]}")
