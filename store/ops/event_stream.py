@@ -151,7 +151,10 @@ class EventStream:
         page is handed out). Raises StorageError when the journal cannot be read."""
         journal = self._open()
         assert self._changes is not None
-        if not (self._changes.changed() or self._unread):
+        # A server's gate is a statement like the read itself (and a wake-up there is a
+        # commit's notification): read at once, one statement a commit rather than two.
+        gated = not self.location.is_server
+        if gated and not (self._changes.changed() or self._unread):
             return
         self._unread = True
         while True:
