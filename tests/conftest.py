@@ -8,6 +8,7 @@ suite), the way eventsourcing reuses one recorder test case per backend.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import urllib.parse
 from collections.abc import Callable, Iterator
@@ -32,6 +33,19 @@ def _unavailable(reason: str) -> None:
     if os.environ.get("REFINE_REQUIRE_POSTGRES") == "1":
         pytest.fail(f"PostgreSQL required but unavailable: {reason}", pytrace=False)
     pytest.skip(f"no PostgreSQL server: {reason}")
+
+
+@contextlib.contextmanager
+def own_server(max_connections: int) -> Iterator[PostgresServer]:
+    """A server of a test module's own (a connection limit of its own), destroyed after."""
+    try:
+        server = PostgresServer.start_new(max_connections=max_connections)
+    except ServerUnavailable as exc:
+        _unavailable(str(exc))
+    try:
+        yield server
+    finally:
+        server.destroy()
 
 
 @pytest.fixture(scope="session")

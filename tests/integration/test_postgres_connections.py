@@ -18,9 +18,9 @@ import pytest
 from store.errors import NotAJournalError, ServerFullError
 from store.journal.api import Journal
 from store.journal.slots import KEPT, SLOTS_ENV, ConnectionSlots, Sharing, share, sharing
-from tests.conftest import _unavailable
+from tests.conftest import own_server
 from tests.helpers.node_env import HANG, WAIT_FOR_GO
-from tests.helpers.postgres_server import PostgresServer, ServerUnavailable
+from tests.helpers.postgres_server import PostgresServer
 from tests.helpers.waits import wait_until
 from tests.integration.test_postgres_operation import PRINT_ENV, PgEnv
 
@@ -31,14 +31,8 @@ SMALL = 8  # the small server's max_connections
 @pytest.fixture(scope="module")
 def small_server() -> Iterator[PostgresServer]:
     """A server of its own with room for only a few connections."""
-    try:
-        server = PostgresServer.start_new(max_connections=SMALL)
-    except ServerUnavailable as exc:
-        _unavailable(str(exc))
-    try:
+    with own_server(max_connections=SMALL) as server:
         yield server
-    finally:
-        server.destroy()
 
 
 @pytest.fixture

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import _unavailable
+from tests.conftest import own_server
 from tests.helpers.pg_activity import ConnectionSampler
-from tests.helpers.postgres_server import PostgresServer, ServerUnavailable
+from tests.helpers.postgres_server import PostgresServer
 from tests.helpers.waits import wait_until
 from tests.integration.test_postgres_operation import PgEnv
 
@@ -31,14 +31,8 @@ OPERATOR = "op"  # the operator's commands run as a node of their own: no local 
 
 @pytest.fixture(scope="module")
 def fleet_server() -> Iterator[PostgresServer]:
-    try:
-        server = PostgresServer.start_new(max_connections=SERVER_LIMIT)
-    except ServerUnavailable as exc:
-        _unavailable(str(exc))
-    try:
+    with own_server(max_connections=SERVER_LIMIT) as server:
         yield server
-    finally:
-        server.destroy()
 
 
 class FleetEnv(PgEnv):
