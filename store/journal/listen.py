@@ -4,13 +4,17 @@ Every command sends ``NOTIFY refine_journal, '<last sequence> <node> …'`` in i
 (the nodes it touches, when it can say: ``postgres.notice_suffix``), so a notification arrives
 once the commit is visible. A wake-up is a hint, never data: the consumer (``ChangeFeed``, the
 node) then reads "events after N" as on SQLite. A slow safety poll wakes the consumer even
-without a notification (a missed one costs at most that long).
+without a notification (a missed one costs at most that long). A dashboard (no ``node_id``)
+listens to that channel and wakes on every commit.
 
-A node listens for itself (``node_id``): a notification that names other nodes only is counted
-(``skipped``) and wakes nobody, so a node does not read on every commit of a fleet. One that
-names no node (a command that cannot say) wakes it, as do the safety poll and every
-(re)connection: what it skipped concerned other nodes, and what it may have missed while the
-connection was down is read by sequence then. A dashboard (no ``node_id``) wakes on every one.
+A node listens for itself (``node_id``): on a journal of schema 7 and later, to its own channel
+and the all-nodes one only (``postgres.node_channel``; the server sends the same notification
+there), so the server sends it nothing of other nodes' commits (``received`` counts what it
+was sent). On an older journal (read at each connection) it listens to the journal's channel
+as before: a notification that names other nodes only is counted (``skipped``) and wakes
+nobody. A commit that names no node wakes every node, as do the safety poll and every
+(re)connection: what it was not told of concerned other nodes, and what it may have missed
+while the connection was down is read by sequence then.
 
 When the connection is lost (a server restart ends every session), or the first one cannot be
 made, the consumer is woken at once, so its own read fails and says so; the listener
@@ -39,12 +43,19 @@ from typing import Any
 import psycopg
 from psycopg.sql import SQL, Identifier
 
-from store.journal.postgres import channel_for, connection_info, read_notice
+from store.journal.postgres import (
+    channel_for,
+    connection_info,
+    node_channel,
+    quoted,
+    read_notice,
+)
 
 SAFETY_POLL_S = 5.0  # wake the consumer at least this often (a cheap "anything new?" read)
 FIRST_BACKOFF_S = 0.2
 MAX_BACKOFF_S = 5.0
 CONNECT_TIMEOUT_S = 5
+NODE_CHANNELS = 7  # the schema from which commits are sent to each node's channel
 
 
 class ListenWakeUps:
@@ -60,14 +71,18 @@ class ListenWakeUps:
         max_backoff_s: float = MAX_BACKOFF_S,
     ) -> None:
         """``node_id``: wake only for commits that may concern that node (see above)."""
-        self._conninfo, schema = connection_info(location, connect_timeout_s=CONNECT_TIMEOUT_S)
-        self.channel = channel_for(schema)
+        self._conninfo, self._schema = connection_info(
+            location, connect_timeout_s=CONNECT_TIMEOUT_S
+        )
+        self.channel = channel_for(self._schema)  # the journal's: every commit
         self.node_id = node_id
+        self.listening: tuple[str, ...] = ()  # the channels of the last (re)connection
         self.poll_interval_s = SAFETY_POLL_S if poll_interval_s is None else poll_interval_s
         self.max_backoff_s = max_backoff_s
         self.state = "connecting"  # then "live" | "reconnecting" (set by the thread)
         self.last_notified = 0  # the highest sequence a notification carried
-        self.skipped = 0  # notifications that named other nodes only (woke nobody)
+        self.received = 0  # notifications the server sent this listener
+        self.skipped = 0  # of those, the ones that named other nodes only (woke nobody)
         self.connects = 0  # successful LISTENs (more than one: it reconnected)
         self._halt = threading.Event()  # stop: the iteration and the thread end
         self._wake = asyncio.Event()  # the consumer's: set on its loop, by the thread
@@ -144,12 +159,33 @@ class ListenWakeUps:
         except (psycopg.Error, OSError):
             return None
         try:
-            conn.execute(SQL("LISTEN {}").format(Identifier(self.channel)))
+            channels = self._channels(conn)
+            for channel in channels:
+                conn.execute(SQL("LISTEN {}").format(Identifier(channel)))
         except (psycopg.Error, OSError):
             with contextlib.suppress(psycopg.Error, OSError):
                 conn.close()
             return None
+        self.listening = channels
         return conn
+
+    def _channels(self, conn: psycopg.Connection[Any]) -> tuple[str, ...]:
+        """What to LISTEN to: a node's own and the all-nodes channel where the journal's
+        ``write_command`` sends there (schema 7); else, and for a dashboard, the journal's."""
+        if self.node_id is None or self._version(conn) < NODE_CHANNELS:
+            return (self.channel,)
+        return (node_channel(self.channel, self.node_id), node_channel(self.channel, None))
+
+    def _version(self, conn: psycopg.Connection[Any]) -> int:
+        """The journal's schema version; 0 when it cannot be read (no journal yet, a role that
+        may not read it): the journal's channel then, which every schema notifies."""
+        try:
+            row = conn.execute(
+                f"SELECT max(version) FROM {quoted(self._schema)}.schema_version"
+            ).fetchone()
+        except psycopg.DatabaseError:  # autocommit: the session is usable after a failed one
+            return 0
+        return int(row[0]) if row and row[0] is not None else 0
 
     def _listen(self, conn: psycopg.Connection[Any], kick: int) -> None:
         """Wake per batch of notifications until the connection fails or ``stop``."""
@@ -160,6 +196,7 @@ class ListenWakeUps:
             while not self._halt.is_set() and not conn.broken:
                 woke = False
                 for note in conn.notifies(timeout=0):  # what arrived (raises once it is lost)
+                    self.received += 1
                     last, nodes = read_notice(note.payload)
                     if last is not None:
                         self.last_notified = max(self.last_notified, last)

@@ -5,7 +5,10 @@ version-checked by the shared command code (``store.journal.core``). Sequences c
 head row (``UPDATE … RETURNING``) whose lock is held to commit: writers that append events
 commit in sequence order, so a reader of "events after N" can never skip an event that commits
 late. The same transaction sends ``NOTIFY`` with the new last sequence and the nodes the command
-touches (``notice_suffix``), so a node skips the commits of others. A command is two round
+touches (``notice_suffix``) on the journal's channel (every commit: dashboards, followers), and
+on each of those nodes' own channels, or on the all-nodes channel when it cannot say
+(``node_channel``): a node listens to its own two, so the server never sends it the commits of
+other nodes. A command is two round
 trips (the decision, in Python, needs the locked state): the locks and the receipt, then one
 call of the schema's ``write_command()`` and COMMIT; its statements are prepared once per
 connection.
@@ -80,7 +83,7 @@ from store.journal.slots import Sharing, Slot, sharing
 from store.journal.url import DEFAULT_SCHEMA, check_ports, parse_url, redact, valid_schema
 
 Synchronous = Literal["FULL", "NORMAL"]
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 APPLICATION = "refine-journal"
 CHANNEL = "refine_journal"
 NAME_MAX = 63  # bytes in a PostgreSQL identifier (NAMEDATALEN - 1), a NOTIFY channel's too
@@ -143,6 +146,28 @@ $$;
 # client's writes have no third element: "<last>" alone, which wakes everyone).
 _WRITE_COMMAND_6 = _WRITE_COMMAND.replace(
     "pg_notify(channel, last::text)", "pg_notify(channel, last::text || coalesce(writes->>2, ''))"
+)
+# Schema 7: the same notification also on each named node's channel, or on the all-nodes one
+# when the command names none (``node_channel``: the same names, computed here from the
+# journal's channel and each node; an older client's writes, "<last> a b" or "<last>", are
+# routed alike). A node LISTENs to its own and the all-nodes channel only.
+_WRITE_COMMAND_7 = _WRITE_COMMAND.replace(
+    "    a jsonb;\n", "    a jsonb;\n    note text;\n    tail text;\n"
+).replace(
+    "        PERFORM pg_notify(channel, last::text);\n",
+    """        note := last::text || coalesce(writes->>2, '');
+        PERFORM pg_notify(channel, note);
+        FOREACH tail IN ARRAY coalesce(
+            string_to_array(nullif(ltrim(writes->>2), ''), ' '), ARRAY['*']
+        ) LOOP
+            PERFORM pg_notify(CASE
+                WHEN octet_length(channel) + octet_length(tail) < 63
+                    THEN channel || ':' || tail
+                ELSE left(channel, 45) || ':#'
+                    || left(encode(sha256(convert_to(channel || ':' || tail, 'UTF8')), 'hex'), 16)
+                END, note);
+        END LOOP;
+""",
 )
 _WRITE_COMMAND_3 = _WRITE_COMMAND.replace(  # schema 3 also wrote the outbox table
     "    END IF;\n    -- One row",
@@ -262,6 +287,9 @@ CREATE TABLE {s}.node_presence (
     # 6: NOTIFY names the nodes a command touches (``notice_suffix``): a node reads only on
     # commits of its own (and on those that cannot say), no longer on every node's.
     6: "\n" + _WRITE_COMMAND_6,
+    # 7: the server routes each notification to the channels of the nodes it names (or to the
+    # all-nodes channel), beside the journal's: a node no longer receives other nodes' commits.
+    7: "\n" + _WRITE_COMMAND_7,
 }
 
 # The server's clock, for every machine alike: ``now()`` is the time its transaction began.
@@ -344,6 +372,21 @@ def channel_for(schema: str) -> str:
     return f"{channel[: NAME_MAX - len(digest) - 1]}_{digest}"
 
 
+def node_channel(channel: str, node: str | None) -> str:
+    """The channel that carries the commits of ``node`` (None: those that name no node, for
+    every node) in the journal whose channel is ``channel``: ``<channel>:<node>`` (``:*``), or
+    past ``NAME_MAX`` bytes the start of the journal's channel, ``:#`` and a digest of that
+    name. ``write_command`` (schema 7) computes the same in SQL. Neither a journal's channel
+    nor a node name holds ``:``, ``#`` or ``*``: two names meet only by a digest collision,
+    which costs a notification received and skipped (its payload names the other node)."""
+    name = f"{channel}:{'*' if node is None else node}"
+    raw = name.encode()
+    if len(raw) <= NAME_MAX:
+        return name
+    digest = hashlib.sha256(raw).hexdigest()[:16]
+    return f"{channel[: NAME_MAX - len(digest) - 2]}:#{digest}"  # a channel is ASCII
+
+
 # The most text a notification names nodes with (after "<last>"): a command touching more
 # nodes (or a name of other characters) names none, so every node reads it. Far below
 # NOTIFY's 8,000 bytes (past which the command itself would fail), and small beside what every
@@ -355,7 +398,7 @@ def notice_suffix(rows: Iterable[tuple[str | None, str | None]]) -> str:
     """What a command's NOTIFY says after its last sequence: ``" a b"``, the nodes its rows
     name (``(node before, node after)`` each: a Goal moved to another node concerns both), or
     ``""`` when it cannot say: no row names a node, a node id is not a name, or too many nodes.
-    ``""`` makes every node read the commit, as before schema 6.
+    ``""`` sends the commit to the all-nodes channel (``node_channel``): every node reads it.
 
     A Run names no node: its Goal does, and Goals writes a Goal and its Runs in one command. A
     Run written alone (``Execution``) names none, so every node reads that commit."""

@@ -59,12 +59,17 @@ DELETE FROM refine.schema_version WHERE version > 3;
 
 def as_pg_schema(url: str, version: int) -> None:
     """Rewrite the PostgreSQL journal at ``url`` (current schema, in ``refine``) as schema
-    ``version`` (1–3) stored the same rows."""
+    ``version`` (1–3, or 6: its write_command() notified the journal's channel alone) stored
+    the same rows."""
     import psycopg
 
-    from store.journal.postgres import _WRITE_COMMAND_3
+    from store.journal.postgres import _WRITE_COMMAND_3, _WRITE_COMMAND_6
 
     with psycopg.connect(url, autocommit=True) as conn, conn.transaction():
+        if version == 6:
+            conn.execute(_WRITE_COMMAND_6.format(s="refine").encode())
+            conn.execute("DELETE FROM refine.schema_version WHERE version > 6")
+            return
         conn.execute(_PG_SCHEMA_3_SHAPE.encode())
         conn.execute(_WRITE_COMMAND_3.format(s="refine").encode())
         if version < 3:

@@ -26,7 +26,7 @@ from store.errors import (
     StorageUnreachableError,
     VersionConflictError,
 )
-from store.journal.postgres import PostgresJournal
+from store.journal.postgres import PostgresJournal, node_channel
 from store.journal.sqlite import Change
 from store.journal.url import redact
 from store.model.goals import Goals
@@ -263,6 +263,32 @@ def test_a_schema_3_journal_migrates_to_the_outbox_view_and_the_goal_indexes(
         )
     assert kinds["outbox"] == "v" and kinds["goals_active"] == "i"
     assert "aggregates_by_status" not in kinds and "aggregates_by_recency" not in kinds
+
+
+@pytest.mark.parametrize("version", [3, 6])
+def test_an_older_journal_migrates_to_notifying_each_nodes_channel(
+    postgres_url: str, version: int
+) -> None:
+    """Schema 7: a writable open of a schema 6 (or 3) journal replaces write_command(), which
+    then sends each commit to its node's channel too (a node listens there alone)."""
+    with PostgresJournal.connect(postgres_url) as j:
+        Goals(j).create(goal_id="a", title="A", node_id="n1", argv=["true"])
+    as_pg_schema(postgres_url, version)
+    with pytest.raises(NotAJournalError, match="open it writable once to migrate"):
+        PostgresJournal.connect(postgres_url, read_only=True)
+    with psycopg.connect(postgres_url, autocommit=True) as listener:
+        listener.execute('LISTEN "refine_journal:n1"; LISTEN "refine_journal:*"')
+        with PostgresJournal.connect(postgres_url) as j:  # migrated forward, rows kept
+            assert Goals(j).create(goal_id="a", title="A", node_id="n1", argv=["true"]).replayed
+            Goals(j).create(goal_id="b", title="B", node_id="n1", argv=["true"])
+            last = j.last_sequence()
+            assert check_journal(j).clean
+        notes = [(n.channel, n.payload) for n in listener.notifies(timeout=10, stop_after=1)]
+        versions = listener.execute("SELECT max(version) FROM refine.schema_version").fetchone()
+    assert notes == [(node_channel("refine_journal", "n1"), f"{last} n1")]
+    assert versions == (journal_postgres.SCHEMA_VERSION,) and journal_postgres.SCHEMA_VERSION >= 7
+    with PostgresJournal.connect(postgres_url, read_only=True) as ro:
+        assert ro.count("goal") == 2
 
 
 def test_goal_lookups_read_the_partial_indexes(postgres_url: str) -> None:

@@ -1,15 +1,21 @@
-"""The fan-out on PostgreSQL (issue 27 item 2): a node reads only on commits that may concern it.
+"""The fan-out on PostgreSQL (issue 27 item 2): a node is sent only commits that may concern it.
 
-Each command's NOTIFY names the nodes it touches; a node's listener wakes only for its own, for
-those that name none (a Run written alone, too many nodes) and on every (re)connection. Reads are
-counted by the node's journal handle (``PostgresJournal.reads``), never timed: node ``a`` serves
-in this process with both safety polls off, so only a wake-up can make it read; node ``b`` is a
-real ``refine node`` in another process.
+Each command's NOTIFY goes to the journal's channel (dashboards) and to the channels of the
+nodes it touches, or to the all-nodes channel when it names none (a Run written alone, too many
+nodes); a node's listener LISTENs to its own and the all-nodes channel only, so the server sends
+it nothing of other nodes' commits (``ListenWakeUps.received`` counts what it was sent). It wakes
+for its own, for those that name none and on every (re)connection. Reads are counted by the
+node's journal handle (``PostgresJournal.reads``), never timed: node ``a`` serves in this process
+with both safety polls off, so only a wake-up can make it read; node ``b`` is a real ``refine
+node`` in another process. That nothing was sent is shown by a commit every node is sent
+(``told``): notifications arrive in commit order, so once a listener has that one, it has all
+that were sent to it before.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 from collections.abc import Callable, Iterator
 
@@ -20,11 +26,12 @@ from store.journal.api import Journal
 from store.journal.core import Change
 from store.journal.listen import ListenWakeUps
 from store.journal.locations import STATE_DIR_ENV
-from store.journal.postgres import NOTICE_NODES_MAX, PostgresJournal
+from store.journal.postgres import NOTICE_NODES_MAX, PostgresJournal, node_channel
 from store.model.execution import Execution
 from store.node import scheduler
 from store.node.scheduler import Node
 from tests.helpers.node_env import QUICK
+from tests.helpers.old_schema import as_pg_schema
 from tests.helpers.run_support import PINS, budget
 from tests.helpers.waits import wait_until
 from tests.integration.test_postgres_operation import PgEnv, pg, status
@@ -94,13 +101,21 @@ def settled(node: Node) -> None:
     )
 
 
-def heard_everything(pg: PgEnv, node: Node) -> None:
-    """Node ``a``'s listener has been told of every commit so far (skipped or not)."""
+def told(pg: PgEnv, wakeups: ListenWakeUps) -> int:
+    """Commit what every node is sent (a Run alone names no node) and wait until ``wakeups``
+    has it: everything sent to it before has arrived too. The commit's sequence."""
+    Execution(pg.journal).submit(
+        command_id=f"told:{pg.journal.last_sequence()}",
+        run_id=f"told:{pg.journal.last_sequence()}",
+        pins=PINS,
+        budget=budget(),
+    )
     last = pg.journal.last_sequence()
-    wait_until(lambda: listener(node).last_notified >= last, what=f"a notified of {last}")
+    wait_until(lambda: wakeups.last_notified >= last, what=f"told of {last}")
+    return last
 
 
-def test_commits_of_another_node_cause_no_read_and_its_own_wake_it_at_once(
+def test_a_node_is_sent_nothing_of_another_nodes_commits_and_its_own_wake_it_at_once(
     pg: PgEnv, node_a: Node
 ) -> None:
     pg.node("b")
@@ -108,7 +123,7 @@ def test_commits_of_another_node_cause_no_read_and_its_own_wake_it_at_once(
 
     def drive() -> None:
         settled(node_a)
-        before, rounds = reads(node_a), node_a.rounds
+        before, rounds, received = reads(node_a), node_a.rounds, listener(node_a).received
         for goal_id in mine:
             pg.goal(goal_id, QUICK, node_id="b")
         wait_until(
@@ -116,11 +131,13 @@ def test_commits_of_another_node_cause_no_read_and_its_own_wake_it_at_once(
             timeout=60,
             what="b's goals completed",
         )
-        heard_everything(pg, node_a)
-        # Created, started and settled by b: not one read, not one round on a.
+        # Created, started and settled by b: not one read, not one round on a ...
         assert reads(node_a) == before
         assert node_a.rounds == rounds
-        assert listener(node_a).skipped >= 3 * len(mine)
+        # ... and not one notification sent to it: the next it is sent is the first it has.
+        told(pg, listener(node_a))
+        assert listener(node_a).received == received + 1
+        assert listener(node_a).skipped == 0
         # Its own goal: the notification alone wakes it (no poll would for an hour).
         pg.goal("a1", QUICK, node_id="a")
         wait_until(lambda: status(pg, "a1") == "completed", what="a1 completed")
@@ -156,12 +173,11 @@ def test_a_commit_that_names_no_node_or_too_many_wakes_every_node(pg: PgEnv, nod
             "a Run",
         )
         wakes_a(many_nodes, "a commit of many nodes")
-        # One that names b (and only b) still does not.
-        heard_everything(pg, node_a)
-        before = reads(node_a)
+        # One that names b (and only b) is not even sent to a.
+        received = listener(node_a).received
         pg.goal("b1", QUICK, node_id="b")
-        heard_everything(pg, node_a)
-        assert reads(node_a) == before
+        told(pg, listener(node_a))
+        assert listener(node_a).received == received + 1
 
     serving(node_a, drive)
 
@@ -182,17 +198,23 @@ def test_a_node_whose_listen_connection_is_lost_reads_once_it_listens_again(
         wait_until(lambda: listener(node_a).connects >= 2, what="a listening again")
         wait_until(lambda: status(pg, "a1") == "completed", what="a1 completed")
         assert node_a.rounds > rounds and reads(node_a) > before
+        # Its own channel and the all-nodes one again, not the journal's.
+        channel = listener(node_a).channel
+        assert listener(node_a).listening == (
+            node_channel(channel, "a"),
+            node_channel(channel, None),
+        )
 
     serving(node_a, drive)
 
 
 def test_a_dashboard_listener_wakes_for_every_nodes_commits(pg: PgEnv) -> None:
     """No node id (the dashboard's, ``refine wait``'s): a commit of b's wakes it; a listener
-    for node a counts the same notification as skipped."""
+    for node a is not even sent that notification."""
     dashboard, node = ListenWakeUps(pg.url), ListenWakeUps(pg.url, node_id="a")
     assert isinstance(Journal.watch(pg.url), ListenWakeUps)
 
-    async def follow() -> tuple[int, int]:
+    async def follow() -> tuple[int, int, int]:
         woken = {"dashboard": 0, "node": 0}
 
         async def count(name: str, wakeups: ListenWakeUps) -> None:
@@ -206,13 +228,64 @@ def test_a_dashboard_listener_wakes_for_every_nodes_commits(pg: PgEnv) -> None:
         await until(lambda: woken["dashboard"] >= 1 and woken["node"] >= 1)  # connected
         first = dict(woken)
         await asyncio.to_thread(pg.goal, "b1", QUICK, node_id="b")
-        await until(lambda: woken["dashboard"] > first["dashboard"] and node.skipped >= 1)
+        await until(lambda: woken["dashboard"] > first["dashboard"])
+        await asyncio.to_thread(told, pg, node)  # sent to every node: a's first
+        await until(lambda: woken["node"] > first["node"])
         dashboard.stop(), node.stop()
         await asyncio.gather(*tasks)
-        return woken["node"] - first["node"], node.skipped
+        return woken["node"] - first["node"], node.received, dashboard.received
 
-    node_woken, skipped = asyncio.run(follow())
-    assert (node_woken, skipped) == (0, 1)
+    node_woken, node_received, dashboard_received = asyncio.run(follow())
+    assert (node_woken, node_received) == (1, 1)  # by the commit every node is sent, alone
+    assert dashboard_received == 2
+
+
+def test_a_node_of_a_journal_before_schema_7_listens_to_the_journals_channel(
+    pg: PgEnv,
+) -> None:
+    """A journal that no writable open has migrated yet (its write_command() notifies the
+    journal's channel alone, naming the nodes): a node's listener listens there and skips what
+    names other nodes, as before; once migrated, its next connection listens to its own."""
+    as_pg_schema(pg.url, 6)
+    node = ListenWakeUps(pg.url, node_id="a")
+    channel = node.channel
+
+    def old_write(command_id: str, suffix: str) -> None:
+        """A command as schema 6 wrote it (an event, its NOTIFY), by its write_command()."""
+        with psycopg.connect(pg.url, autocommit=True) as conn:
+            event = [f"run:{command_id}", 1, "run.submitted", "{}"]
+            conn.execute(
+                "SELECT refine.write_command(%s, 'key', 'result', 0, %s, %s::jsonb)",
+                (command_id, channel, json.dumps([[event], [], suffix])),
+            )
+
+    async def follow() -> None:
+        woken = 0
+
+        async def count() -> None:
+            nonlocal woken
+            async for _ in node:
+                woken += 1
+
+        task = asyncio.create_task(count())
+        await until(lambda: woken >= 1)  # connected
+        assert node.listening == (channel,)
+        await asyncio.to_thread(old_write, "c1", " b")
+        await until(lambda: node.skipped == 1)
+        await asyncio.to_thread(old_write, "c2", " a")
+        await until(lambda: woken == 2)  # its own wakes it
+        await asyncio.to_thread(lambda: PostgresJournal.connect(pg.url).close())  # to 7
+        with psycopg.connect(pg.url, autocommit=True) as admin:
+            admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND query LIKE 'LISTEN %%'"
+            )
+        await until(lambda: node.connects >= 2 and node.state == "live")
+        assert node.listening == (node_channel(channel, "a"), node_channel(channel, None))
+        node.stop()
+        await task
+
+    asyncio.run(follow())
 
 
 async def until(condition: Callable[[], bool], timeout: float = 20.0) -> None:

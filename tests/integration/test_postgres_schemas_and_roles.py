@@ -15,14 +15,18 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from psycopg.sql import SQL, Identifier
 
 import store.node.worker as worker
 from store.errors import JournalNotPermittedError, NotAJournalError
 from store.journal.api import Journal
 from store.journal.listen import ListenWakeUps
-from store.journal.postgres import PostgresJournal, channel_for
+from store.journal.postgres import PostgresJournal, channel_for, node_channel
+from store.model.execution import Execution
 from store.model.goals import Goals
+from store.names import MAX_NAME
 from tests.helpers.postgres_server import PASSWORD, PostgresServer
+from tests.helpers.run_support import PINS, budget
 from tests.helpers.waits import wait_until
 
 PY = sys.executable
@@ -92,6 +96,39 @@ async def test_a_schema_name_up_to_63_bytes_takes_commands_and_wakes_listeners(
         wakeups.stop()
     assert "g1" in refine(url, "goals").stdout
     assert len(channel_for(schema).encode()) <= 63
+
+
+@pytest.mark.parametrize("schema", ["refine", "s" * 49, "s" * 63])
+def test_the_server_sends_a_commit_to_the_channel_a_node_listens_to_for_any_name(
+    postgres_url: str, schema: str
+) -> None:
+    """``write_command`` (schema 7) names a node's channel in SQL as ``node_channel`` does in
+    Python for the node's listener, the digest of a name past 63 bytes included: each node is
+    sent its own commits, and a commit that names no node goes to the all-nodes channel."""
+    channel, long_node = channel_for(schema), "n" * MAX_NAME
+    ours = [
+        node_channel(channel, long_node),
+        node_channel(channel, "a"),
+        node_channel(channel, None),
+    ]
+    with (
+        PostgresJournal.connect(f"{postgres_url}?schema={schema}") as journal,
+        psycopg.connect(postgres_url, autocommit=True) as listener,
+    ):
+        for name in ours:
+            listener.execute(SQL("LISTEN {}").format(Identifier(name)))
+        goals, sent = Goals(journal), []
+        for goal_id, node in [("g1", long_node), ("g2", "a"), ("g3", "b")]:  # b: not listened to
+            goals.create(goal_id=goal_id, title="G", node_id=node, argv=["true"])
+            sent.append(journal.last_sequence())
+        Execution(journal).submit(command_id="solo", run_id="solo", pins=PINS, budget=budget())
+        last = journal.last_sequence()
+        got = [(n.channel, n.payload) for n in listener.notifies(timeout=10, stop_after=3)]
+    assert got == [
+        (ours[0], f"{sent[0]} {long_node}"),
+        (ours[1], f"{sent[1]} a"),
+        (ours[2], f"{last}"),  # a Run alone names no node: every node's
+    ]
 
 
 def test_long_schema_names_that_share_a_prefix_get_their_own_channels() -> None:

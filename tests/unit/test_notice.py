@@ -1,9 +1,20 @@
-"""What a PostgreSQL command's NOTIFY names (``notice_suffix``) and how a listener reads it
-(``read_notice``): a node skips a commit only when the notification names other nodes alone."""
+"""What a PostgreSQL command's NOTIFY names (``notice_suffix``), the channels it goes to
+(``node_channel``), and how a listener reads it (``read_notice``): a node skips a commit only
+when the notification names other nodes alone."""
 
 from __future__ import annotations
 
-from store.journal.postgres import NOTICE_NODES_MAX, notice_suffix, read_notice
+import string
+
+from store.journal.postgres import (
+    NAME_MAX,
+    NOTICE_NODES_MAX,
+    channel_for,
+    node_channel,
+    notice_suffix,
+    read_notice,
+)
+from store.names import MAX_NAME
 
 
 def test_a_goal_and_its_runs_name_the_goals_node_and_a_move_names_both() -> None:
@@ -34,3 +45,26 @@ def test_a_listener_reads_the_sequence_and_the_nodes_or_none() -> None:
     assert read_notice("42 ") == (42, None)
     assert read_notice("") == (None, None)
     assert read_notice("x a") == (None, None)  # unreadable: wakes everyone
+
+
+def test_a_nodes_channel_is_the_journals_and_its_name_where_that_fits() -> None:
+    assert node_channel("refine_journal", "n1") == "refine_journal:n1"
+    assert node_channel("refine_journal", None) == "refine_journal:*"  # every node's
+    assert node_channel(channel_for("team_b"), "a.b-c") == "refine_journal_team_b:a.b-c"
+
+
+def test_every_nodes_channel_fits_for_any_schema_and_node_name() -> None:
+    schemas = ["refine", "team_b", "s" * 48, "s" * 49, "s" * 63, "p" * 60 + "_aa", "p" * 60 + "_bb"]
+    nodes = [None, "a", "A", "n" * MAX_NAME, "m" * MAX_NAME, "0" + string.ascii_letters + "._-"]
+    names = {(s, n): node_channel(channel_for(s), n) for s in schemas for n in nodes}
+    assert all(len(name.encode()) <= NAME_MAX for name in names.values())
+    assert len(set(names.values())) == len(names)  # a channel of its own each
+    shared = {channel_for(s) for s in schemas}
+    assert not shared & set(names.values())  # never a journal's channel (every commit)
+
+
+def test_a_long_name_is_told_apart_by_its_digest() -> None:
+    long = node_channel(channel_for("s" * 63), "n" * MAX_NAME)
+    assert long.startswith(channel_for("s" * 63)[:45] + ":#") and len(long) == NAME_MAX
+    assert node_channel("refine_journal", "n" * 48) == "refine_journal:" + "n" * 48  # 63 bytes
+    assert ":#" in node_channel("refine_journal", "n" * 49)  # 64: a digest
