@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import time
+from collections.abc import Callable
 
 
 def tmux(*args: str) -> str:
@@ -23,6 +24,18 @@ def wait_for_screen(session: str, needle: str, timeout: float = 30.0) -> str:
             return screen
         assert time.monotonic() < deadline, f"{needle!r} never showed:\n{screen}"
         time.sleep(0.2)
+
+
+def wait_for_pane(
+    session: str, shows: Callable[[str], bool], what: str, timeout: float = 30.0
+) -> str:
+    """The pane once ``shows(screen)`` holds (e.g. the footer of the view just opened: it can
+    come a frame after the view's rows)."""
+    deadline = time.monotonic() + timeout
+    while not shows(screen := tmux("capture-pane", "-p", "-t", session)):
+        assert time.monotonic() < deadline, f"{what} never showed:\n{screen}"
+        time.sleep(0.2)
+    return screen
 
 
 def unwrapped(screen: str) -> str:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+import time
 from collections.abc import Callable, Iterator
 
 import psycopg
@@ -88,9 +89,10 @@ def reads(node: Node) -> int:
     return node.journal.reads
 
 
-def settled(node: Node) -> None:
-    """Wait until ``node`` listens and has done the round its connection woke (then nothing
-    wakes it but a notification: no worker of its runs, both safety polls are off)."""
+def settled(node: Node, quiet_s: float = 2.0) -> None:
+    """Wait until ``node`` listens and has done the rounds its start and its connection woke,
+    none for ``quiet_s`` (then nothing wakes it but a notification: no worker of its runs,
+    both safety polls are off). A loaded machine can hold back the connection's round."""
     wait_until(
         lambda: (
             isinstance(node.wakeups, ListenWakeUps)
@@ -99,6 +101,11 @@ def settled(node: Node) -> None:
         ),
         what="node a listening, its first rounds done",
     )
+    rounds, since = node.rounds, time.monotonic()
+    while time.monotonic() - since < quiet_s:
+        if node.rounds != rounds:
+            rounds, since = node.rounds, time.monotonic()
+        time.sleep(0.05)
 
 
 def told(pg: PgEnv, wakeups: ListenWakeUps) -> int:
