@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import signal
 import socket
+import sys
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlsplit
@@ -25,6 +26,15 @@ class MetricsServer(ThreadingHTTPServer):
         self.collector = collector
         super().__init__((host, port), MetricsHandler)
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A connection that failed mid-answer (a scrape that timed out and went away, or one
+        cut as the exporter exits) is no error of the exporter's; anything else is one line on
+        stderr, never a traceback."""
+        exc = sys.exc_info()[1]
+        if isinstance(exc, OSError):
+            return
+        print(f"refine metrics: a request failed: {exc!r}"[:300], file=sys.stderr)
+
     def serve_until_stopped(self) -> None:
         """Until SIGINT or SIGTERM (either ends it quietly)."""
 
@@ -36,8 +46,10 @@ class MetricsServer(ThreadingHTTPServer):
             self.serve_forever()
 
 
-class _Stopped(Exception):
-    """SIGTERM: leave serve_forever as Ctrl+C does."""
+class _Stopped(BaseException):
+    """SIGTERM: leave serve_forever as Ctrl+C does. Not an Exception: the signal may land while
+    the main thread hands a request to its thread, where socketserver prints any Exception as
+    the request's error and serves on."""
 
 
 class MetricsHandler(BaseHTTPRequestHandler):
