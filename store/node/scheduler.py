@@ -45,6 +45,7 @@ from store.errors import InvalidInputError, RefineError, StorageError, VersionCo
 from store.host.processes import (
     ProcessRecord,
     ProcessRegistry,
+    create_time,
     same_pid,
     same_process,
     stop_process,
@@ -57,8 +58,9 @@ from store.journal.watch import JournalWatcher
 from store.model.execution import Execution
 from store.model.goal import MAX_NAME, PROCESS_GONE_METHOD
 from store.model.goals import Goal, GoalResult, Goals, check_name, goal_id_of_run
-from store.model.run import Run
+from store.model.run import Run, run_aggregate_id, run_from_stored
 from store.node.forkserver import Forkserver, cmdline
+from store.node.touched import TouchedGoals
 from store.node.wakeups import Relay, write_node_file
 from store.node.worker import EXIT_REFUSED, JOURNAL_ENV
 
@@ -90,17 +92,31 @@ class _Launch:
     pidfd: int | None = None  # readable once the worker exited: wakes the loop to reap it
     forked: tuple[int, float] | None = None
     token: str = ""  # the worker's: where its wake-ups go (``wakeups.Relay``)
+    # (pid, create time) of the process ``proc`` or ``pidfd`` holds on to: a record naming
+    # exactly these names that very process (``runs_as``)
+    identity: tuple[int, float] | None = None
 
     def alive(self) -> bool:
         if self.proc is not None:
             return self.proc.poll() is None
-        if self.forked is not None and self.pidfd is not None:
+        if self.pidfd is not None:
             # Readable once that very process exited (≈ 1 µs, where psutil reads /proc: a
-            # node running 1,000 attempts asks this of each on every tick).
-            return not select.select([self.pidfd], [], [], 0)[0]
+            # node running 1,000 attempts asks this of each on every tick). poll, not select:
+            # a node's descriptors pass 1024 with 1,000 attempts (select refuses those).
+            poller = select.poll()
+            poller.register(self.pidfd, select.POLLIN)
+            return not poller.poll(0)
         if self.forked is not None:
             return same_pid(*self.forked)
         return self.record is not None and same_process(self.record)
+
+    def runs_as(self, rec: ProcessRecord) -> bool:
+        """True when ``rec`` names this worker and it runs, known without reading /proc: its
+        process is held (our unreaped child, or a pidfd) and has the recorded pid and create
+        time. False says nothing (``same_process`` then decides)."""
+        if self.identity != (rec.pid, rec.create_time):
+            return False
+        return (self.proc is not None or self.pidfd is not None) and self.alive()
 
 
 class Node:
@@ -152,6 +168,10 @@ class Node:
         # serve() points these at its event loop, so a worker's exit wakes the node at once.
         self.watch_fd: Callable[[int], object] = lambda fd: None
         self.unwatch_fd: Callable[[int], object] = lambda fd: None
+        # Housekeeping reads an attempt's Run again only once its Goal changed (``TouchedGoals``):
+        # these records' Runs had no pending cancellation at the last look.
+        self._touched = TouchedGoals()
+        self._no_cancel: set[tuple[str, str, int]] = set()  # (goal, run, epoch)
         for rec in self.registry.all():  # workers of a previous run of this node
             goal_id = goal_id_of_run(rec.run_id)
             if goal_id and same_process(rec):
@@ -241,7 +261,7 @@ class Node:
         ended = []
         for rec in self.registry.all():
             key = (rec.run_id, rec.epoch)
-            if same_process(rec):
+            if self._runs_here(rec) or same_process(rec):
                 self._gone_since.pop(key, None)
                 self._adopt(rec)
                 continue
@@ -271,11 +291,14 @@ class Node:
         return result
 
     def cleanup_cancelled(self) -> list[GoalResult]:
-        """Stop this node's processes whose attempt has a pending cancellation; record it."""
+        """Stop this node's processes whose attempt has a pending cancellation; record it.
+
+        A record's Run is read (all in one read) when it is new here or its Goal changed since
+        it was last found with no cancellation pending (``_due``): a round with nothing new
+        reads the journal's new events and nothing else, whatever the attempts running.
+        """
         ended = []
-        for rec in self.registry.all():
-            if not self._cancel_pending(rec.run_id):
-                continue  # the common case, on one read
+        for rec in self._cancel_pending(self._due(self.registry.all())):
             goal, run = self._read(rec.run_id)
             if goal is None or run is None or run.cancel_requested is None:
                 continue
@@ -334,6 +357,7 @@ class Node:
         for goal, argv, forked, token in zip(goals, argvs, forks, tokens, strict=True):
             if forked is not None:
                 launch = _Launch(goal.goal_id, goal.version, forked=forked, pidfd=_pidfd(forked[0]))
+                launch.identity = forked
             else:  # no forkserver for now: a fresh process (the same worker, only slower)
                 proc = subprocess.Popen(
                     argv,
@@ -344,6 +368,8 @@ class Node:
                     env=env,
                 )
                 launch = _Launch(goal.goal_id, goal.version, proc=proc, pidfd=_pidfd(proc.pid))
+                created = create_time(proc.pid)  # our unreaped child: the pid is still its own
+                launch.identity = None if created is None else (proc.pid, created)
             launch.token = token
             self.launched[goal.goal_id] = launch
             if launch.pidfd is not None:
@@ -403,9 +429,40 @@ class Node:
         with self.journal.snapshot():
             return self.goals.read(goal_id), self.runs.read(run_id)
 
-    def _cancel_pending(self, run_id: str) -> bool:
-        run = self.runs.read(run_id) if goal_id_of_run(run_id) is not None else None
-        return run is not None and run.cancel_requested is not None
+    def _due(self, records: list[ProcessRecord]) -> list[ProcessRecord]:
+        """The records whose Run's cancellation ``cleanup_cancelled`` must look at now."""
+        touched = self._touched.since(self.journal)  # first: what changes after, it sees next
+        if touched is None:  # another journal, or the first look: every Run is read
+            self._no_cancel.clear()
+        elif touched:
+            self._no_cancel = {seen for seen in self._no_cancel if seen[0] not in touched}
+        keys = [(goal_id_of_run(rec.run_id) or "", rec.run_id, rec.epoch) for rec in records]
+        self._no_cancel.intersection_update(keys)  # records gone: forgotten
+        return [
+            rec
+            for rec, key in zip(records, keys, strict=True)
+            if key[0] and key not in self._no_cancel
+        ]
+
+    def _cancel_pending(self, records: list[ProcessRecord]) -> list[ProcessRecord]:
+        """Those of ``records`` whose Run has a cancellation pending, on one read; the others
+        are not read again until their Goal changes (Execution-only Runs are not this node's)."""
+        if not records:
+            return []
+        found = self.journal.load_many([run_aggregate_id(rec.run_id) for rec in records])
+        pending = []
+        for rec in records:
+            stored = found.get(run_aggregate_id(rec.run_id))
+            if stored is not None and run_from_stored(stored).cancel_requested is not None:
+                pending.append(rec)
+            else:  # ``_due`` gave only records of a Goal's Run
+                self._no_cancel.add((goal_id_of_run(rec.run_id) or "", rec.run_id, rec.epoch))
+        return pending
+
+    def _runs_here(self, rec: ProcessRecord) -> bool:
+        """``rec`` names a worker this node holds, and it runs (no /proc read)."""
+        launch = self.launched.get(goal_id_of_run(rec.run_id) or "")
+        return launch is not None and launch.runs_as(rec)
 
     def _ended_meanwhile(self, rec: ProcessRecord) -> bool:
         """Someone else (its worker, an operator) recorded this attempt's end meanwhile."""
@@ -433,7 +490,9 @@ class Node:
         recorded itself): counted, and woken, as the ones found at startup."""
         goal_id = goal_id_of_run(rec.run_id)
         if goal_id is not None and goal_id not in self.launched:
-            self.launched[goal_id] = _recorded(goal_id, rec)
+            launch = self.launched[goal_id] = _recorded(goal_id, rec)
+            if launch.pidfd is not None:
+                self.watch_fd(launch.pidfd)
 
     def _forget(self, rec: ProcessRecord) -> None:
         self.registry.remove(rec.run_id, rec.epoch)
@@ -590,9 +649,20 @@ def _reserve_state_dir(registry: ProcessRegistry) -> None:
 
 
 def _recorded(goal_id: str, rec: ProcessRecord) -> _Launch:
-    """A worker known by its process record (a previous run of this node launched it)."""
+    """A worker known by its process record (a previous run of this node launched it), held
+    by a pidfd when one opens on the recorded process: then it is watched as those launched."""
     token = rec.worker.rpartition("/")[2]  # worker_name: "<node>/<token>"
-    return _Launch(goal_id, 0, record=rec, token=token)
+    launch = _Launch(goal_id, 0, record=rec, token=token)
+    pidfd = _pidfd(rec.pid)
+    if pidfd is None:
+        return launch
+    # Opened first, then checked: the recorded process held this pid from before its record
+    # until the check, so across the open too, and the pidfd is that process's.
+    if same_process(rec):
+        launch.pidfd, launch.identity = pidfd, (rec.pid, rec.create_time)
+    else:
+        os.close(pidfd)
+    return launch
 
 
 def _forking() -> bool:
