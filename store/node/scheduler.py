@@ -93,7 +93,7 @@ class _Launch:
     forked: tuple[int, float] | None = None
     token: str = ""  # the worker's: where its wake-ups go (``wakeups.Relay``)
     # (pid, create time) of the process ``proc`` or ``pidfd`` holds on to: a record naming
-    # exactly these names that very process (``runs_as``)
+    # exactly these names that very process (``Node._held``)
     identity: tuple[int, float] | None = None
 
     def alive(self) -> bool:
@@ -109,14 +109,6 @@ class _Launch:
         if self.forked is not None:
             return same_pid(*self.forked)
         return self.record is not None and same_process(self.record)
-
-    def runs_as(self, rec: ProcessRecord) -> bool:
-        """True when ``rec`` names this worker and it runs, known without reading /proc: its
-        process is held (our unreaped child, or a pidfd) and has the recorded pid and create
-        time. False says nothing (``same_process`` then decides)."""
-        if self.identity != (rec.pid, rec.create_time):
-            return False
-        return (self.proc is not None or self.pidfd is not None) and self.alive()
 
 
 class Node:
@@ -171,11 +163,12 @@ class Node:
         # Housekeeping reads an attempt's Run again only once its Goal changed (``TouchedGoals``):
         # these records' Runs had no pending cancellation at the last look.
         self._touched = TouchedGoals()
-        self._no_cancel: set[tuple[str, str, int]] = set()  # (goal, run, epoch)
+        self._pidfds = select.poll()  # every launch's pidfd: which exited, in one system call
+        self._no_cancel: dict[tuple[str, int], str] = {}  # (run, epoch) → its goal
         for rec in self.registry.all():  # workers of a previous run of this node
             goal_id = goal_id_of_run(rec.run_id)
             if goal_id and same_process(rec):
-                self.launched[goal_id] = _recorded(goal_id, rec)
+                self._hold(goal_id, _recorded(goal_id, rec))
 
     def close(self) -> None:
         """Close the journal, the forkserver and the node log; running workers run on."""
@@ -232,13 +225,12 @@ class Node:
 
     def reap(self) -> None:
         """Forget workers that exited (remembering a refused start until the Goal changes)."""
+        alive = self._alive_now()
         for goal_id, launch in list(self.launched.items()):
-            if launch.alive():
+            if alive(launch):
                 continue
             del self.launched[goal_id]
-            if launch.pidfd is not None:
-                self.unwatch_fd(launch.pidfd)
-                os.close(launch.pidfd)
+            self._release(launch)
             if self._exit_code(launch) == EXIT_REFUSED:
                 self._refused[goal_id] = launch.goal_version
 
@@ -259,9 +251,16 @@ class Node:
         """
         now = time.monotonic()
         ended = []
+        held, alive = self._held(), self._alive_now()
         for rec in self.registry.all():
             key = (rec.run_id, rec.epoch)
-            if self._runs_here(rec) or same_process(rec):
+            launch = held.get((rec.pid, rec.create_time))
+            # A worker held here with that pid and create time is the recorded process: alive
+            # is then a poll of its pidfd, where same_process reads /proc.
+            if launch is not None and alive(launch):
+                self._gone_since.pop(key, None)  # (held: counted and woken already)
+                continue
+            if same_process(rec):
                 self._gone_since.pop(key, None)
                 self._adopt(rec)
                 continue
@@ -321,7 +320,8 @@ class Node:
 
     def schedule(self) -> list[str]:
         """Launch workers for queued Goals of this node, while capacity allows."""
-        room = self.capacity - sum(1 for launch in self.launched.values() if launch.alive())
+        alive = self._alive_now()
+        room = self.capacity - sum(1 for launch in self.launched.values() if alive(launch))
         if room <= 0:
             return []
         limit = room + len(self.launched) + len(self._refused)
@@ -371,9 +371,7 @@ class Node:
                 created = create_time(proc.pid)  # our unreaped child: the pid is still its own
                 launch.identity = None if created is None else (proc.pid, created)
             launch.token = token
-            self.launched[goal.goal_id] = launch
-            if launch.pidfd is not None:
-                self.watch_fd(launch.pidfd)
+            self._hold(goal.goal_id, launch)
 
     def _worker_argv(self, goal_id: str, token: str, round: int) -> list[str]:
         # A server URL may hold a password: the environment carries it, never the argv.
@@ -435,13 +433,14 @@ class Node:
         if touched is None:  # another journal, or the first look: every Run is read
             self._no_cancel.clear()
         elif touched:
-            self._no_cancel = {seen for seen in self._no_cancel if seen[0] not in touched}
-        keys = [(goal_id_of_run(rec.run_id) or "", rec.run_id, rec.epoch) for rec in records]
-        self._no_cancel.intersection_update(keys)  # records gone: forgotten
+            self._no_cancel = {k: g for k, g in self._no_cancel.items() if g not in touched}
+        if len(self._no_cancel) > len(records):  # some records are gone: forget them
+            keep = {(rec.run_id, rec.epoch) for rec in records}
+            self._no_cancel = {k: g for k, g in self._no_cancel.items() if k in keep}
         return [
             rec
-            for rec, key in zip(records, keys, strict=True)
-            if key[0] and key not in self._no_cancel
+            for rec in records
+            if (rec.run_id, rec.epoch) not in self._no_cancel and goal_id_of_run(rec.run_id)
         ]
 
     def _cancel_pending(self, records: list[ProcessRecord]) -> list[ProcessRecord]:
@@ -456,13 +455,17 @@ class Node:
             if stored is not None and run_from_stored(stored).cancel_requested is not None:
                 pending.append(rec)
             else:  # ``_due`` gave only records of a Goal's Run
-                self._no_cancel.add((goal_id_of_run(rec.run_id) or "", rec.run_id, rec.epoch))
+                self._no_cancel[rec.run_id, rec.epoch] = goal_id_of_run(rec.run_id) or ""
         return pending
 
-    def _runs_here(self, rec: ProcessRecord) -> bool:
-        """``rec`` names a worker this node holds, and it runs (no /proc read)."""
-        launch = self.launched.get(goal_id_of_run(rec.run_id) or "")
-        return launch is not None and launch.runs_as(rec)
+    def _held(self) -> dict[tuple[int, float], _Launch]:
+        """The workers this node holds (its unreaped child, or a pidfd), by (pid, create
+        time): a record naming one of these names that very process."""
+        return {
+            launch.identity: launch
+            for launch in self.launched.values()
+            if launch.identity is not None and (launch.proc is not None or launch.pidfd is not None)
+        }
 
     def _ended_meanwhile(self, rec: ProcessRecord) -> bool:
         """Someone else (its worker, an operator) recorded this attempt's end meanwhile."""
@@ -490,9 +493,37 @@ class Node:
         recorded itself): counted, and woken, as the ones found at startup."""
         goal_id = goal_id_of_run(rec.run_id)
         if goal_id is not None and goal_id not in self.launched:
-            launch = self.launched[goal_id] = _recorded(goal_id, rec)
-            if launch.pidfd is not None:
-                self.watch_fd(launch.pidfd)
+            self._hold(goal_id, _recorded(goal_id, rec))
+
+    def _hold(self, goal_id: str, launch: _Launch) -> None:
+        """Count ``launch`` as this node's worker of ``goal_id``; its pidfd polled and watched."""
+        replaced = self.launched.get(goal_id)
+        if replaced is not None:
+            self._release(replaced)
+        self.launched[goal_id] = launch
+        if launch.pidfd is not None:
+            self._pidfds.register(launch.pidfd, select.POLLIN)
+            self.watch_fd(launch.pidfd)
+
+    def _release(self, launch: _Launch) -> None:
+        """Let go of a launch's pidfd (its worker exited, or another took its place)."""
+        if launch.pidfd is not None:
+            self._pidfds.unregister(launch.pidfd)
+            self.unwatch_fd(launch.pidfd)
+            os.close(launch.pidfd)
+            launch.pidfd = None
+
+    def _alive_now(self) -> Callable[[_Launch], bool]:
+        """``_Launch.alive`` for every launch at once: the pidfds polled together (one system
+        call a round, not one a worker: 1,000 attempts)."""
+        exited = {fd for fd, _ in self._pidfds.poll(0)}
+
+        def alive(launch: _Launch) -> bool:
+            if launch.proc is None and launch.pidfd is not None:
+                return launch.pidfd not in exited
+            return launch.alive()
+
+        return alive
 
     def _forget(self, rec: ProcessRecord) -> None:
         self.registry.remove(rec.run_id, rec.epoch)
