@@ -194,6 +194,9 @@ class ProcessRegistry:
         # nodes/<node>/ as older versions wrote it: read, and tidied of this journal's records.
         self.legacy_root = where.legacy_state_dir(node_id, journal_id, state_dir)
         self._records = RecordFiles()  # what ``all`` parsed, reread only when a file changed
+        # what ``all`` last returned, and the folders' records it was made of (RecordFiles gives
+        # the very same tuple again for a folder that did not change)
+        self._all: tuple[object, object, list[ProcessRecord]] | None = None
 
     @classmethod
     def for_journal(cls, journal: Journal, node_id: str) -> ProcessRegistry:
@@ -355,14 +358,21 @@ class ProcessRegistry:
 
     def all(self) -> list[ProcessRecord]:
         """Every readable record, oldest first (unreadable files are skipped: not authority)."""
-        found = {(r.run_id, r.epoch): r for r in self._read_all(self.processes_dir)}
-        if self.legacy_root is not None:
-            for rec in self._read_all(self.legacy_root / "processes"):
-                found.setdefault((rec.run_id, rec.epoch), rec)
-        return sorted(found.values(), key=lambda r: r.started_at)
+        current = self._records.read(self.processes_dir)
+        legacy = (
+            () if self.legacy_root is None else self._records.read(self.legacy_root / "processes")
+        )
+        if self._all is not None and self._all[0] is current and self._all[1] is legacy:
+            return list(self._all[2])  # neither folder changed: the same records
+        found = {(r.run_id, r.epoch): r for r in self._ours_only(current)}
+        for rec in self._ours_only(legacy):
+            found.setdefault((rec.run_id, rec.epoch), rec)
+        records = sorted(found.values(), key=lambda r: r.started_at)
+        self._all = (current, legacy, records)
+        return list(records)
 
-    def _read_all(self, folder: Path) -> list[ProcessRecord]:
-        found = (self._ours(rec) for rec in self._records.read(folder))
+    def _ours_only(self, records: tuple[ProcessRecord, ...]) -> list[ProcessRecord]:
+        found = (self._ours(rec) for rec in records)
         return [r for r in found if r is not None]
 
     def recorded_elsewhere(self, run_id: str, epoch: int) -> str | None:
@@ -406,29 +416,32 @@ class RecordFiles:
         # folder → file name → (stat key, settled, its record): what the last read found
         self._known: dict[Path, dict[str, tuple[tuple[int, ...], bool, ProcessRecord | None]]] = {}
         # folder → (its stat key, the records found) once it was settled when read
-        self._folders: dict[Path, tuple[tuple[int, ...], list[ProcessRecord]]] = {}
+        self._folders: dict[Path, tuple[tuple[int, ...], tuple[ProcessRecord, ...]]] = {}
         self.parsed = 0
 
-    def read(self, folder: Path) -> list[ProcessRecord]:
-        """The readable records in ``folder``, in file name order (unreadable ones skipped)."""
+    def read(self, folder: Path) -> tuple[ProcessRecord, ...]:
+        """The readable records in ``folder``, in file name order (unreadable ones skipped);
+        the very same tuple as the last time while the folder did not change."""
         before = time.time_ns()
         try:
             st = folder.stat()
         except OSError:  # no such folder (yet), or not one
             self._known.pop(folder, None)
             self._folders.pop(folder, None)
-            return []
+            return ()
         key = (st.st_ino, st.st_mtime_ns, st.st_ctime_ns)
         last = self._folders.pop(folder, None)
         if last is not None and last[0] == key:
             self._folders[folder] = last
-            return list(last[1])
+            return last[1]
         found = self._read_files(folder)
-        if found is not None and _settled(st, before):
+        if found is None:
+            return ()
+        if _settled(st, before):
             self._folders[folder] = (key, found)
-        return list(found or [])
+        return found
 
-    def _read_files(self, folder: Path) -> list[ProcessRecord] | None:
+    def _read_files(self, folder: Path) -> tuple[ProcessRecord, ...] | None:
         try:
             with os.scandir(folder) as listing:
                 entries = [e for e in listing if e.name.endswith(".json")]
@@ -454,7 +467,7 @@ class RecordFiles:
             if seen[2] is not None:
                 found.append(seen[2])
         self._known[folder] = now_known
-        return found
+        return tuple(found)
 
 
 def _settled(st: os.stat_result, before: int) -> bool:
