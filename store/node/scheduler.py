@@ -71,6 +71,9 @@ EXIT_REPORT_S = 1.0  # how long to wait for the forkserver's word on a forked wo
 SAFETY_POLL_S = 2.0  # ticks happen on journal changes, and at least this often
 GONE_GRACE_S = 3.0  # while running, an exited worker is reconciled after this long (see tick)
 STOP_GRACE_S = 5.0
+# Housekeeping reads a running attempt's Run again when an event touched its Goal, and every
+# Run this often anyway (in one read): a safety net, as the safety poll is for wake-ups.
+FULL_LOOK_S = 60.0
 # The node's file watcher wakes this long after a commit's first write (the watcher's default
 # 20 ms collapses bursts for readers; the node collapses them itself, and each launch waited it).
 WAKE_STEP_MS = 2
@@ -167,6 +170,7 @@ class Node:
         # list of their own: asking costs the same with 1 or 1,000 workers running).
         self._pidfds = select.epoll()
         self._no_cancel: dict[tuple[str, int], str] = {}  # (run, epoch) → its goal
+        self._full_look_at = 0.0  # when every Run is read again (monotonic)
         for rec in self.registry.all():  # workers of a previous run of this node
             goal_id = goal_id_of_run(rec.run_id)
             if goal_id and same_process(rec):
@@ -433,8 +437,9 @@ class Node:
     def _due(self, records: list[ProcessRecord]) -> list[ProcessRecord]:
         """The records whose Run's cancellation ``cleanup_cancelled`` must look at now."""
         touched = self._touched.since(self.journal)  # first: what changes after, it sees next
-        if touched is None:  # another journal, or the first look: every Run is read
-            self._no_cancel.clear()
+        if touched is None or time.monotonic() >= self._full_look_at:
+            self._no_cancel.clear()  # another journal, the first look, or time: every Run read
+            self._full_look_at = time.monotonic() + FULL_LOOK_S
         elif touched:
             self._no_cancel = {k: g for k, g in self._no_cancel.items() if g not in touched}
         if len(self._no_cancel) > len(records):  # some records are gone: forget them

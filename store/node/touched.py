@@ -24,8 +24,9 @@ class TouchedGoals:
 
     def since(self, journal: Journal) -> set[str] | None:
         """The ids of the Goals touched since the last call; None when that is unknown (the
-        first call on this journal, or another journal: anything may have changed). Raises
-        as the journal does, having moved on by nothing (the next call reads the same)."""
+        first call on this journal, another journal, or one that went back: anything may have
+        changed). Raises as the journal does, having moved on by nothing (the next call reads
+        the same)."""
         if journal is not self._journal:
             self._journal, self._after = None, 0
             after = journal.last_sequence()  # before the caller reads what it then knows
@@ -41,6 +42,11 @@ class TouchedGoals:
                     touched.add(goal_id)
             if page:
                 after = page[-1][0]
+            elif after == self._after and journal.last_sequence() < after:
+                # The journal went back (a restored backup under the same id): what it holds
+                # now was never read here.
+                self._journal = None
+                return self.since(journal)
             if len(page) < MAX_PAGE:
                 self._after = after  # only now: a failed page is read again next time
                 return touched
