@@ -193,6 +193,10 @@ class ProcessRegistry:
         self.logs_dir = self.root / "logs"
         # nodes/<node>/ as older versions wrote it: read, and tidied of this journal's records.
         self.legacy_root = where.legacy_state_dir(node_id, journal_id, state_dir)
+        self._records = RecordFiles()  # what ``all`` parsed, reread only when a file changed
+        # what ``all`` last returned, and the folders' records it was made of (RecordFiles gives
+        # the very same tuple again for a folder that did not change)
+        self._all: tuple[object, object, list[ProcessRecord]] | None = None
 
     @classmethod
     def for_journal(cls, journal: Journal, node_id: str) -> ProcessRegistry:
@@ -347,18 +351,28 @@ class ProcessRegistry:
                 return rec
         return None
 
+    @property
+    def parsed(self) -> int:
+        """How many record files ``all`` has read from disk (an unchanged one is read once)."""
+        return self._records.parsed
+
     def all(self) -> list[ProcessRecord]:
         """Every readable record, oldest first (unreadable files are skipped: not authority)."""
-        found = {(r.run_id, r.epoch): r for r in self._read_all(self.processes_dir)}
-        if self.legacy_root is not None:
-            for rec in self._read_all(self.legacy_root / "processes"):
-                found.setdefault((rec.run_id, rec.epoch), rec)
-        return sorted(found.values(), key=lambda r: r.started_at)
+        current = self._records.read(self.processes_dir)
+        legacy = (
+            () if self.legacy_root is None else self._records.read(self.legacy_root / "processes")
+        )
+        if self._all is not None and self._all[0] is current and self._all[1] is legacy:
+            return list(self._all[2])  # neither folder changed: the same records
+        found = {(r.run_id, r.epoch): r for r in self._ours_only(current)}
+        for rec in self._ours_only(legacy):
+            found.setdefault((rec.run_id, rec.epoch), rec)
+        records = sorted(found.values(), key=lambda r: r.started_at)
+        self._all = (current, legacy, records)
+        return list(records)
 
-    def _read_all(self, folder: Path) -> list[ProcessRecord]:
-        if not folder.is_dir():
-            return []
-        found = (self._ours(_read_record(p)) for p in sorted(folder.glob("*.json")))
+    def _ours_only(self, records: tuple[ProcessRecord, ...]) -> list[ProcessRecord]:
+        found = (self._ours(rec) for rec in records)
         return [r for r in found if r is not None]
 
     def recorded_elsewhere(self, run_id: str, epoch: int) -> str | None:
@@ -376,6 +390,90 @@ class ProcessRegistry:
         if None in (rec.journal_id, self.journal_id):
             return rec
         return rec if rec.journal_id == self.journal_id else None
+
+
+# A file's (inode, size, mtime, ctime) can stay the same across a rewrite made within one tick
+# of the file system's clock (coarse: a jiffy, a second or two on some): a file changed this
+# recently before it was read is read again next time, until its times are older than this.
+RACY_NS = 2_000_000_000
+
+
+class RecordFiles:
+    """The records of a folder's ``*.json`` files, each parsed again only when its file changed.
+
+    A node looks at every record every round (1,000 attempts: 1,000 files every 2 s); parsing
+    them all each time was most of its idle CPU. A record is written once (``os.replace`` of a
+    temp file of the same folder) and removed by unlinking, so:
+    - a file is known by (inode, size, mtime, ctime) from one ``stat``: one replaced never
+      matches what was parsed (a new inode);
+    - a folder whose (inode, mtime, ctime) did not change had no file created, replaced or
+      removed: what was found there is found again without a ``stat`` per file.
+    A change within one tick of the file system's clock may leave those the same: what changed
+    that recently is looked at again (``RACY_NS``). ``parsed`` counts the files read from disk.
+    """
+
+    def __init__(self) -> None:
+        # folder → file name → (stat key, settled, its record): what the last read found
+        self._known: dict[Path, dict[str, tuple[tuple[int, ...], bool, ProcessRecord | None]]] = {}
+        # folder → (its stat key, the records found) once it was settled when read
+        self._folders: dict[Path, tuple[tuple[int, ...], tuple[ProcessRecord, ...]]] = {}
+        self.parsed = 0
+
+    def read(self, folder: Path) -> tuple[ProcessRecord, ...]:
+        """The readable records in ``folder``, in file name order (unreadable ones skipped);
+        the very same tuple as the last time while the folder did not change."""
+        before = time.time_ns()
+        try:
+            st = folder.stat()
+        except OSError:  # no such folder (yet), or not one
+            self._known.pop(folder, None)
+            self._folders.pop(folder, None)
+            return ()
+        key = (st.st_ino, st.st_mtime_ns, st.st_ctime_ns)
+        last = self._folders.pop(folder, None)
+        if last is not None and last[0] == key:
+            self._folders[folder] = last
+            return last[1]
+        found = self._read_files(folder)
+        if found is None:
+            return ()
+        if _settled(st, before):
+            self._folders[folder] = (key, found)
+        return found
+
+    def _read_files(self, folder: Path) -> tuple[ProcessRecord, ...] | None:
+        try:
+            with os.scandir(folder) as listing:
+                entries = [e for e in listing if e.name.endswith(".json")]
+        except OSError:
+            self._known.pop(folder, None)
+            return None
+        entries.sort(key=lambda e: e.name)
+        known, now_known = self._known.get(folder, {}), {}
+        found = []
+        for entry in entries:
+            name = entry.name
+            try:
+                st = entry.stat()  # relative to the open folder: no path to resolve
+            except OSError:
+                continue  # removed meanwhile
+            key = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+            seen = known.get(name)
+            if seen is None or seen[0] != key or not seen[1]:
+                before = time.time_ns()
+                self.parsed += 1
+                seen = (key, _settled(st, before), _read_record(folder / name))
+            now_known[name] = seen
+            if seen[2] is not None:
+                found.append(seen[2])
+        self._known[folder] = now_known
+        return tuple(found)
+
+
+def _settled(st: os.stat_result, before: int) -> bool:
+    """Last changed long enough before ``before`` (when it was read) for a change since to
+    show in its times (``RACY_NS``)."""
+    return max(st.st_mtime_ns, st.st_ctime_ns) < before - RACY_NS
 
 
 def _unlink(path: Path) -> bool:

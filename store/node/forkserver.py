@@ -28,6 +28,7 @@ import contextlib
 import ctypes
 import gc
 import json
+import math
 import os
 import select
 import signal
@@ -176,7 +177,9 @@ class Forkserver:
                 elif want:
                     return line
             left = deadline - time.monotonic()
-            if not select.select([fd], [], [], max(0.0, left))[0]:
+            poller = select.poll()  # not select: the node's descriptors may pass 1024
+            poller.register(fd, select.POLLIN)
+            if not poller.poll(max(0, math.ceil(left * 1000))):
                 return None
             data = os.read(fd, 65536)
             if not data:

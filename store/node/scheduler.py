@@ -45,6 +45,7 @@ from store.errors import InvalidInputError, RefineError, StorageError, VersionCo
 from store.host.processes import (
     ProcessRecord,
     ProcessRegistry,
+    create_time,
     same_pid,
     same_process,
     stop_process,
@@ -57,8 +58,9 @@ from store.journal.watch import JournalWatcher
 from store.model.execution import Execution
 from store.model.goal import MAX_NAME, PROCESS_GONE_METHOD
 from store.model.goals import Goal, GoalResult, Goals, check_name, goal_id_of_run
-from store.model.run import Run
+from store.model.run import Run, run_aggregate_id, run_from_stored
 from store.node.forkserver import Forkserver, cmdline
+from store.node.touched import TouchedGoals
 from store.node.wakeups import Relay, write_node_file
 from store.node.worker import EXIT_REFUSED, JOURNAL_ENV
 
@@ -69,6 +71,9 @@ EXIT_REPORT_S = 1.0  # how long to wait for the forkserver's word on a forked wo
 SAFETY_POLL_S = 2.0  # ticks happen on journal changes, and at least this often
 GONE_GRACE_S = 3.0  # while running, an exited worker is reconciled after this long (see tick)
 STOP_GRACE_S = 5.0
+# Housekeeping reads a running attempt's Run again when an event touched its Goal, and every
+# Run this often anyway (in one read): a safety net, as the safety poll is for wake-ups.
+FULL_LOOK_S = 60.0
 # The node's file watcher wakes this long after a commit's first write (the watcher's default
 # 20 ms collapses bursts for readers; the node collapses them itself, and each launch waited it).
 WAKE_STEP_MS = 2
@@ -90,14 +95,20 @@ class _Launch:
     pidfd: int | None = None  # readable once the worker exited: wakes the loop to reap it
     forked: tuple[int, float] | None = None
     token: str = ""  # the worker's: where its wake-ups go (``wakeups.Relay``)
+    # (pid, create time) of the process ``proc`` or ``pidfd`` holds on to: a record naming
+    # exactly these names that very process (``Node._held``)
+    identity: tuple[int, float] | None = None
 
     def alive(self) -> bool:
         if self.proc is not None:
             return self.proc.poll() is None
-        if self.forked is not None and self.pidfd is not None:
+        if self.pidfd is not None:
             # Readable once that very process exited (≈ 1 µs, where psutil reads /proc: a
-            # node running 1,000 attempts asks this of each on every tick).
-            return not select.select([self.pidfd], [], [], 0)[0]
+            # node running 1,000 attempts asks this of each on every tick). poll, not select:
+            # a node's descriptors pass 1024 with 1,000 attempts (select refuses those).
+            poller = select.poll()
+            poller.register(self.pidfd, select.POLLIN)
+            return not poller.poll(0)
         if self.forked is not None:
             return same_pid(*self.forked)
         return self.record is not None and same_process(self.record)
@@ -152,10 +163,18 @@ class Node:
         # serve() points these at its event loop, so a worker's exit wakes the node at once.
         self.watch_fd: Callable[[int], object] = lambda fd: None
         self.unwatch_fd: Callable[[int], object] = lambda fd: None
+        # Housekeeping reads an attempt's Run again only once its Goal changed (``TouchedGoals``):
+        # these records' Runs had no pending cancellation at the last look.
+        self._touched = TouchedGoals()
+        # Every launch's pidfd: those of workers that exited are ready (epoll keeps them in a
+        # list of their own: asking costs the same with 1 or 1,000 workers running).
+        self._pidfds = select.epoll()
+        self._no_cancel: dict[tuple[str, int], str] = {}  # (run, epoch) → its goal
+        self._full_look_at = 0.0  # when every Run is read again (monotonic)
         for rec in self.registry.all():  # workers of a previous run of this node
             goal_id = goal_id_of_run(rec.run_id)
             if goal_id and same_process(rec):
-                self.launched[goal_id] = _recorded(goal_id, rec)
+                self._hold(goal_id, _recorded(goal_id, rec))
 
     def close(self) -> None:
         """Close the journal, the forkserver and the node log; running workers run on."""
@@ -166,6 +185,7 @@ class Node:
             if launch.pidfd is not None:
                 os.close(launch.pidfd)
                 launch.pidfd = None
+        self._pidfds.close()
         self._handle.close()
         if self._log is not None:
             self._log.close()
@@ -212,13 +232,12 @@ class Node:
 
     def reap(self) -> None:
         """Forget workers that exited (remembering a refused start until the Goal changes)."""
+        alive = self._alive_now()
         for goal_id, launch in list(self.launched.items()):
-            if launch.alive():
+            if alive(launch):
                 continue
             del self.launched[goal_id]
-            if launch.pidfd is not None:
-                self.unwatch_fd(launch.pidfd)
-                os.close(launch.pidfd)
+            self._release(launch)
             if self._exit_code(launch) == EXIT_REFUSED:
                 self._refused[goal_id] = launch.goal_version
 
@@ -239,8 +258,15 @@ class Node:
         """
         now = time.monotonic()
         ended = []
+        held, alive = self._held(), self._alive_now()
         for rec in self.registry.all():
             key = (rec.run_id, rec.epoch)
+            launch = held.get((rec.pid, rec.create_time))
+            # A worker held here with that pid and create time is the recorded process: alive
+            # is then a poll of its pidfd, where same_process reads /proc.
+            if launch is not None and alive(launch):
+                self._gone_since.pop(key, None)  # (held: counted and woken already)
+                continue
             if same_process(rec):
                 self._gone_since.pop(key, None)
                 self._adopt(rec)
@@ -271,11 +297,14 @@ class Node:
         return result
 
     def cleanup_cancelled(self) -> list[GoalResult]:
-        """Stop this node's processes whose attempt has a pending cancellation; record it."""
+        """Stop this node's processes whose attempt has a pending cancellation; record it.
+
+        A record's Run is read (all in one read) when it is new here or its Goal changed since
+        it was last found with no cancellation pending (``_due``): a round with nothing new
+        reads the journal's new events and nothing else, whatever the attempts running.
+        """
         ended = []
-        for rec in self.registry.all():
-            if not self._cancel_pending(rec.run_id):
-                continue  # the common case, on one read
+        for rec in self._cancel_pending(self._due(self.registry.all())):
             goal, run = self._read(rec.run_id)
             if goal is None or run is None or run.cancel_requested is None:
                 continue
@@ -298,7 +327,8 @@ class Node:
 
     def schedule(self) -> list[str]:
         """Launch workers for queued Goals of this node, while capacity allows."""
-        room = self.capacity - sum(1 for launch in self.launched.values() if launch.alive())
+        alive = self._alive_now()
+        room = self.capacity - sum(1 for launch in self.launched.values() if alive(launch))
         if room <= 0:
             return []
         limit = room + len(self.launched) + len(self._refused)
@@ -334,6 +364,7 @@ class Node:
         for goal, argv, forked, token in zip(goals, argvs, forks, tokens, strict=True):
             if forked is not None:
                 launch = _Launch(goal.goal_id, goal.version, forked=forked, pidfd=_pidfd(forked[0]))
+                launch.identity = forked
             else:  # no forkserver for now: a fresh process (the same worker, only slower)
                 proc = subprocess.Popen(
                     argv,
@@ -344,10 +375,10 @@ class Node:
                     env=env,
                 )
                 launch = _Launch(goal.goal_id, goal.version, proc=proc, pidfd=_pidfd(proc.pid))
+                created = create_time(proc.pid)  # our unreaped child: the pid is still its own
+                launch.identity = None if created is None else (proc.pid, created)
             launch.token = token
-            self.launched[goal.goal_id] = launch
-            if launch.pidfd is not None:
-                self.watch_fd(launch.pidfd)
+            self._hold(goal.goal_id, launch)
 
     def _worker_argv(self, goal_id: str, token: str, round: int) -> list[str]:
         # A server URL may hold a password: the environment carries it, never the argv.
@@ -403,9 +434,46 @@ class Node:
         with self.journal.snapshot():
             return self.goals.read(goal_id), self.runs.read(run_id)
 
-    def _cancel_pending(self, run_id: str) -> bool:
-        run = self.runs.read(run_id) if goal_id_of_run(run_id) is not None else None
-        return run is not None and run.cancel_requested is not None
+    def _due(self, records: list[ProcessRecord]) -> list[ProcessRecord]:
+        """The records whose Run's cancellation ``cleanup_cancelled`` must look at now."""
+        touched = self._touched.since(self.journal)  # first: what changes after, it sees next
+        if touched is None or time.monotonic() >= self._full_look_at:
+            self._no_cancel.clear()  # another journal, the first look, or time: every Run read
+            self._full_look_at = time.monotonic() + FULL_LOOK_S
+        elif touched:
+            self._no_cancel = {k: g for k, g in self._no_cancel.items() if g not in touched}
+        if len(self._no_cancel) > len(records):  # some records are gone: forget them
+            keep = {(rec.run_id, rec.epoch) for rec in records}
+            self._no_cancel = {k: g for k, g in self._no_cancel.items() if k in keep}
+        return [
+            rec
+            for rec in records
+            if (rec.run_id, rec.epoch) not in self._no_cancel and goal_id_of_run(rec.run_id)
+        ]
+
+    def _cancel_pending(self, records: list[ProcessRecord]) -> list[ProcessRecord]:
+        """Those of ``records`` whose Run has a cancellation pending, on one read; the others
+        are not read again until their Goal changes (Execution-only Runs are not this node's)."""
+        if not records:
+            return []
+        found = self.journal.load_many([run_aggregate_id(rec.run_id) for rec in records])
+        pending = []
+        for rec in records:
+            stored = found.get(run_aggregate_id(rec.run_id))
+            if stored is not None and run_from_stored(stored).cancel_requested is not None:
+                pending.append(rec)
+            else:  # ``_due`` gave only records of a Goal's Run
+                self._no_cancel[rec.run_id, rec.epoch] = goal_id_of_run(rec.run_id) or ""
+        return pending
+
+    def _held(self) -> dict[tuple[int, float], _Launch]:
+        """The workers this node holds (its unreaped child, or a pidfd), by (pid, create
+        time): a record naming one of these names that very process."""
+        return {
+            launch.identity: launch
+            for launch in self.launched.values()
+            if launch.identity is not None and (launch.proc is not None or launch.pidfd is not None)
+        }
 
     def _ended_meanwhile(self, rec: ProcessRecord) -> bool:
         """Someone else (its worker, an operator) recorded this attempt's end meanwhile."""
@@ -433,7 +501,37 @@ class Node:
         recorded itself): counted, and woken, as the ones found at startup."""
         goal_id = goal_id_of_run(rec.run_id)
         if goal_id is not None and goal_id not in self.launched:
-            self.launched[goal_id] = _recorded(goal_id, rec)
+            self._hold(goal_id, _recorded(goal_id, rec))
+
+    def _hold(self, goal_id: str, launch: _Launch) -> None:
+        """Count ``launch`` as this node's worker of ``goal_id``; its pidfd polled and watched."""
+        replaced = self.launched.get(goal_id)
+        if replaced is not None:
+            self._release(replaced)
+        self.launched[goal_id] = launch
+        if launch.pidfd is not None:
+            self._pidfds.register(launch.pidfd, select.EPOLLIN)
+            self.watch_fd(launch.pidfd)
+
+    def _release(self, launch: _Launch) -> None:
+        """Let go of a launch's pidfd (its worker exited, or another took its place)."""
+        if launch.pidfd is not None:
+            self._pidfds.unregister(launch.pidfd)
+            self.unwatch_fd(launch.pidfd)
+            os.close(launch.pidfd)
+            launch.pidfd = None
+
+    def _alive_now(self) -> Callable[[_Launch], bool]:
+        """``_Launch.alive`` for every launch at once: the pidfds polled together (one system
+        call, not one a worker: 1,000 attempts)."""
+        exited = {fd for fd, _ in self._pidfds.poll(0, maxevents=len(self.launched) + 1)}
+
+        def alive(launch: _Launch) -> bool:
+            if launch.proc is None and launch.pidfd is not None:
+                return launch.pidfd not in exited
+            return launch.alive()
+
+        return alive
 
     def _forget(self, rec: ProcessRecord) -> None:
         self.registry.remove(rec.run_id, rec.epoch)
@@ -590,9 +688,20 @@ def _reserve_state_dir(registry: ProcessRegistry) -> None:
 
 
 def _recorded(goal_id: str, rec: ProcessRecord) -> _Launch:
-    """A worker known by its process record (a previous run of this node launched it)."""
+    """A worker known by its process record (a previous run of this node launched it), held
+    by a pidfd when one opens on the recorded process: then it is watched as those launched."""
     token = rec.worker.rpartition("/")[2]  # worker_name: "<node>/<token>"
-    return _Launch(goal_id, 0, record=rec, token=token)
+    launch = _Launch(goal_id, 0, record=rec, token=token)
+    pidfd = _pidfd(rec.pid)
+    if pidfd is None:
+        return launch
+    # Opened first, then checked: the recorded process held this pid from before its record
+    # until the check, so across the open too, and the pidfd is that process's.
+    if same_process(rec):
+        launch.pidfd, launch.identity = pidfd, (rec.pid, rec.create_time)
+    else:
+        os.close(pidfd)
+    return launch
 
 
 def _forking() -> bool:
