@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import sqlite3
 import subprocess
 import time
 from collections.abc import Iterator
@@ -25,6 +26,7 @@ from store.journal.api import Journal
 from store.journal.postgres import PostgresJournal
 from store.model.goals import Goals
 from store.node.scheduler import Node
+from store.node.touched import TouchedGoals
 from tests.conftest import postgres_location
 from tests.helpers.node_env import HANG, Env
 from tests.helpers.waits import wait_until
@@ -251,3 +253,27 @@ def test_a_node_with_descriptors_past_1024_still_sees_its_workers_run(env: Env) 
     finally:
         for fd in spare:
             os.close(fd)
+
+
+def test_a_journal_that_went_back_is_read_whole_again(tmp_path: Path) -> None:
+    """A journal whose events now end before the cursor (a backup restored in place under
+    the same id) holds what was never read here: which Goals changed is unknown (None, so
+    the node reads every Run), and the cursor goes on from where the journal now ends."""
+    path = tmp_path / "journal.db"
+
+    def add(journal: Journal, goal_id: str) -> None:
+        Goals(journal).create(goal_id=goal_id, title=goal_id, node_id="n1", argv=["true"])
+
+    with Journal.open(path) as writer, Journal.open(path) as journal:
+        add(writer, "a")
+        touched = TouchedGoals()
+        assert touched.since(journal) is None  # a journal first seen: unknown
+        before_b = writer.last_sequence()
+        add(writer, "b")
+        assert touched.since(journal) == {"b"}
+        with contextlib.closing(sqlite3.connect(path)) as raw, raw:  # the backup from before b
+            raw.execute("DELETE FROM events WHERE sequence > ?", (before_b,))
+        assert touched.since(journal) is None
+        assert touched.since(journal) == set()  # from where it now ends
+        add(writer, "c")
+        assert touched.since(journal) == {"c"}
