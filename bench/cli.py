@@ -75,17 +75,11 @@ def measure(runs: int = 30) -> dict[str, float]:
         env = _env(Path(scratch) / "pycache")
         journal = _small_journal(Path(scratch), "journal.db", 10)
         to_cancel = _small_journal(Path(scratch), "cancel.db", runs + 1)
-        refine = [sys.executable, "-m", "refine_tui.cli", "--node", "n1", "--journal"]
 
         def argv(name: str, n: int) -> tuple[list[str], int]:
             if name == "script":
                 return [str(SCRIPT), "--node", "n1", "--journal", str(journal), "goals"], 0
-            if name == "bare":
-                return [sys.executable, "-c", "pass"], 0
-            if name == "cancel":
-                return [*refine, str(to_cancel), "cancel", f"g{n}", "--reason", "bench"], 0
-            rest = {"goals": ["goals"], "show": ["show", "g1"], "stop": ["stop", "g1"]}[name]
-            return [*refine, str(journal), *rest], 1 if name == "stop" else 0
+            return _argv(name, n, journal, to_cancel)
 
         names = ("bare", *COMMANDS, *(["script"] if SCRIPT.exists() else []))
         for name in names:  # warm: .pyc files and the page cache
@@ -168,13 +162,12 @@ def compare(trees: list[str], runs: int) -> dict[str, dict[str, float]]:
         journal = _small_journal(Path(scratch), "journal.db", 10)
         to_cancel = {t: _small_journal(Path(scratch), f"cancel{i}.db", runs + 1)
                      for i, t in enumerate(trees)}  # fmt: skip
-        for n in range(-1, runs):  # -1: the warm-up round
+        for n in (runs, *range(runs)):  # first the warm-up round (its own goal to cancel)
             for tree in trees:
                 env = {**base, "PYTHONPATH": os.path.abspath(tree)}
                 for name in ("bare", *COMMANDS):
-                    command, expect = _argv(name, n, journal, to_cancel[tree])
-                    _, cpu = _wall(command, expect, env=env)
-                    if n >= 0:
+                    _, cpu = _wall(*_argv(name, n, journal, to_cancel[tree]), env=env)
+                    if n < runs:
                         cpus.setdefault((tree, name), []).append(cpu)
     return {
         tree: {name: statistics.median(cpus[(tree, name)]) * 1000 for name in ("bare", *COMMANDS)}
@@ -183,11 +176,13 @@ def compare(trees: list[str], runs: int) -> dict[str, dict[str, float]]:
 
 
 def _argv(name: str, n: int, journal: Path, to_cancel: Path) -> tuple[list[str], int]:
+    """Run ``n``'s command line for ``name`` and the exit code it must end with (``cancel``
+    cancels goal ``g<n>`` of ``to_cancel``: a fresh queued one each run)."""
     refine = [sys.executable, "-m", "refine_tui.cli", "--node", "n1", "--journal"]
     if name == "bare":
         return [sys.executable, "-c", "pass"], 0
     if name == "cancel":
-        return [*refine, str(to_cancel), "cancel", f"g{n + 1}", "--reason", "bench"], 0
+        return [*refine, str(to_cancel), "cancel", f"g{n}", "--reason", "bench"], 0
     rest = {"goals": ["goals"], "show": ["show", "g1"], "stop": ["stop", "g1"]}[name]
     return [*refine, str(journal), *rest], 1 if name == "stop" else 0
 
