@@ -15,13 +15,23 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Literal, Protocol, Self, runtime_checkable
 
-from store.journal.core import MAX_PAGE, Change, Decide, Event, EventRecord, Outcome, Stored
+from store.journal.core import (
+    MAX_PAGE,
+    Change,
+    Command,
+    Decide,
+    Event,
+    EventRecord,
+    Outcome,
+    Stored,
+)
 from store.journal.locations import BACKENDS as BACKENDS  # the registry, by URL scheme
 from store.journal.locations import JournalLocation, Location
 
 if TYPE_CHECKING:  # asyncio is imported where wake-ups run: a quick CLI never loads it
     import asyncio
 
+    from store.errors import RefineError
     from store.journal.presence import Beat, Presence
 
 __all__ = [
@@ -29,6 +39,7 @@ __all__ = [
     "Backend",
     "Change",
     "ChangeSource",
+    "Command",
     "Decide",
     "Event",
     "EventRecord",
@@ -165,6 +176,12 @@ class Journal(Protocol):
         decide: Decide,
     ) -> Outcome:
         """Run one command atomically (``store.journal.core.run_command``: the refusal order)."""
+        ...
+
+    def execute_batch(self, commands: Sequence[Command]) -> list[Outcome | RefineError]:
+        """Run ``commands`` in one transaction, in order, each as ``execute`` runs it alone (its
+        own receipt, events, and refusal: a refused command writes nothing, the others commit).
+        A StorageError fails the whole batch, and nothing is written."""
         ...
 
     def load(self, aggregate_id: str) -> Stored | None: ...

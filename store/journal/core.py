@@ -82,6 +82,17 @@ class Outcome:
 
 Decide = Callable[[Mapping[str, Stored | None]], Sequence[Change]]
 
+
+@dataclass(frozen=True)
+class Command:
+    """One command of a batch (``Journal.execute_batch``): what ``Journal.execute`` takes."""
+
+    command_id: str
+    payload: Mapping[str, Any]
+    expected: Mapping[str, int | None]
+    decide: Decide
+
+
 # An aggregate kind's fold: its events (oldest first) → the state they imply. Registered by the
 # models (run_model, goal_model); a replay uses it to rebuild a compact receipt's state.
 Fold = Callable[[list[Event]], Any]

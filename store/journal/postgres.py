@@ -34,9 +34,9 @@ import re
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import psycopg
 from psycopg import errors as pgerrors
@@ -51,6 +51,7 @@ from store.errors import (
     JournalNotPermittedError,
     JournalReadOnlyError,
     NotAJournalError,
+    RefineError,
     ServerFullError,
     StorageError,
     StorageUnreachableError,
@@ -61,6 +62,7 @@ from store.journal.core import (
     COPY_BATCH,
     COPY_TABLES,
     MAX_PAGE,
+    Command,
     Decide,
     Event,
     EventRecord,
@@ -92,6 +94,7 @@ _IDLE = psycopg.pq.TransactionStatus.IDLE
 _NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")  # store.names' rule, ASCII: a node id
 _UNPREPARED = pgerrors.InvalidSqlStatementName
 _RETRIES = 8  # a lost race on a new row, a deadlock or a serialization failure: run it again
+_T = TypeVar("_T")
 
 # A decided command's writes in one call (``_PostgresCommand.write``): the sequences are taken
 # from the head row here, so the client sends its writes without waiting for them. ``writes`` is
@@ -665,21 +668,34 @@ class PostgresJournal(Journal):
         if self.read_only:
             raise JournalReadOnlyError("journal is open read-only", **first_ids(expected))
         key = command_key(payload, expected)
+        return self._retrying(lambda: self._execute_once(command_id, key, expected, decide))
+
+    def execute_batch(self, commands: Sequence[Command]) -> list[Outcome | RefineError]:
+        """Run ``commands`` in one transaction, each in a savepoint: its own receipt, events,
+        NOTIFY and refusal (a refused command is rolled back to its savepoint, the others
+        commit). A StorageError fails the whole batch, and nothing is written."""
+        if self._closed:
+            raise JournalClosedError("journal is closed")
+        if self.read_only:
+            raise JournalReadOnlyError("journal is open read-only")
+        keys = [command_key(c.payload, c.expected) for c in commands]
+        return self._retrying(lambda: self._execute_batch_once(commands, keys))
+
+    def _retrying(self, once: Callable[[], _T]) -> _T:
+        """``once()``, again on a new connection when the one it reused was lost (a command id
+        makes a command that did commit replay, so it never applies twice), or once more when
+        the session lost its prepared statements (DEALLOCATE ALL, DISCARD ALL)."""
         with self._in_use():
             reconnected = reprepared = False
             for attempt in range(_RETRIES):
                 reused = self._conn is not None
                 try:
                     with self._storage_errors():
-                        return self._execute_once(command_id, key, expected, decide)
+                        return once()
                 except StorageError as exc:
-                    # A lost connection: once more on a new one (the command id makes a command
-                    # that did commit replay, so it never applies twice).
                     if not reconnected and self._dropped(reused) and not self._snapshots:
                         reconnected = True
                         continue
-                    # The session lost the prepared statements (DEALLOCATE ALL, DISCARD ALL):
-                    # prepare them again and rerun the command (it was rolled back).
                     if not reprepared and isinstance(exc.__cause__, _UNPREPARED):
                         reprepared, self._cursor = True, None
                         continue
@@ -704,6 +720,34 @@ class PostgresJournal(Journal):
         except BaseException:
             # A refusal, or a failed statement (which skipped the rest of its query string,
             # COMMIT included): end the transaction so the connection is clean for what follows.
+            if not conn.broken and not conn.closed and conn.info.transaction_status != _IDLE:
+                with contextlib.suppress(psycopg.Error):
+                    conn.execute("ROLLBACK")
+            raise
+
+    def _execute_batch_once(
+        self, commands: Sequence[Command], keys: Sequence[str]
+    ) -> list[Outcome | RefineError]:
+        conn = self._connection()
+        cur = self._command_cursor(conn)
+        results: list[Outcome | RefineError] = []
+        try:
+            cur.execute("BEGIN")
+            for command, key in zip(commands, keys, strict=True):
+                tx = _PostgresCommand(cur, self._s, self.channel, command.command_id, batch=True)
+                try:
+                    results.append(
+                        run_command(tx, command.command_id, key, command.expected, command.decide)
+                    )
+                except StorageError:
+                    raise
+                except RefineError as exc:  # this command's refusal: it alone writes nothing
+                    cur.execute("ROLLBACK TO SAVEPOINT command")
+                    results.append(exc)
+                cur.execute("RELEASE SAVEPOINT command")
+            cur.execute("COMMIT")
+            return results
+        except BaseException:
             if not conn.broken and not conn.closed and conn.info.transaction_status != _IDLE:
                 with contextlib.suppress(psycopg.Error):
                     conn.execute("ROLLBACK")
@@ -1009,9 +1053,18 @@ class _PostgresCommand:
     """The storage steps of one command inside its transaction (see ``CommandTx``)."""
 
     def __init__(
-        self, cur: psycopg.ClientCursor[Any], schema: str, channel: str, command_id: str
+        self,
+        cur: psycopg.ClientCursor[Any],
+        schema: str,
+        channel: str,
+        command_id: str,
+        *,
+        batch: bool = False,
     ) -> None:
+        """``batch``: one command of ``execute_batch``, in a savepoint of its open transaction
+        (which commits once, after the last command)."""
         self.cur = cur
+        self._begin, self._end = ("SAVEPOINT command", "") if batch else ("BEGIN", "; COMMIT")
         self.s = schema
         self.channel = channel
         self.command_id = command_id
@@ -1028,7 +1081,8 @@ class _PostgresCommand:
         # PostgreSQL plans it once (``= ANY`` of an array is planned again each time).
         one = len(aggregate_ids) == 1
         cur.execute(
-            f"BEGIN; EXECUTE refine_lock{'_one' if one else ''}(%s); EXECUTE refine_receipt(%s)",
+            f"{self._begin}; EXECUTE refine_lock{'_one' if one else ''}(%s);"
+            " EXECUTE refine_receipt(%s)",
             (aggregate_ids[0] if one else list(aggregate_ids), self.command_id),
         )
         cur.nextset()
@@ -1059,7 +1113,7 @@ class _PostgresCommand:
             for r, last in zip(writes.rows, writes.last_events, strict=True)
         ]
         self.cur.execute(
-            "EXECUTE refine_write(%s, %s, %s, %s, %s, %s); COMMIT",
+            f"EXECUTE refine_write(%s, %s, %s, %s, %s, %s){self._end}",
             (
                 writes.command_id,
                 writes.key,

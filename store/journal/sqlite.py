@@ -29,6 +29,7 @@ from store.errors import (
     JournalMissingError,
     JournalReadOnlyError,
     NotAJournalError,
+    RefineError,
     StorageError,
     StorageUnreachableError,
     TargetNotEmptyError,
@@ -41,6 +42,7 @@ from store.journal.core import (
     MAX_SAFE_INTEGER,
     AggregateRow,
     Change,
+    Command,
     Decide,
     Event,
     EventRecord,
@@ -410,6 +412,38 @@ class SqliteJournal(Journal):
         if self.read_only:
             raise JournalReadOnlyError("journal is open read-only", **first_ids(expected))
         key = command_key(payload, expected)
+        with self._write_transaction() as conn:
+            return run_command(_SqliteCommand(conn, command_id), command_id, key, expected, decide)
+
+    def execute_batch(self, commands: Sequence[Command]) -> list[Outcome | RefineError]:
+        """Run ``commands`` in one transaction, each as ``execute`` runs it alone: its own
+        receipt, events and refusal (a refused command writes nothing, the others commit), in
+        order. One commit for all (ADR-003's transactional batching). A StorageError fails the
+        whole batch: nothing is written."""
+        self._connection()
+        if self.read_only:
+            raise JournalReadOnlyError("journal is open read-only")
+        keys = [command_key(c.payload, c.expected) for c in commands]
+        results: list[Outcome | RefineError] = []
+        with self._write_transaction() as conn:
+            for command, key in zip(commands, keys, strict=True):
+                conn.execute("SAVEPOINT command")
+                tx = _SqliteCommand(conn, command.command_id)
+                try:
+                    results.append(
+                        run_command(tx, command.command_id, key, command.expected, command.decide)
+                    )
+                except StorageError:
+                    raise
+                except RefineError as exc:  # this command's refusal: it alone writes nothing
+                    conn.execute("ROLLBACK TO command")
+                    results.append(exc)
+                conn.execute("RELEASE command")
+        return results
+
+    @contextmanager
+    def _write_transaction(self) -> Iterator[sqlite3.Connection]:
+        """``BEGIN IMMEDIATE`` … ``COMMIT`` (rolled back on any error)."""
         with self._lock, _storage_errors():
             conn = self._connection()
             conn.execute("BEGIN IMMEDIATE")
@@ -421,10 +455,8 @@ class SqliteJournal(Journal):
                         f"journal {self.path} was deleted or replaced since it was opened:"
                         " reopen it"
                     )
-                tx = _SqliteCommand(conn, command_id)
-                outcome = run_command(tx, command_id, key, expected, decide)
+                yield conn
                 conn.execute("COMMIT")
-                return outcome
             except BaseException:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")

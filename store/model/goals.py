@@ -34,10 +34,11 @@ from store.errors import (
     GoalTerminalError,
     InvalidInputError,
     NotThisNodeError,
+    RefineError,
     RunNotFoundError,
     VersionConflictError,
 )
-from store.journal.api import Change, Journal, Outcome, Stored
+from store.journal.api import Change, Command, Journal, Outcome, Stored
 from store.model.execution import (
     Attempt,
     Run,
@@ -103,6 +104,17 @@ __all__ = [
 
 
 SETTLE_OUTCOMES = ("completed", "failed", "cancelled")
+
+
+@dataclass(frozen=True)
+class Start:
+    """One claim of ``Goals.start_many``: what ``Goals.start`` takes."""
+
+    goal_id: str
+    node_id: str
+    worker: str
+    token: str
+    round: int | None = None
 
 
 @dataclass(frozen=True)
@@ -456,22 +468,68 @@ class Goals:
         Refused when the Goal is not queued, names another node, or its round moved on
         (``round``: the round the caller was launched for). The first start to commit wins.
         """
+        command, run_id = self._start_command(Start(goal_id, node_id, worker, token, round))
+        outcome = self._journal.execute(
+            command_id=command.command_id,
+            payload=command.payload,
+            expected=command.expected,
+            decide=command.decide,
+        )
+        return self._started(goal_id, run_id, outcome)
+
+    def start_many(self, starts: Sequence[Start]) -> builtins.list[GoalResult | RefineError]:
+        """Several starts in one transaction, in order (a node claiming for the workers it
+        launched together: ADR-003's batching of transitions). Each is the very command its
+        ``start`` would be (the same command id, so a repeat of either replays), with its own
+        receipt, events and refusal: a refused start, or an invalid one, writes nothing and is
+        returned in its place. A StorageError fails them all: nothing is written."""
+        prepared: builtins.list[tuple[Start, str] | RefineError] = []
+        commands: builtins.list[Command] = []
+        for start in starts:
+            try:
+                command, run_id = self._start_command(start)
+            except RefineError as exc:
+                prepared.append(exc)
+                continue
+            prepared.append((start, run_id))
+            commands.append(command)
+        outcomes = iter(self._journal.execute_batch(commands) if commands else ())
+        results: builtins.list[GoalResult | RefineError] = []
+        for item in prepared:
+            outcome = item if isinstance(item, RefineError) else next(outcomes)
+            if isinstance(outcome, RefineError):
+                results.append(outcome)
+            else:
+                start, run_id = item  # type: ignore[misc]
+                results.append(self._started(start.goal_id, run_id, outcome))
+        return results
+
+    def _start_command(self, start: Start) -> tuple[Command, str]:
+        """``start``'s command (validated), and the id of the Run it claims."""
+        goal_id, node_id = start.goal_id, start.node_id
         check_name(goal_id, "goal_id")
         check_name(node_id, "node_id")
-        check_identifier(token, "token")
-        if round is not None:
-            check_integer(round, "round", 1, MAX_ROUND)
+        check_identifier(start.token, "token")
+        if start.round is not None:
+            check_integer(start.round, "round", 1, MAX_ROUND)
         # A worker names its round: no need to read the Goal first (the decision reads it).
-        run_id = run_id_for(goal_id, round) if round is not None else self._run_id_of(goal_id)
+        run_id = (
+            run_id_for(goal_id, start.round)
+            if start.round is not None
+            else self._run_id_of(goal_id)
+        )
+        worker = start.worker
         claim = validate_run_command("claim", {"run_id": run_id, "worker": worker})
         payload = {"op": "goal.start", "goal_id": goal_id, "node_id": node_id, "worker": worker}
-        outcome = self._execute(
-            _command_id(f"run:{run_id}:claim:{token}"),
+        command = Command(
+            _command_id(f"run:{run_id}:claim:{start.token}"),
             payload,
-            goal_id,
-            [run_id],
+            {goal_aggregate_id(goal_id): None, run_aggregate_id(run_id): None},
             lambda loaded: _decide_start(goal_id, node_id, run_id, claim, loaded),
         )
+        return command, run_id
+
+    def _started(self, goal_id: str, run_id: str, outcome: Outcome) -> GoalResult:
         result = self._result(goal_id, run_id, outcome)
         attempt = result.run.attempts[-1] if result.run and result.run.attempts else None
         return GoalResult(result.goal, result.run, result.replayed, attempt)
