@@ -6,6 +6,7 @@
     python -m bench --only latency-pg   # commit → row with the journal on PostgreSQL
     python -m bench --only million      # the 1,000,000-goal journal (issue 27)
     python -m bench --only fanout       # PostgreSQL: server CPU per commit, 1+1 vs 10+5 listeners
+    python -m bench --only batch        # 100 claims: one commit each, or one transaction
 
 Each benchmark module also runs alone (``python -m bench.latency`` …) with its own options.
 """
@@ -16,12 +17,15 @@ import argparse
 import datetime
 import platform
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from bench import (
     attempts,
+    batch,
     bulk,
     claims,
     cli,
@@ -137,6 +141,16 @@ def run_million(s: Settings) -> list[Row]:
     return million.rows(million.measure(size, 1000, mid, 7 if full else 3, set(), log=_log))
 
 
+def run_batch(s: Settings) -> list[Row]:
+    rounds = 7 if s.samples >= 100 else 3
+    out: list[Row] = []
+    for sync in ("FULL", "NORMAL"):
+        with tempfile.TemporaryDirectory(prefix="refine-bench-") as folder:
+            measured = batch.measure(str(Path(folder) / "j.db"), 100, rounds, synchronous=sync)
+            out += batch.rows(f"SQLite {sync}", 100, measured)
+    return out
+
+
 def run_fanout(s: Settings) -> list[Row]:
     seconds = 20.0 if s.samples >= 100 else 10.0
     return fanout.rows([fanout.measure(n, f, 50.0, seconds) for n, f in ((1, 1), (10, 5))])
@@ -156,6 +170,7 @@ BENCHMARKS: dict[str, Callable[[Settings], list[Row]]] = {
     "scale": run_scale,
     "million": run_million,
     "fanout": run_fanout,
+    "batch": run_batch,
 }
 
 

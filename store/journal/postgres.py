@@ -714,7 +714,7 @@ class PostgresJournal(Journal):
         tx = _PostgresCommand(self._command_cursor(conn), self._s, self.channel, command_id)
         try:
             outcome = run_command(tx, command_id, key, expected, decide)
-            if not tx.committed:  # a replay: it wrote nothing
+            if not tx.wrote:  # a replay: it wrote nothing
                 tx.cur.execute("COMMIT")
             return outcome
         except BaseException:
@@ -742,9 +742,11 @@ class PostgresJournal(Journal):
                 except StorageError:
                     raise
                 except RefineError as exc:  # this command's refusal: it alone writes nothing
-                    cur.execute("ROLLBACK TO SAVEPOINT command")
+                    cur.execute("ROLLBACK TO SAVEPOINT command; RELEASE SAVEPOINT command")
                     results.append(exc)
-                cur.execute("RELEASE SAVEPOINT command")
+                    continue
+                if not tx.wrote:  # a replay (a write releases its savepoint itself)
+                    cur.execute("RELEASE SAVEPOINT command")
             cur.execute("COMMIT")
             return results
         except BaseException:
@@ -1064,11 +1066,13 @@ class _PostgresCommand:
         """``batch``: one command of ``execute_batch``, in a savepoint of its open transaction
         (which commits once, after the last command)."""
         self.cur = cur
-        self._begin, self._end = ("SAVEPOINT command", "") if batch else ("BEGIN", "; COMMIT")
+        self._begin, self._end = ("BEGIN", "; COMMIT")
+        if batch:
+            self._begin, self._end = ("SAVEPOINT command", "; RELEASE SAVEPOINT command")
         self.s = schema
         self.channel = channel
         self.command_id = command_id
-        self.committed = False
+        self.wrote = False  # its write ran (in a batch: its savepoint released, not committed)
         self._receipt: tuple[str, str] | None = None
         self._nodes_before: dict[str, str | None] = {}  # each loaded aggregate's node
 
@@ -1125,7 +1129,7 @@ class _PostgresCommand:
         )
         row = self.cur.fetchone()
         assert row is not None
-        self.committed = True
+        self.wrote = True
         last, n = int(row[0]), len(writes.events)
         return list(range(last - n + 1, last + 1))
 

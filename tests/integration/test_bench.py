@@ -72,6 +72,18 @@ async def test_latency_probe_on_postgresql_wakes_on_notify(postgres_server: Post
     )
 
 
+def test_the_batch_bench_claims_every_goal_both_ways(tmp_path: Path) -> None:
+    from bench import batch
+
+    path = tmp_path / "journal.db"
+    m = batch.measure(str(path), 5, 2, synchronous="NORMAL")
+    assert {way: len(timings) for way, timings in m.items()} == {"one by one": 2, "batched": 2}
+    with Journal.open(path, create=False) as journal:
+        assert journal.count("goal", "running") == 20 and journal.count("goal") == 20
+        assert check_journal(journal).clean
+    assert "×" in batch.rows("SQLite NORMAL", 5, m)[0][1]
+
+
 def test_lifecycle_runs_every_system_and_counts_pages() -> None:
     from bench import lifecycle
 
