@@ -73,6 +73,9 @@ from store.node.worker import EXIT_REFUSED, JOURNAL_ENV, worker_name
 # Workers are forked from the warm forkserver unless this is "0" (then each is a fresh process,
 # the design before; also the fallback when no forkserver can start).
 FORKSERVER_ENV = "REFINE_FORKSERVER"
+# The node takes its workers' claims at its claim desk unless this is "0" (then each worker
+# claims by itself, the design before; also the fallback when no desk can be made).
+CLAIM_DESK_ENV = "REFINE_CLAIM_DESK"
 EXIT_REPORT_S = 1.0  # how long to wait for the forkserver's word on a forked worker's exit
 SAFETY_POLL_S = 2.0  # ticks happen on journal changes, and at least this often
 GONE_GRACE_S = 3.0  # while running, an exited worker is reconciled after this long (see tick)
@@ -441,6 +444,8 @@ class Node:
         """The desk the workers ask for their claims, and its thread (started on first use);
         None when no socket can be made (each worker then claims by itself)."""
         if self._desk is None:
+            if os.environ.get(CLAIM_DESK_ENV) == "0":
+                return None
             try:
                 self._desk = ClaimDesk()
             except OSError as exc:
