@@ -178,14 +178,10 @@ class Journal(Protocol):
         """Run one command atomically (``store.journal.core.run_command``: the refusal order)."""
         ...
 
-    def execute_batch(
-        self, commands: Sequence[Command], *, poll_lock_s: float | None = None
-    ) -> list[Outcome | RefineError]:
+    def execute_batch(self, commands: Sequence[Command]) -> list[Outcome | RefineError]:
         """Run ``commands`` in one transaction, in order, each as ``execute`` runs it alone (its
         own receipt, events, and refusal: a refused command writes nothing, the others commit).
-        A StorageError fails the whole batch, and nothing is written. ``poll_lock_s``: wait
-        for a write lock held elsewhere by asking every ``poll_lock_s`` (SQLite; a server's
-        lock waits queue already)."""
+        A StorageError fails the whole batch, and nothing is written."""
         ...
 
     def load(self, aggregate_id: str) -> Stored | None: ...

@@ -670,13 +670,10 @@ class PostgresJournal(Journal):
         key = command_key(payload, expected)
         return self._retrying(lambda: self._execute_once(command_id, key, expected, decide))
 
-    def execute_batch(
-        self, commands: Sequence[Command], *, poll_lock_s: float | None = None
-    ) -> list[Outcome | RefineError]:
+    def execute_batch(self, commands: Sequence[Command]) -> list[Outcome | RefineError]:
         """Run ``commands`` in one transaction, each in a savepoint: its own receipt, events,
         NOTIFY and refusal (a refused command is rolled back to its savepoint, the others
-        commit). A StorageError fails the whole batch, and nothing is written. Lock waits
-        queue here: ``poll_lock_s`` changes nothing."""
+        commit). A StorageError fails the whole batch, and nothing is written."""
         if self._closed:
             raise JournalClosedError("journal is closed")
         if self.read_only:

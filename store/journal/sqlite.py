@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
-import time
 import urllib.parse
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -247,26 +246,6 @@ def _storage_errors() -> _StorageErrors:
     return _STORAGE_ERRORS
 
 
-def _begin_polling(conn: sqlite3.Connection, poll_s: float) -> None:
-    """``BEGIN IMMEDIATE``, asking again every ``poll_s`` while another connection writes, for
-    as long as the connection's busy timeout (which is 0 meanwhile)."""
-    (busy_ms,) = conn.execute("PRAGMA busy_timeout").fetchone()
-    deadline = time.monotonic() + busy_ms / 1000
-    conn.execute("PRAGMA busy_timeout = 0")
-    try:
-        while True:
-            try:
-                conn.execute("BEGIN IMMEDIATE")
-                return
-            except sqlite3.OperationalError as exc:
-                code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
-                if code not in _LOCKED_CODES or time.monotonic() >= deadline:
-                    raise
-            time.sleep(poll_s)
-    finally:
-        conn.execute(f"PRAGMA busy_timeout = {int(busy_ms)}")
-
-
 def _check_utf8(file: Path) -> None:
     """SQLite names files in UTF-8: a path with no UTF-8 form is refused before anything."""
     try:
@@ -436,23 +415,17 @@ class SqliteJournal(Journal):
         with self._write_transaction() as conn:
             return run_command(_SqliteCommand(conn, command_id), command_id, key, expected, decide)
 
-    def execute_batch(
-        self, commands: Sequence[Command], *, poll_lock_s: float | None = None
-    ) -> list[Outcome | RefineError]:
+    def execute_batch(self, commands: Sequence[Command]) -> list[Outcome | RefineError]:
         """Run ``commands`` in one transaction, each as ``execute`` runs it alone: its own
         receipt, events and refusal (a refused command writes nothing, the others commit), in
         order. One commit for all (ADR-003's transactional batching). A StorageError fails the
-        whole batch: nothing is written.
-
-        ``poll_lock_s``: wait for a write lock another connection holds by asking for it every
-        ``poll_lock_s`` (for as long as a command waits), not by SQLite's own wait, which sleeps
-        up to 100 ms at a time: against a writer committing in a loop that wait can last."""
+        whole batch: nothing is written."""
         self._connection()
         if self.read_only:
             raise JournalReadOnlyError("journal is open read-only")
         keys = [command_key(c.payload, c.expected) for c in commands]
         results: list[Outcome | RefineError] = []
-        with self._write_transaction(poll_lock_s) as conn:
+        with self._write_transaction() as conn:
             for command, key in zip(commands, keys, strict=True):
                 conn.execute("SAVEPOINT command")
                 tx = _SqliteCommand(conn, command.command_id)
@@ -469,15 +442,11 @@ class SqliteJournal(Journal):
         return results
 
     @contextmanager
-    def _write_transaction(self, poll_lock_s: float | None = None) -> Iterator[sqlite3.Connection]:
-        """``BEGIN IMMEDIATE`` … ``COMMIT`` (rolled back on any error); see ``execute_batch``
-        for ``poll_lock_s``."""
+    def _write_transaction(self) -> Iterator[sqlite3.Connection]:
+        """``BEGIN IMMEDIATE`` … ``COMMIT`` (rolled back on any error)."""
         with self._lock, _storage_errors():
             conn = self._connection()
-            if poll_lock_s is None:
-                conn.execute("BEGIN IMMEDIATE")
-            else:
-                _begin_polling(conn, poll_lock_s)
+            conn.execute("BEGIN IMMEDIATE")
             try:
                 # An unlinked or replaced file still accepts writes through our old handle:
                 # they would be lost (or mixed into the new file through its -wal). Refuse.

@@ -477,15 +477,12 @@ class Goals:
         )
         return self._started(goal_id, run_id, outcome)
 
-    def start_many(
-        self, starts: Sequence[Start], *, poll_lock_s: float | None = None
-    ) -> builtins.list[GoalResult | RefineError]:
+    def start_many(self, starts: Sequence[Start]) -> builtins.list[GoalResult | RefineError]:
         """Several starts in one transaction, in order (a node claiming for the workers it
         launched together: ADR-003's batching of transitions). Each is the very command its
         ``start`` would be (the same command id, so a repeat of either replays), with its own
         receipt, events and refusal: a refused start, or an invalid one, writes nothing and is
-        returned in its place. A StorageError fails them all: nothing is written.
-        ``poll_lock_s``: see ``Journal.execute_batch``."""
+        returned in its place. A StorageError fails them all: nothing is written."""
         prepared: builtins.list[tuple[Start, str] | RefineError] = []
         commands: builtins.list[Command] = []
         for start in starts:
@@ -496,8 +493,7 @@ class Goals:
                 continue
             prepared.append((start, run_id))
             commands.append(command)
-        batch = self._journal.execute_batch(commands, poll_lock_s=poll_lock_s) if commands else []
-        outcomes = iter(batch)
+        outcomes = iter(self._journal.execute_batch(commands) if commands else ())
         results: builtins.list[GoalResult | RefineError] = []
         for item in prepared:
             outcome = item if isinstance(item, RefineError) else next(outcomes)

@@ -35,19 +35,13 @@ import select
 import signal
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import IO
 
-from store.errors import (
-    InvalidInputError,
-    RefineError,
-    StorageError,
-    VersionConflictError,
-)
+from store.errors import InvalidInputError, RefineError, StorageError, VersionConflictError
 from store.host.processes import (
     ProcessRecord,
     ProcessRegistry,
@@ -63,19 +57,16 @@ from store.journal.slots import KEPT, SLOTS_ENV, ConnectionSlots, max_connection
 from store.journal.watch import JournalWatcher
 from store.model.execution import Execution
 from store.model.goal import MAX_NAME, PROCESS_GONE_METHOD
-from store.model.goals import Goal, GoalResult, Goals, Start, check_name, goal_id_of_run
+from store.model.goals import Goal, GoalResult, Goals, check_name, goal_id_of_run
 from store.model.run import Run, run_aggregate_id, run_from_stored
 from store.node.forkserver import Forkserver, cmdline
 from store.node.touched import TouchedGoals
-from store.node.wakeups import CLAIMED, Asked, ClaimDesk, Relay, write_node_file
-from store.node.worker import EXIT_REFUSED, JOURNAL_ENV, worker_name
+from store.node.wakeups import Relay, write_node_file
+from store.node.worker import EXIT_REFUSED, JOURNAL_ENV
 
 # Workers are forked from the warm forkserver unless this is "0" (then each is a fresh process,
 # the design before; also the fallback when no forkserver can start).
 FORKSERVER_ENV = "REFINE_FORKSERVER"
-# The node takes its workers' claims at its claim desk unless this is "0" (then each worker
-# claims by itself, the design before; also the fallback when no desk can be made).
-CLAIM_DESK_ENV = "REFINE_CLAIM_DESK"
 EXIT_REPORT_S = 1.0  # how long to wait for the forkserver's word on a forked worker's exit
 SAFETY_POLL_S = 2.0  # ticks happen on journal changes, and at least this often
 GONE_GRACE_S = 3.0  # while running, an exited worker is reconciled after this long (see tick)
@@ -90,10 +81,6 @@ WAKE_STEP_MS = 2
 # publishes the commit) and none comes after: after one, the node looks whether another
 # connection committed at these intervals, and ticks again when one did.
 SETTLE_S = (0.004, 0.016, 0.064)
-# The claim desk (``_serve_claims``) commits up to this many claims together (the write lock is
-# held ≈ 0.1 ms a claim), and on SQLite asks for a held write lock every CLAIM_LOCK_POLL_S.
-CLAIM_BATCH = 100
-CLAIM_LOCK_POLL_S = 0.001
 
 
 @dataclass
@@ -184,14 +171,6 @@ class Node:
         self._pidfds = select.epoll()
         self._no_cancel: dict[tuple[str, int], str] = {}  # (run, epoch) → its goal
         self._full_look_at = 0.0  # when every Run is read again (monotonic)
-        # Workers ask this desk for their claims, which a thread commits together (see
-        # _serve_claims); expected: the launches' tokens → (goal, round), shared with it.
-        self._desk: ClaimDesk | None = None
-        self._claiming: threading.Thread | None = None
-        self._expected: dict[str, tuple[str, int]] = {}
-        self._expected_lock = threading.Lock()
-        self._claims: JournalHandle | None = None  # SQLite: the desk's own (see _start_all)
-        self.claim_commits = self.claimed_here = 0  # what the desk did (its thread counts)
         for rec in self.registry.all():  # workers of a previous run of this node
             goal_id = goal_id_of_run(rec.run_id)
             if goal_id and same_process(rec):
@@ -199,7 +178,6 @@ class Node:
 
     def close(self) -> None:
         """Close the journal, the forkserver and the node log; running workers run on."""
-        self._close_desk()
         if self._forkserver is not None:
             self._forkserver.close()
         self.relay.close()
@@ -260,8 +238,6 @@ class Node:
                 continue
             del self.launched[goal_id]
             self._release(launch)
-            with self._expected_lock:
-                self._expected.pop(launch.token, None)
             if self._exit_code(launch) == EXIT_REFUSED:
                 self._refused[goal_id] = launch.goal_version
 
@@ -376,10 +352,6 @@ class Node:
             return
         env = self._worker_env()
         tokens = [uuid.uuid4().hex for _ in goals]
-        with self._expected_lock:  # before the fork: a worker may ask at once
-            self._expected.update(
-                (t, (g.goal_id, g.round)) for g, t in zip(goals, tokens, strict=True)
-            )
         argvs = [
             self._worker_argv(g.goal_id, token, g.round)
             for g, token in zip(goals, tokens, strict=True)
@@ -411,9 +383,6 @@ class Node:
     def _worker_argv(self, goal_id: str, token: str, round: int) -> list[str]:
         # A server URL may hold a password: the environment carries it, never the argv.
         where = [] if self.journal_path.is_server else ["--journal", self.journal_path.text]
-        desk = self._claim_desk()
-        if desk is not None:
-            where += ["--claims-at", desk.name]
         return [
             sys.executable,
             "-m",
@@ -437,78 +406,6 @@ class Node:
             folder = self.registry.root / "connections"
             env[SLOTS_ENV] = ConnectionSlots(folder, self.max_connections - KEPT).to_env()
         return env
-
-    # --- the claim desk: claims asked for together commit together (ADR-003) -----------------
-
-    def _claim_desk(self) -> ClaimDesk | None:
-        """The desk the workers ask for their claims, and its thread (started on first use);
-        None when no socket can be made (each worker then claims by itself)."""
-        if self._desk is None:
-            if os.environ.get(CLAIM_DESK_ENV) == "0":
-                return None
-            try:
-                self._desk = ClaimDesk()
-            except OSError as exc:
-                self._say(f"no claim desk (each worker claims by itself): {exc}")
-                return None
-            if not self.journal_path.is_server:
-                self._claims = JournalHandle(self.journal_path)
-            self._claiming = threading.Thread(
-                target=self._serve_claims, args=(self._desk,), name="claims", daemon=True
-            )
-            self._claiming.start()
-        return self._desk
-
-    def _serve_claims(self, desk: ClaimDesk) -> None:
-        """(its thread) Take every claim asked for meanwhile and commit them in one transaction
-        (each the worker's own command), then tell each worker; until the node closes."""
-        while self._claiming is not None:
-            try:
-                asked = desk.take(CLAIM_BATCH, 0.2)
-            except OSError:  # closed under us: the node is closing
-                return
-            asked = [a for a in asked if self._expects(a)]  # only claims of our own launches
-            if not asked:
-                continue
-            try:
-                results = self._start_all([self._start_of(a) for a in asked])
-                self.claim_commits += 1
-                self.claimed_here += sum(isinstance(r, GoalResult) for r in results)
-            except RefineError as exc:  # the workers find no claim, and claim by themselves
-                self._say(f"{len(asked)} claims not made here: {exc}")
-            except Exception as exc:  # a bug here must not end the desk: the same
-                self._say(f"{len(asked)} claims failed here: {exc!r}")
-            for one in asked:
-                self.relay.wake(one.token, CLAIMED)
-
-    def _expects(self, asked: Asked) -> bool:
-        with self._expected_lock:
-            return self._expected.get(asked.token) == (asked.goal_id, asked.round)
-
-    def _start_of(self, asked: Asked) -> Start:
-        worker = worker_name(self.node_id, asked.token)
-        return Start(asked.goal_id, self.node_id, worker, asked.token, asked.round)
-
-    def _start_all(self, starts: list[Start]) -> list[GoalResult | RefineError]:
-        """``Goals.start_many``. On SQLite through a handle of the desk's own, which asks for
-        a held write lock every ms: SQLite's own wait sleeps up to 100 ms at a time, and against
-        a writer committing in a loop (a burst of ``goal add``) the claims would wait most of
-        that. On PostgreSQL through the node's connection (its lock waits queue fairly)."""
-        if self._claims is None:
-            return self.goals.start_many(starts)
-        return Goals(self._claims.get()).start_many(starts, poll_lock_s=CLAIM_LOCK_POLL_S)
-
-    def _close_desk(self) -> None:
-        """End the desk's thread (after the batch it is making), then its socket and handle."""
-        thread, self._claiming = self._claiming, None
-        if thread is not None:
-            thread.join()
-        if self._desk is not None:
-            self._desk.close()
-            self._desk = None
-        if self._claims is not None:
-            self._claims.close()
-            self._claims = None
 
     def _forkserver_for(self, env: dict[str, str], log: IO[bytes]) -> Forkserver:
         if self._forkserver is None:

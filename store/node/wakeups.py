@@ -13,29 +13,20 @@ by itself every ``poll_s``: a worker whose node is gone still sees a cancellatio
 reports its end. A node that starts wakes every worker it finds (it cannot know what it
 missed), and a worker that finds a new node looks once.
 
-Claims go the other way (ADR-003's batching of transitions): a worker's claim helper asks its
-node's ``ClaimDesk`` (``ask_claim``), which commits every claim asked for meanwhile in one
-transaction (``Goals.start_many``: each the very command the worker would send) and then says
-so on each worker's inbox (``CLAIMED``). The word is a hint too: the helper reads its claim
-from the journal, and claims by itself (the same command) where it finds none.
-
 Datagrams carry their sender's credentials (``SO_PASSCRED``): only a process of our own user
-(or root) may wake a worker, so another user cannot make it reread in a loop, nor ask a node
-for claims.
+(or root) may wake a worker, so another user cannot make it reread in a loop.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import os
 import select
 import socket
 import struct
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -48,7 +39,6 @@ NODE_FILE = "node.pid"  # "PID CREATE_TIME" of the node that relays to this fold
 # started the attempt itself (every later change has its own event). Waking a worker for these
 # would make each of a burst of launches reread once more, for nothing.
 QUIET = frozenset({"goal.created", "run.submitted", "goal.started", "attempt.claimed"})
-WAKE, CLAIMED = b"w", b"c"  # a datagram: reread; the node's claim for a worker it launched is in
 _CREDENTIALS = struct.Struct("iII")  # struct ucred: pid, uid, gid
 
 Wake = Literal["fd", "wake", "poll", "timeout"]
@@ -96,11 +86,10 @@ class Relay:
             if len(page) < MAX_PAGE:
                 return len(woken)
 
-    def wake(self, token: str, word: bytes = WAKE) -> bool:
-        """One datagram to that worker; False when nobody listens there (it ended, or has not
-        bound its inbox yet)."""
+    def wake(self, token: str) -> bool:
+        """One datagram to that worker; False when nobody listens there (it ended)."""
         try:
-            self._sock.sendto(word, address(token))
+            self._sock.sendto(b"w", address(token))
         except BlockingIOError:  # its queue is full: it has a wake-up waiting already
             return True
         except OSError:  # ECONNREFUSED, ENOENT: no such worker (any more)
@@ -115,82 +104,6 @@ def write_node_file(folder: Path) -> None:
     temp = folder / f".{NODE_FILE}.{os.getpid()}"
     temp.write_text(f"{os.getpid()} {created!r}\n")
     os.replace(temp, folder / NODE_FILE)
-
-
-@dataclass(frozen=True)
-class Asked:
-    """A claim a worker asked its node for: the Goal, the round it was launched for, its token."""
-
-    goal_id: str
-    round: int
-    token: str
-
-
-class ClaimDesk:
-    """The node's socket for its workers' claims (``ask_claim``), named afresh per node run."""
-
-    def __init__(self) -> None:
-        self.name = os.urandom(16).hex()
-        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
-        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
-        self._sock.bind(_desk_address(self.name))
-
-    def close(self) -> None:
-        self._sock.close()
-
-    def take(self, limit: int, wait_s: float) -> list[Asked]:
-        """The claims asked for (from our own user or root), up to ``limit``, waiting up to
-        ``wait_s`` for the first; every one waiting is taken, as one batch."""
-        asked: list[Asked] = []
-        if not select.select([self._sock], [], [], wait_s)[0]:
-            return asked
-        me, size = os.getuid(), socket.CMSG_SPACE(_CREDENTIALS.size)
-        while len(asked) < limit:
-            try:
-                data, ancillary, _, _ = self._sock.recvmsg(4096, size, socket.MSG_DONTWAIT)
-            except (BlockingIOError, InterruptedError):
-                break
-            if _sender_uid(ancillary) in (me, 0) and (one := _asked(data)) is not None:
-                asked.append(one)
-        return asked
-
-
-def ask_claim(
-    desk: str, goal_id: str, round: int | None, token: str, *, wait_s: float = 10.0
-) -> bool:
-    """(a claim helper) Ask the node's desk for this worker's claim, waiting up to ``wait_s``
-    while its queue is full (a burst); False when it cannot be asked (no node listens there,
-    or no round to name): then the worker claims by itself."""
-    if round is None:
-        return False
-    data = json.dumps({"goal_id": goal_id, "round": round, "token": token}).encode()
-    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC) as sock:
-        sock.settimeout(wait_s)
-        try:
-            sock.sendto(data, _desk_address(desk))
-        except OSError:
-            return False
-    return True
-
-
-def _desk_address(name: str) -> bytes:
-    return b"\0refine-claims/" + name.encode()
-
-
-def _sender_uid(ancillary: list[tuple[int, int, bytes]]) -> int | None:
-    for level, kind, data in ancillary:
-        if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS:
-            return int(_CREDENTIALS.unpack(data[: _CREDENTIALS.size])[1])
-    return None
-
-
-def _asked(data: bytes) -> Asked | None:
-    try:
-        fields = json.loads(data)
-        asked = Asked(str(fields["goal_id"]), int(fields["round"]), str(fields["token"]))
-    except (ValueError, KeyError, TypeError):
-        return None
-    return asked
 
 
 # --- the worker's side -----------------------------------------------------------------------
@@ -262,20 +175,6 @@ class Inbox:
             if deadline is not None and now >= deadline:
                 return "timeout"
 
-    def wait_claimed(self, timeout: float) -> bool:
-        """(the claim helper) Wait up to ``timeout`` for the node's word that it committed the
-        claims of the workers it launched together (or failed to): True once it came. Wake-ups
-        read meanwhile are dropped: what changed before the claim, the helper reads after it."""
-        deadline = time.monotonic() + timeout
-        while self._sock is not None:
-            if CLAIMED in self._receive():
-                return True
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return False
-            self._poll([], left)
-        return False
-
     def _poll(self, fds: Sequence[int], timeout: float | None) -> set[int]:
         poller = select.poll()
         watched = [*fds]
@@ -290,21 +189,19 @@ class Inbox:
 
     def _drain(self) -> bool:
         """Read every waiting datagram; True when one came from our own user (or root)."""
-        return bool(self._receive())
-
-    def _receive(self) -> set[bytes]:
-        """Read every waiting datagram; those our own user (or root) sent."""
         assert self._sock is not None
-        ours: set[bytes] = set()
+        ours = False
         me = os.getuid()
         size = socket.CMSG_SPACE(_CREDENTIALS.size)
         while True:
             try:
-                word, ancillary, _, _ = self._sock.recvmsg(16, size)
+                _, ancillary, _, _ = self._sock.recvmsg(16, size)
             except (BlockingIOError, InterruptedError):
                 return ours
-            if _sender_uid(ancillary) in (me, 0):
-                ours.add(word)
+            for level, kind, data in ancillary:
+                if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS:
+                    _, uid, _ = _CREDENTIALS.unpack(data[: _CREDENTIALS.size])
+                    ours = ours or uid in (me, 0)
 
     def _find_node(self) -> bool:
         """Follow the node ``node.pid`` names if it is alive; True when that is a new one."""

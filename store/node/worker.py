@@ -67,8 +67,8 @@ from store.journal.api import ChangeSource, Journal
 from store.journal.locations import STATE_DIR_ENV, JournalLocation
 from store.journal.slots import SLOTS_ENV, WAKE_FILE_ENV, keeping_connections, share_from_env
 from store.model.execution import Execution
-from store.model.goals import GoalResult, Goals, run_id_for
-from store.node.wakeups import Inbox, ask_claim
+from store.model.goals import GoalResult, Goals
+from store.node.wakeups import Inbox
 
 POLL_S = 0.25  # without a node, how often the worker looks whether a SQLite journal changed
 # ... and a PostgreSQL one, each look a connection of its own (its node died: a rare case)
@@ -105,9 +105,6 @@ REPORT_PATIENCE_S = 3600.0
 REHEARSALS = int(os.environ.get("REFINE_REHEARSALS", "8"))  # see rehearse
 RETRY_MAX_S = 5.0
 NOT_LAUNCHED = "not launched: the claim's answer was lost (a repeat of it replayed)"
-# How long a worker that asked its node for its claim waits for the node's word before it
-# looks by itself (the node died or hung meanwhile).
-NODE_CLAIM_WAIT_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -132,9 +129,6 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--goal", required=True)
     parser.add_argument("--token", required=True)
     parser.add_argument("--round", type=int, default=None)
-    # Launched by a node that commits its workers' claims together (``wakeups.ClaimDesk``):
-    # where to ask it (else the worker claims by itself).
-    parser.add_argument("--claims-at", default=None)
     return parser
 
 
@@ -147,12 +141,7 @@ def main(argv: Sequence[str] | None = None, parser_: argparse.ArgumentParser | N
     # Connect only when needed, through the node's slots (which its node names in our env).
     share_from_env(application=f"refine worker {args.node}")
     return run_attempt(
-        args.journal,
-        node_id=args.node,
-        goal_id=args.goal,
-        token=args.token,
-        round=args.round,
-        claims_at=args.claims_at,
+        args.journal, node_id=args.node, goal_id=args.goal, token=args.token, round=args.round
     )
 
 
@@ -236,13 +225,7 @@ class Launched:
 
 
 def run_attempt(
-    location: str,
-    *,
-    node_id: str,
-    goal_id: str,
-    token: str,
-    round: int | None = None,
-    claims_at: str | None = None,
+    location: str, *, node_id: str, goal_id: str, token: str, round: int | None = None
 ) -> int:
     """The worker process's way: claim and launch in a helper process, then supervise.
 
@@ -257,16 +240,10 @@ def run_attempt(
     On PostgreSQL the helper does all that on one connection (a slot of the node's limit),
     given back right before its exec; the worker then opens the journal by the id the claim
     found, which costs no connection until it rereads (woken by its node) or reports.
-
-    ``claims_at``: the node's claim desk (``wakeups.ClaimDesk``), which commits the claims its
-    workers ask for together (ADR-003's batching of transitions) and says when on the inbox;
-    the helper then reads its claim (``_claimed_by_node``), and claims by itself only when the
-    node did not make it.
     """
     # Bound before the claim: a change committed after the helper's reread wakes us.
     with Inbox(token, poll_s=_poll_s(location)) as inbox:
-        desk = None if claims_at is None else (claims_at, inbox)
-        launched = _launch_in_helper(location, node_id, goal_id, token, round, desk)
+        launched = _launch_in_helper(location, node_id, goal_id, token, round)
         if isinstance(launched, int):
             return launched
         ready = launched.ready
@@ -365,12 +342,7 @@ def _state_dir(path: str) -> Iterator[None]:
 
 
 def _launch_in_helper(
-    location: str,
-    node_id: str,
-    goal_id: str,
-    token: str,
-    round: int | None,
-    desk: tuple[str, Inbox] | None = None,
+    location: str, node_id: str, goal_id: str, token: str, round: int | None
 ) -> int | Launched:
     """Fork the claim helper, and learn from it what became of the attempt."""
     owner = os.getpid()  # here, not in the helper
@@ -383,7 +355,7 @@ def _launch_in_helper(
         _say(f"{goal_id}: not started: no claim helper ({exc})")
         return EXIT_NO_HELPER
     if pid == 0:  # the helper: never returns
-        _helper(location, node_id, goal_id, token, round, owner, write_end, read_end, desk)
+        _helper(location, node_id, goal_id, token, round, owner, write_end, read_end)
     os.close(write_end)
     with open(read_end) as pipe:
         lines = pipe.read().splitlines()  # until the helper exec'd or exited
@@ -413,7 +385,6 @@ def _helper(
     owner: int,
     write_end: int,
     read_end: int,
-    desk: tuple[str, Inbox] | None,
 ) -> None:
     """The claim helper's life: claim, record, reread, exec the recipe; or tell why not."""
     code = EXIT_CRASHED
@@ -421,7 +392,7 @@ def _helper(
     try:
         os.close(read_end)
         pipe = open(write_end, "w")  # noqa: SIM115  (closed by exec, or by our exit)
-        result = _claim_and_launch(location, node_id, goal_id, token, round, owner, pipe, desk)
+        result = _claim_and_launch(location, node_id, goal_id, token, round, owner, pipe)
         if isinstance(result, str):  # the recipe could not be started: the worker reports it
             pipe.write(f"failed {' '.join(result.splitlines())}\n")
             code = 0
@@ -449,14 +420,9 @@ def _claim_and_launch(
     round: int | None,
     owner: int,
     pipe: IO[str],
-    desk: tuple[str, Inbox] | None = None,
 ) -> int | str:
     """Claim, record ``owner``, tell it the Ready, then reread and exec the recipe. Returns
     only when the recipe was not launched: an exit code, or why it could not be started.
-
-    ``desk``: where the node takes its workers' claims, and the inbox its word comes to. The
-    claim is asked for once the journal is open; the node's claim is then read, and made here
-    only when there is none.
 
     One connection for it all (the open, the claim, its record, the reread, a report when not
     launching), kept from the open on although this process's connections are otherwise
@@ -468,13 +434,8 @@ def _claim_and_launch(
     except RefineError as exc:
         _say(f"journal unavailable: {exc}")
         return EXIT_UNAVAILABLE
-    # Asked once the journal is open: a claim is made only for a helper that can go on to
-    # record, reread and launch (or report) — a full server refuses it before anything.
-    asked = desk is not None and ask_claim(desk[0], goal_id, round, token)
-    if asked and desk is not None and not desk[1].wait_claimed(NODE_CLAIM_WAIT_S):
-        _say(f"{goal_id}: no word from the node on its claim: this worker looks by itself")
     with journal:
-        ready = _claim(journal, node_id, goal_id, token, round, owner=owner, by_node=asked)
+        ready = _claim(journal, node_id, goal_id, token, round, owner=owner)
         if isinstance(ready, int):
             return ready
         pipe.write(ready.to_json() + "\n")
@@ -542,24 +503,14 @@ def _not_launching(goals: Goals, claim: Claim, verdict: str) -> int:
 
 
 def _claim(
-    journal: Journal,
-    node_id: str,
-    goal_id: str,
-    token: str,
-    round: int | None,
-    *,
-    owner: int,
-    by_node: bool = False,
+    journal: Journal, node_id: str, goal_id: str, token: str, round: int | None, *, owner: int
 ) -> int | Ready:
-    """Claim the Goal's Run (or, ``by_node``, find the node's claim for us) and record process
-    ``owner`` (the worker): Ready to launch once reread, or the exit code (the end was reported
-    when it had to be)."""
+    """Claim the Goal's Run and record process ``owner`` (the worker): Ready to launch once
+    reread, or the exit code (the end was reported when it had to be)."""
     goals = Goals(journal)
     worker = worker_name(node_id, token)
     try:
-        started = _claimed_by_node(goals, goal_id, round, worker) if by_node else None
-        if started is None:
-            started = _start_patiently(goals, goal_id, node_id, worker, token, round)
+        started = _start_patiently(goals, goal_id, node_id, worker, token, round)
     except StorageError as exc:  # not a refusal of the start: the node may try again
         why = "" if isinstance(exc, JournalNotPermittedError) else ", journal unavailable"
         _say(f"{goal_id}: not started{why}: {exc}")
@@ -599,28 +550,6 @@ def _claim(
         journal.location,
         journal.journal_id,
     )
-
-
-def _claimed_by_node(
-    goals: Goals, goal_id: str, round: int | None, worker: str
-) -> GoalResult | None:
-    """The claim the node committed for this worker, as ``Goals.start`` returns it; None when
-    there is none to find (the node's batch failed or was refused, or it said nothing): then
-    the worker claims by itself with the same token, so the same command, which the journal
-    refuses when the Goal moved on. Reading the claim is no replay: ownership is what is read.
-    """
-    if round is None:
-        return None
-    try:
-        with goals.journal.snapshot():
-            goal = goals.read(goal_id)
-            run = Execution(goals.journal).read(run_id_for(goal_id, round))
-    except RefineError:  # unreadable for now: the claim's own path waits or says why
-        return None
-    attempt = run.running_attempt if run is not None else None
-    if goal is None or attempt is None or attempt.worker != worker:
-        return None
-    return GoalResult(goal, run, False, attempt)
 
 
 def _start_patiently(

@@ -72,16 +72,14 @@ class Fleet:
         """``refine goals --json`` on ``host``, by goal id."""
         return {g["goal_id"]: g for g in self.refine_json(host, "goals")}
 
-    def start_node(
-        self, host: Host | str, *args: str, env: Mapping[str, str] | None = None
-    ) -> HostProcess:
+    def start_node(self, host: Host | str, *args: str) -> HostProcess:
         """``refine node ARGS`` on ``host`` (its output in ``<base_dir>/<host>/node.out``)."""
         h = self._host(host)
         out = open(self.hosts.base_dir / h.name / "node.out", "ab")  # noqa: SIM115
         try:
             node = h.start(
                 [*REFINE, "--journal", self.journal, "node", *args],
-                env=self._environ(h, env),
+                env=self._environ(h, None),
                 stdout=out,
                 cwd=ROOT,
             )

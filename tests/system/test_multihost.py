@@ -33,7 +33,6 @@ from store.journal.api import Journal
 from store.model.goal import PROCESS_GONE_METHOD
 from store.model.goals import Goal, Goals
 from store.model.run import Run
-from store.node.scheduler import CLAIM_DESK_ENV
 from tests.helpers.fleet import Fleet
 from tests.helpers.host_postgres import PASSWORD, HostPostgres, ServerUnavailable
 from tests.helpers.hosts import Host, HostProcess, Hosts, open_or_skip, required
@@ -510,10 +509,7 @@ def test_a_claim_committed_while_b_was_cut_off_ends_unlaunched_and_the_goal_runs
     b's first repeat finds the head row locked (as it is while a session b lost mid-command
     lives on at the server) and gives up on the lock: the worker repeats on, since only a
     repeat tells whether its claim committed. (It once exited there, and the attempt stayed
-    `running` with nobody to end it: CI, 2026-12-02.)
-
-    The worker's own claim: b's node has no claim desk here (with one, the node claims, and a
-    batch's COMMIT is a round trip of its own: a cut there leaves no claim behind)."""
+    `running` with nobody to end it: CI, 2026-12-02.)"""
     from store.node.worker import NOT_LAUNCHED
 
     folder = w.add("b", "g", RUN_COUNTED)
@@ -523,7 +519,7 @@ def test_a_claim_committed_while_b_was_cut_off_ends_unlaunched_and_the_goal_runs
     with w.pg.admin(dbname) as holder, w.pg.admin(dbname) as looking:
         holder.execute("BEGIN")  # the head row held: b's claim waits at its commit
         holder.execute("UPDATE refine.head SET sequence = sequence")
-        w.fleet.start_node("b", "--capacity", "1", env={CLAIM_DESK_ENV: "0"})
+        w.fleet.start_node("b", "--capacity", "1")
         backend = wait_until(
             lambda: looking.execute(waiting, (w.b.addr,)).fetchone(), 30, "b's claim", step=0.01
         )  # it gives up after lock_timeout (5 s): what follows takes milliseconds
