@@ -105,6 +105,9 @@ REPORT_PATIENCE_S = 3600.0
 REHEARSALS = int(os.environ.get("REFINE_REHEARSALS", "8"))  # see rehearse
 RETRY_MAX_S = 5.0
 NOT_LAUNCHED = "not launched: the claim's answer was lost (a repeat of it replayed)"
+# How many times the last look before the exec rereads when events keep coming (each reread
+# ≈ 0.3 ms; at most that many, then the recipe starts: one committed later finds it started).
+LAST_LOOKS = 5
 
 
 @dataclass(frozen=True)
@@ -447,10 +450,13 @@ def _exec_if_ours(goals: Goals, ready: Ready, owner: int) -> int | str:
     """Reread Goal and Run and, while the attempt is ours, become the recipe at once.
 
     What can be made ready for the exec is made before the reread, and only the exec's own
-    steps (closing the journal, the folder, the output, signals) follow it: a cancellation
-    committed before the reread stops the recipe from ever starting, one committed after it
-    finds the recipe started (issue 21.15: the reread was in this helper, the launch in the
-    worker a few ms later, and a cancellation in between went unseen). Returns only when it
+    steps follow it: a cancellation committed before the reread stops the recipe from ever
+    starting, one committed after it finds the recipe started (issue 21.15: the reread was in
+    this helper, the launch in the worker a few ms later, and a cancellation in between went
+    unseen). On SQLite the window is narrower still: once the folder and signals are set, the
+    journal is asked whether anything was committed since the reread (``PRAGMA data_version``,
+    a few µs) and reread again if so; only the output's redirection and the exec follow, and the
+    journal's files close with the exec (SQLite opens them close-on-exec). Returns only when it
     did not exec: an exit code (the attempt is not ours, its end reported when it had to be),
     or why the recipe could not be started (reported by the worker, as its owner).
     """
@@ -461,28 +467,57 @@ def _exec_if_ours(goals: Goals, ready: Ready, owner: int) -> int | str:
         devnull = os.open(os.devnull, os.O_RDONLY)
     except OSError as exc:
         return str(exc)
+    server = JournalLocation(ready.location).is_server
+    changes = None if server else _primed(goals.journal.changes())
     verdict = _reread(goals, claim)
     if verdict != "ours":
         os.close(log)
         os.close(devnull)
         return _not_launching(goals, claim, verdict)
-    # Cleanly (a server would log a lost connection at the exec), and its connection slot is
-    # free again for the node's other workers while this recipe runs.
-    goals.journal.close()
+    if server:  # cleanly (a server would log a lost connection at the exec), and its
+        goals.journal.close()  # connection slot free again for the node's other workers
     try:
         if ready.cwd is not None:
             os.chdir(ready.cwd)
-        os.dup2(devnull, 0)
-        os.dup2(log, 1)
-        os.dup2(log, 2)
         for sig in (signal.SIGPIPE, signal.SIGXFSZ):  # as Popen does: Python ignores them
             signal.signal(sig, signal.SIG_DFL)
         _die_with_parent()
+        if changes is not None and (verdict := _last_look(goals, claim, changes)) != "ours":
+            os.close(log)
+            os.close(devnull)
+            return _not_launching(goals, claim, verdict)
+        os.dup2(devnull, 0)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
         if os.getppid() != owner:  # the worker died meanwhile: nobody would own the recipe
             return EXIT_SUPERSEDED
         os.execvpe(ready.argv[0], list(ready.argv), env)
     except OSError as exc:
         return str(exc)
+
+
+def _last_look(goals: Goals, claim: Claim, changes: ChangeSource) -> str:
+    """The verdict again while events were committed since the last look (``LAST_LOOKS`` at
+    most), else "ours" unread."""
+    for _ in range(LAST_LOOKS):
+        if not _committed_since(changes):
+            return "ours"
+        if (verdict := _reread(goals, claim)) != "ours":
+            return verdict
+    return "ours"
+
+
+def _primed(changes: ChangeSource) -> ChangeSource:
+    """``changes``, its first answer (always "changed") taken: it reports commits from now."""
+    _committed_since(changes)
+    return changes
+
+
+def _committed_since(changes: ChangeSource) -> bool:
+    try:
+        return changes.changed()
+    except RefineError:  # unreadable for now: look (the reread says "unknown" if it stays so)
+        return True
 
 
 def recipe_environment(environ: Mapping[str, str]) -> dict[str, str]:

@@ -4,7 +4,9 @@ still until the file GATE exists (at most 30 s), with ``GATE.held`` made once it
 - by default right after it has written its process record;
 - ``--at-handover``: when its claim helper hands the claimed, recorded attempt over (the Ready
   it tells the worker), the last step before the launch that an older worker took after its
-  reread and before it started the recipe.
+  reread and before it started the recipe;
+- ``--after-reread``: right after the claim helper's reread before the launch found the attempt
+  still ours (the window the last look before the exec closes on SQLite).
 
 It opens the claim → launch window on purpose, so a test can commit something inside it (a
 cancellation) and see what the worker does next. Nothing else about the worker changes.
@@ -22,6 +24,8 @@ from store.node import worker
 
 _record = ProcessRegistry.record
 _to_json = worker.Ready.to_json
+_reread = worker._reread
+_held = []  # the first reread held already
 
 
 def _hold() -> None:
@@ -43,11 +47,22 @@ def _held_handover(self: worker.Ready) -> str:
     return text
 
 
+def _held_reread(goals: worker.Goals, claim: worker.Claim, tries: int = 20) -> str:
+    verdict = _reread(goals, claim, tries)
+    if not _held:
+        _held.append(verdict)
+        _hold()
+    return verdict
+
+
 if __name__ == "__main__":
     GATE, args = sys.argv[1], sys.argv[2:]
     if args[:1] == ["--at-handover"]:
         args = args[1:]
         worker.Ready.to_json = _held_handover  # type: ignore[method-assign]
+    elif args[:1] == ["--after-reread"]:
+        args = args[1:]
+        worker._reread = _held_reread
     else:
         ProcessRegistry.record = _held_record  # type: ignore[method-assign]
     sys.exit(worker.main(args))

@@ -44,6 +44,31 @@ def test_no_recipe_starts_after_a_cancellation_committed_inside_the_launch_windo
     assert run.attempts[0].cleanup["confirmed_by"] == f"n1/{token}"  # the worker's own
 
 
+def test_a_cancellation_committed_right_after_the_reread_still_stops_the_launch_on_sqlite(
+    env: Env,
+) -> None:
+    """The claim helper's reread found the attempt ours; a cancellation commits before its exec.
+    On SQLite its last look before the exec (``PRAGMA data_version``) sees that commit and
+    rereads: the recipe never starts, and the worker reports the cancellation as its owner."""
+    env.goal("g", COUNT_RUNS)
+    gate = env.dir / "gate"
+    token = env.token("t1")
+    args = ["--journal", str(env.path), "--node", "n1", "--goal", "g", "--token", token]
+    worker = subprocess.Popen(
+        [PY, GATED, str(gate), "--after-reread", *args], start_new_session=True
+    )
+    env.started.append(worker)
+    wait_until(lambda: Path(f"{gate}.held").exists(), what="the reread before the launch")
+    env.goals.cancel(goal_id="g", reason="not needed", command_id="op:cancel:elsewhere", by="x@n2")
+    gate.touch()
+    assert worker.wait(timeout=30) == EXIT_SETTLED
+    assert runs_of_recipe(env) == 0, "the recipe started after its cancellation committed"
+    goal, run = env.read("g")
+    assert goal.status == "cancelled" and run.status == "cancelled"
+    assert run.attempts[0].cleanup["confirmed_by"] == f"n1/{token}"  # the worker's own
+    assert env.running_record("g") is None
+
+
 def test_a_cancellation_committed_as_the_claim_is_handed_over_still_stops_the_launch(
     env: Env,
 ) -> None:
