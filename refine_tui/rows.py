@@ -176,10 +176,13 @@ class Reader:
         A live recorded process proves it; a dead one does not; with no record yet, a young
         claim is starting (``reads.launching``: the rule Stop's advice follows too).
         """
+        # The log first: a worker writes its record, then creates its log. Read the other way
+        # round, a record written between the two reads showed a starting attempt as an
+        # orphan for a moment (CI, 2026-12-02).
+        has_log = self.registry.find_log(run_id, epoch).exists()
         record = self.registry.get(run_id, epoch)
         if record is not None:
             return not same_process(record), False
-        has_log = self.registry.find_log(run_id, epoch).exists()
         starting = reads.launching(claimed, has_log=has_log)
         return not starting, starting
 
