@@ -236,8 +236,9 @@ def test_a_dashboard_listener_wakes_for_every_nodes_commits(pg: PgEnv) -> None:
         first = dict(woken)
         await asyncio.to_thread(pg.goal, "b1", QUICK, node_id="b")
         await until(lambda: woken["dashboard"] > first["dashboard"])
-        await asyncio.to_thread(told, pg, node)  # sent to every node: a's first
+        last = await asyncio.to_thread(told, pg, node)  # sent to every node: a's first
         await until(lambda: woken["node"] > first["node"])
+        await until(lambda: dashboard.last_notified >= last)  # it may arrive there later
         dashboard.stop(), node.stop()
         await asyncio.gather(*tasks)
         return woken["node"] - first["node"], node.received, dashboard.received
