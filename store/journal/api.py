@@ -263,6 +263,14 @@ class Journal(Protocol):
         the block. By default the backend's commits are durable one by one."""
         return contextlib.nullcontext()
 
+    def commits_held(self) -> AbstractContextManager[None]:
+        """No other connection commits while the block runs, and reads inside see the newest
+        commit; nothing is written. What a process decides and execs inside is ordered before
+        every commit after it: on SQLite the block holds the write lock (``BEGIN IMMEDIATE``),
+        which an exec releases too (SQLite opens its files close-on-exec). By default nothing is
+        held (a server's journal is closed before the exec)."""
+        return contextlib.nullcontext()
+
     def held(self) -> AbstractContextManager[Journal]:
         """Keep one connection for the calls inside. A journal that shares its connections
         (``store.journal.slots``: a worker's) otherwise connects for each call and lets go."""

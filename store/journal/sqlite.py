@@ -723,6 +723,19 @@ class SqliteJournal(Journal):
                 heads.close()
         return count
 
+    @contextmanager
+    def commits_held(self) -> Iterator[None]:
+        """The write lock, held without writing; rolled back at the end (see ``Journal``)."""
+        with self._lock:
+            with _storage_errors():
+                conn = self._connection()
+                conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield
+            finally:
+                with _storage_errors():
+                    conn.execute("ROLLBACK")
+
     def changes(self) -> ChangeSource:
         return _DataVersionGate(self)
 

@@ -105,9 +105,6 @@ REPORT_PATIENCE_S = 3600.0
 REHEARSALS = int(os.environ.get("REFINE_REHEARSALS", "8"))  # see rehearse
 RETRY_MAX_S = 5.0
 NOT_LAUNCHED = "not launched: the claim's answer was lost (a repeat of it replayed)"
-# How many times the last look before the exec rereads when events keep coming (each reread
-# ≈ 0.3 ms; at most that many, then the recipe starts: one committed later finds it started).
-LAST_LOOKS = 5
 
 
 @dataclass(frozen=True)
@@ -453,12 +450,12 @@ def _exec_if_ours(goals: Goals, ready: Ready, owner: int) -> int | str:
     steps follow it: a cancellation committed before the reread stops the recipe from ever
     starting, one committed after it finds the recipe started (issue 21.15: the reread was in
     this helper, the launch in the worker a few ms later, and a cancellation in between went
-    unseen). On SQLite the window is narrower still: once the folder and signals are set, the
-    journal is asked whether anything was committed since the reread (``PRAGMA data_version``,
-    a few µs) and reread again if so; only the output's redirection and the exec follow, and the
-    journal's files close with the exec (SQLite opens them close-on-exec). Returns only when it
-    did not exec: an exit code (the attempt is not ours, its end reported when it had to be),
-    or why the recipe could not be started (reported by the worker, as its owner).
+    unseen). On SQLite nothing commits in between: the last look (``PRAGMA data_version``, a
+    few µs, and a reread if anything was committed since the first) and the exec run while the
+    journal's write lock is held, which the exec itself releases (``Journal.commits_held``).
+    Returns only when it did not exec: an exit code (the attempt is not ours, its end reported
+    when it had to be), or why the recipe could not be started (reported by the worker, as its
+    owner).
     """
     claim = ready.claim
     env = recipe_environment(os.environ)
@@ -482,29 +479,23 @@ def _exec_if_ours(goals: Goals, ready: Ready, owner: int) -> int | str:
         for sig in (signal.SIGPIPE, signal.SIGXFSZ):  # as Popen does: Python ignores them
             signal.signal(sig, signal.SIG_DFL)
         _die_with_parent()
-        if changes is not None and (verdict := _last_look(goals, claim, changes)) != "ours":
-            os.close(log)
-            os.close(devnull)
-            return _not_launching(goals, claim, verdict)
-        os.dup2(devnull, 0)
-        os.dup2(log, 1)
-        os.dup2(log, 2)
-        if os.getppid() != owner:  # the worker died meanwhile: nobody would own the recipe
-            return EXIT_SUPERSEDED
-        os.execvpe(ready.argv[0], list(ready.argv), env)
+        with goals.journal.commits_held():
+            if changes is not None and _committed_since(changes):
+                verdict = _reread(goals, claim)
+            if verdict == "ours":
+                os.dup2(devnull, 0)
+                os.dup2(log, 1)
+                os.dup2(log, 2)
+                if os.getppid() != owner:  # the worker died meanwhile: nobody would own it
+                    return EXIT_SUPERSEDED
+                os.execvpe(ready.argv[0], list(ready.argv), env)
     except OSError as exc:
         return str(exc)
-
-
-def _last_look(goals: Goals, claim: Claim, changes: ChangeSource) -> str:
-    """The verdict again while events were committed since the last look (``LAST_LOOKS`` at
-    most), else "ours" unread."""
-    for _ in range(LAST_LOOKS):
-        if not _committed_since(changes):
-            return "ours"
-        if (verdict := _reread(goals, claim)) != "ours":
-            return verdict
-    return "ours"
+    except StorageError as exc:  # the write lock not had (busy past its timeout): not started
+        return f"the journal could not be held still before the launch: {exc}"
+    os.close(log)
+    os.close(devnull)
+    return _not_launching(goals, claim, verdict)
 
 
 def _primed(changes: ChangeSource) -> ChangeSource:

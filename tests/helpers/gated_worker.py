@@ -6,7 +6,9 @@ still until the file GATE exists (at most 30 s), with ``GATE.held`` made once it
   it tells the worker), the last step before the launch that an older worker took after its
   reread and before it started the recipe;
 - ``--after-reread``: right after the claim helper's reread before the launch found the attempt
-  still ours (the window the last look before the exec closes on SQLite).
+  still ours (the window the last look before the exec closes on SQLite);
+- ``--before-exec``: at the exec itself, everything before it done (on SQLite with the
+  journal's write lock held, which the exec releases).
 
 It opens the claim → launch window on purpose, so a test can commit something inside it (a
 cancellation) and see what the worker does next. Nothing else about the worker changes.
@@ -25,6 +27,7 @@ from store.node import worker
 _record = ProcessRegistry.record
 _to_json = worker.Ready.to_json
 _reread = worker._reread
+_execvpe = os.execvpe
 _held = []  # the first reread held already
 
 
@@ -47,6 +50,11 @@ def _held_handover(self: worker.Ready) -> str:
     return text
 
 
+def _held_exec(file: str, args: list[str], env: dict[str, str]) -> None:
+    _hold()
+    _execvpe(file, args, env)
+
+
 def _held_reread(goals: worker.Goals, claim: worker.Claim, tries: int = 20) -> str:
     verdict = _reread(goals, claim, tries)
     if not _held:
@@ -63,6 +71,9 @@ if __name__ == "__main__":
     elif args[:1] == ["--after-reread"]:
         args = args[1:]
         worker._reread = _held_reread
+    elif args[:1] == ["--before-exec"]:
+        args = args[1:]
+        os.execvpe = _held_exec
     else:
         ProcessRegistry.record = _held_record  # type: ignore[method-assign]
     sys.exit(worker.main(args))

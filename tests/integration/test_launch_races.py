@@ -5,11 +5,14 @@ cancellation committed, and a replayed claim never launches anything.
 from __future__ import annotations
 
 import subprocess
+import threading
 from functools import partial
 from pathlib import Path
 
 import pytest
 
+from store.journal.api import Journal
+from store.model.goals import Goals
 from store.node.worker import EXIT_REFUSED, EXIT_SETTLED
 from tests.helpers.node_env import PY, Env
 from tests.helpers.waits import wait_until
@@ -69,6 +72,49 @@ def test_a_cancellation_committed_right_after_the_reread_still_stops_the_launch_
     assert env.running_record("g") is None
 
 
+# Appends a line to <dir>/ran, then runs on until stopped.
+COUNT_AND_STAY = COUNT_RUNS + "\nimport time\ntime.sleep(60)"
+
+
+def test_a_cancellation_arriving_at_the_exec_commits_only_once_the_recipe_started_on_sqlite(
+    env: Env,
+) -> None:
+    """On SQLite the last look and the exec run with the journal's write lock held (the exec
+    releases it): a cancellation arriving then waits, commits once the recipe has started, and
+    the worker stops that recipe. Before, it could commit between the last look and the exec,
+    unseen by both, and the recipe then started after its cancellation."""
+    env.goal("g", COUNT_AND_STAY)
+    gate = env.dir / "gate"
+    token = env.token("t1")
+    args = ["--journal", str(env.path), "--node", "n1", "--goal", "g", "--token", token]
+    worker = subprocess.Popen(
+        [PY, GATED, str(gate), "--before-exec", *args], start_new_session=True
+    )
+    env.started.append(worker)
+    wait_until(lambda: Path(f"{gate}.held").exists(), what="the worker at its exec")
+
+    def cancel() -> None:
+        with Journal.open(str(env.path)) as journal:  # a connection of its own: it waits
+            Goals(journal).cancel(
+                goal_id="g", reason="not needed", command_id="op:cancel:at-exec", by="x@n2"
+            )
+
+    cancelling = threading.Thread(target=cancel)
+    cancelling.start()
+    cancelling.join(timeout=1.0)
+    assert cancelling.is_alive(), "the cancellation committed while the launch was deciding"
+    assert env.status("g") == "running" and runs_of_recipe(env) == 0
+    gate.touch()
+    cancelling.join(timeout=30)
+    assert not cancelling.is_alive()
+    assert worker.wait(timeout=30) == EXIT_SETTLED
+    assert runs_of_recipe(env) == 1  # started before the cancellation committed, then stopped
+    goal, run = env.read("g")
+    assert goal.status == "cancelled" and run.status == "cancelled"
+    assert run.attempts[0].cleanup["confirmed_by"] == f"n1/{token}"  # the worker's own
+    assert env.running_record("g") is None
+
+
 def test_a_cancellation_committed_as_the_claim_is_handed_over_still_stops_the_launch(
     env: Env,
 ) -> None:
@@ -119,8 +165,8 @@ def test_no_recipe_launches_after_cancel_goal_returned_in_races_right_after_the_
         recipe.unlink()
         wait_until(partial(run_cancelled, env, goal_id), what="the cancellation recorded")
         log = env.registry().log_path(f"{goal_id}.r1", 1)
-        if log.exists() and "cannot start the recipe" in log.read_text():
-            late.append(goal_id)
+        if log.exists() and "cannot start the recipe" in (said := log.read_text()):
+            late.append(f"{goal_id}: {said.strip()}")
     assert late == [], f"launched after cancel_goal returned: {late} of {RACES}"
 
 
