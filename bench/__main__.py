@@ -17,11 +17,9 @@ import argparse
 import datetime
 import platform
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 from bench import (
     attempts,
@@ -142,13 +140,7 @@ def run_million(s: Settings) -> list[Row]:
 
 
 def run_batch(s: Settings) -> list[Row]:
-    rounds = 7 if s.samples >= 100 else 3
-    out: list[Row] = []
-    for sync in ("FULL", "NORMAL"):
-        with tempfile.TemporaryDirectory(prefix="refine-bench-") as folder:
-            measured = batch.measure(str(Path(folder) / "j.db"), 100, rounds, synchronous=sync)
-            out += batch.rows(f"SQLite {sync}", 100, measured)
-    return out
+    return batch.sqlite_rows(100, 7 if s.samples >= 100 else 3)
 
 
 def run_fanout(s: Settings) -> list[Row]:

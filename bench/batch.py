@@ -95,18 +95,23 @@ def _postgres() -> Iterator[str]:
             pg.drop_database(url)
 
 
+def sqlite_rows(claims: int, rounds: int) -> list[Row]:
+    """The figures on a new SQLite journal, at FULL then at NORMAL."""
+    out: list[Row] = []
+    for sync in ("FULL", "NORMAL"):
+        with tempfile.TemporaryDirectory(prefix="refine-bench-") as folder:
+            m = measure(str(Path(folder) / "journal.db"), claims, rounds, synchronous=sync)
+            out += rows(f"SQLite {sync}", claims, m)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--claims", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--no-postgres", action="store_true")
     args = parser.parse_args(argv)
-    out: list[Row] = []
-    for sync in ("FULL", "NORMAL"):
-        with tempfile.TemporaryDirectory(prefix="refine-bench-") as folder:
-            path = str(Path(folder) / "journal.db")
-            m = measure(path, args.claims, args.rounds, synchronous=sync)
-            out += rows(f"SQLite {sync}", args.claims, m)
+    out = sqlite_rows(args.claims, args.rounds)
     if not args.no_postgres:
         with _postgres() as url:
             m = measure(url, args.claims, args.rounds)

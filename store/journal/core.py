@@ -19,6 +19,7 @@ from store.errors import (
     DecisionError,
     InvalidInputError,
     RefineError,
+    StorageError,
     VersionConflictError,
 )
 from store.records import dataclass
@@ -228,6 +229,17 @@ def run_command(
     if not changes or any(c.aggregate_id not in expected for c in changes):
         raise DecisionError("a command must change only the aggregates it read")
     return _write(tx, command_id, key, loaded, changes)
+
+
+def run_batched(tx: CommandTx, command: Command, key: str) -> Outcome | RefineError:
+    """``run_command`` for one command of a batch: its refusal is returned, for the caller to
+    roll back to the command's savepoint; a StorageError still fails the whole batch."""
+    try:
+        return run_command(tx, command.command_id, key, command.expected, command.decide)
+    except StorageError:
+        raise
+    except RefineError as exc:
+        return exc
 
 
 def _write(

@@ -74,6 +74,7 @@ from store.journal.core import (
     copy_table,
     event_row,
     first_ids,
+    run_batched,
     run_command,
     stored_row,
     text_field,
@@ -718,11 +719,7 @@ class PostgresJournal(Journal):
                 tx.cur.execute("COMMIT")
             return outcome
         except BaseException:
-            # A refusal, or a failed statement (which skipped the rest of its query string,
-            # COMMIT included): end the transaction so the connection is clean for what follows.
-            if not conn.broken and not conn.closed and conn.info.transaction_status != _IDLE:
-                with contextlib.suppress(psycopg.Error):
-                    conn.execute("ROLLBACK")
+            _rollback(conn)
             raise
 
     def _execute_batch_once(
@@ -735,24 +732,16 @@ class PostgresJournal(Journal):
             cur.execute("BEGIN")
             for command, key in zip(commands, keys, strict=True):
                 tx = _PostgresCommand(cur, self._s, self.channel, command.command_id, batch=True)
-                try:
-                    results.append(
-                        run_command(tx, command.command_id, key, command.expected, command.decide)
-                    )
-                except StorageError:
-                    raise
-                except RefineError as exc:  # this command's refusal: it alone writes nothing
+                result = run_batched(tx, command, key)
+                if isinstance(result, RefineError):  # refused: this command writes nothing
                     cur.execute("ROLLBACK TO SAVEPOINT command; RELEASE SAVEPOINT command")
-                    results.append(exc)
-                    continue
-                if not tx.wrote:  # a replay (a write releases its savepoint itself)
+                elif not tx.wrote:  # a replay (a write releases its savepoint itself)
                     cur.execute("RELEASE SAVEPOINT command")
+                results.append(result)
             cur.execute("COMMIT")
             return results
         except BaseException:
-            if not conn.broken and not conn.closed and conn.info.transaction_status != _IDLE:
-                with contextlib.suppress(psycopg.Error):
-                    conn.execute("ROLLBACK")
+            _rollback(conn)
             raise
 
     def _command_cursor(self, conn: psycopg.Connection[Any]) -> psycopg.ClientCursor[Any]:
@@ -1036,6 +1025,14 @@ class PostgresJournal(Journal):
                 self._snapshots -= 1
                 if not conn.broken and not conn.closed:
                     conn.execute("COMMIT")
+
+
+def _rollback(conn: psycopg.Connection[Any]) -> None:
+    """End a transaction that a refusal or a failed statement (which skipped the rest of its
+    query string, COMMIT included) left open, so the connection is clean for what follows."""
+    if not conn.broken and not conn.closed and conn.info.transaction_status != _IDLE:
+        with contextlib.suppress(psycopg.Error):
+            conn.execute("ROLLBACK")
 
 
 class _SequenceGate:

@@ -56,6 +56,7 @@ from store.journal.core import (
     event_row,
     first_ids,
     key_digest,
+    run_batched,
     run_command,
     stored_row,
     write_steps,
@@ -428,17 +429,11 @@ class SqliteJournal(Journal):
         with self._write_transaction() as conn:
             for command, key in zip(commands, keys, strict=True):
                 conn.execute("SAVEPOINT command")
-                tx = _SqliteCommand(conn, command.command_id)
-                try:
-                    results.append(
-                        run_command(tx, command.command_id, key, command.expected, command.decide)
-                    )
-                except StorageError:
-                    raise
-                except RefineError as exc:  # this command's refusal: it alone writes nothing
+                result = run_batched(_SqliteCommand(conn, command.command_id), command, key)
+                if isinstance(result, RefineError):  # refused: this command writes nothing
                     conn.execute("ROLLBACK TO command")
-                    results.append(exc)
                 conn.execute("RELEASE command")
+                results.append(result)
         return results
 
     @contextmanager

@@ -496,11 +496,12 @@ class Goals:
         outcomes = iter(self._journal.execute_batch(commands) if commands else ())
         results: builtins.list[GoalResult | RefineError] = []
         for item in prepared:
-            outcome = item if isinstance(item, RefineError) else next(outcomes)
-            if isinstance(outcome, RefineError):
+            if isinstance(item, RefineError):  # invalid: never sent
+                results.append(item)
+            elif isinstance(outcome := next(outcomes), RefineError):  # refused in the batch
                 results.append(outcome)
             else:
-                start, run_id = item  # type: ignore[misc]
+                start, run_id = item
                 results.append(self._started(start.goal_id, run_id, outcome))
         return results
 

@@ -28,11 +28,14 @@ _record = ProcessRegistry.record
 _to_json = worker.Ready.to_json
 _reread = worker._reread
 _execvpe = os.execvpe
-_held = []  # the first reread held already
 
 
 def _hold() -> None:
-    Path(GATE + ".held").touch()
+    """Once: a later call (the second reread) goes on at once."""
+    held = Path(GATE + ".held")
+    if held.exists():
+        return
+    held.touch()
     deadline = time.monotonic() + 30
     while not os.path.exists(GATE) and time.monotonic() < deadline:
         time.sleep(0.02)
@@ -57,9 +60,7 @@ def _held_exec(file: str, args: list[str], env: dict[str, str]) -> None:
 
 def _held_reread(goals: worker.Goals, claim: worker.Claim, tries: int = 20) -> str:
     verdict = _reread(goals, claim, tries)
-    if not _held:
-        _held.append(verdict)
-        _hold()
+    _hold()
     return verdict
 
 
