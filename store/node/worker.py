@@ -50,6 +50,7 @@ from pathlib import Path
 from typing import IO
 
 from store.errors import (
+    CancelPendingError,
     JournalNotPermittedError,
     NotAJournalError,
     RefineError,
@@ -912,6 +913,13 @@ def _settle(
             time.sleep(delay)
             delay = min(delay * 2, RETRY_MAX_S)
             continue
+        except CancelPendingError:
+            if outcome == "cancelled":  # never: a cancelled end is what a pending one awaits
+                raise
+            # Committed since the reread (a recipe that started before its cancellation and
+            # ended after it): the attempt is still ours, and ends cancelled.
+            _say(f"{claim.run_id}/{claim.epoch}: cancelled before the {outcome} end was reported")
+            return _report_cancel(goals, claim)
         except RefineError as exc:  # superseded meanwhile: the journal refused, nothing written
             _say(f"{claim.run_id}/{claim.epoch}: report refused: {exc}")
             return EXIT_SUPERSEDED

@@ -7,6 +7,8 @@ still until the file GATE exists (at most 30 s), with ``GATE.held`` made once it
   reread and before it started the recipe;
 - ``--after-reread``: right after the claim helper's reread before the launch found the attempt
   still ours (the window the last look before the exec closes on SQLite);
+- ``--before-report``: when the recipe has ended and the worker, its reread done, is about
+  to report that end;
 - ``--before-exec``: at the exec itself, everything before it done (on SQLite with the
   journal's write lock held, which the exec releases).
 
@@ -20,6 +22,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from store.host.processes import ProcessRecord, ProcessRegistry
 from store.node import worker
@@ -28,6 +31,7 @@ _record = ProcessRegistry.record
 _to_json = worker.Ready.to_json
 _reread = worker._reread
 _execvpe = os.execvpe
+_settle = worker._settle
 
 
 def _hold() -> None:
@@ -58,6 +62,11 @@ def _held_exec(file: str, args: list[str], env: dict[str, str]) -> None:
     _execvpe(file, args, env)
 
 
+def _held_settle(goals: worker.Goals, claim: worker.Claim, **report: Any) -> int:
+    _hold()
+    return _settle(goals, claim, **report)
+
+
 def _held_reread(goals: worker.Goals, claim: worker.Claim, tries: int = 20) -> str:
     verdict = _reread(goals, claim, tries)
     _hold()
@@ -72,6 +81,9 @@ if __name__ == "__main__":
     elif args[:1] == ["--after-reread"]:
         args = args[1:]
         worker._reread = _held_reread
+    elif args[:1] == ["--before-report"]:
+        args = args[1:]
+        worker._settle = _held_settle
     elif args[:1] == ["--before-exec"]:
         args = args[1:]
         os.execvpe = _held_exec

@@ -107,6 +107,30 @@ def test_a_cancellation_arriving_at_the_exec_commits_only_once_the_recipe_starte
     assert env.running_record("g") is None
 
 
+def test_a_cancellation_committed_as_the_recipe_ends_is_reported_by_its_worker(env: Env) -> None:
+    """The recipe ran and exited; the worker reread (still ours, no cancellation) and a
+    cancellation committed before its report. The journal refuses the completion
+    (CANCEL_PENDING) and the worker, the attempt's owner, reports its end as cancelled. It used
+    to exit there, and the attempt stayed `running` until an operator confirmed its cleanup."""
+    env.goal("g", COUNT_RUNS)
+    gate = env.dir / "gate"
+    token = env.token("t1")
+    args = ["--journal", str(env.path), "--node", "n1", "--goal", "g", "--token", token]
+    worker = subprocess.Popen(
+        [PY, GATED, str(gate), "--before-report", *args], start_new_session=True
+    )
+    env.started.append(worker)
+    wait_until(lambda: Path(f"{gate}.held").exists(), what="the worker about to report")
+    assert runs_of_recipe(env) == 1
+    env.goals.cancel(goal_id="g", reason="not needed", command_id="op:cancel:late", by="x@n2")
+    gate.touch()
+    assert worker.wait(timeout=30) == EXIT_SETTLED
+    goal, run = env.read("g")
+    assert goal.status == "cancelled" and run.status == "cancelled"
+    assert run.attempts[0].cleanup["confirmed_by"] == f"n1/{token}"  # the worker's own
+    assert env.running_record("g") is None
+
+
 RACES = 30
 
 
