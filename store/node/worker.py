@@ -40,6 +40,7 @@ import hashlib
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -480,6 +481,7 @@ def _exec_if_ours(goals: Goals, ready: Ready, owner: int) -> int | str:
         for sig in (signal.SIGPIPE, signal.SIGXFSZ):  # as Popen does: Python ignores them
             signal.signal(sig, signal.SIG_DFL)
         _die_with_parent()
+        _warm_executable(ready.argv[0], env)
         with goals.journal.commits_held():
             if changes is not None and _committed_since(changes):
                 verdict = _reread(goals, claim)
@@ -497,6 +499,26 @@ def _exec_if_ours(goals: Goals, ready: Ready, owner: int) -> int | str:
     os.close(log)
     os.close(devnull)
     return _not_launching(goals, claim, verdict)
+
+
+def _warm_executable(name: str, env: Mapping[str, str]) -> None:
+    """Open and read the first page of the file the exec will run (found as ``execvpe`` finds
+    it) before the journal is held still: a path or file that hangs (a hung network file
+    system) then hangs here, not with every writer of the journal waiting. Best effort: the
+    exec says what is wrong with it."""
+    folders = [""] if "/" in name else env.get("PATH", os.defpath).split(os.pathsep)
+    for folder in folders:
+        path = os.path.join(folder, name)
+        try:  # a regular file only: opening a FIFO or a device may block or act
+            if not stat.S_ISREG(os.stat(path).st_mode):
+                continue
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        except OSError:
+            continue
+        with contextlib.suppress(OSError):
+            os.read(fd, 4096)
+        os.close(fd)
+        return
 
 
 def _primed(changes: ChangeSource) -> ChangeSource:

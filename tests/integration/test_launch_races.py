@@ -4,6 +4,7 @@ cancellation committed, and a replayed claim never launches anything.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import threading
 from functools import partial
@@ -129,6 +130,19 @@ def test_a_cancellation_committed_as_the_recipe_ends_is_reported_by_its_worker(e
     assert goal.status == "cancelled" and run.status == "cancelled"
     assert run.attempts[0].cleanup["confirmed_by"] == f"n1/{token}"  # the worker's own
     assert env.running_record("g") is None
+
+
+def test_a_recipe_that_names_a_fifo_is_refused_at_once(env: Env) -> None:
+    """The helper reads the recipe's file before it holds the journal still (so a hung file
+    system hangs it there, not every writer); a FIFO, which an open would wait on, is left to
+    the exec, which refuses it: the attempt fails with the reason, the worker settles."""
+    fifo = env.dir / "recipe.fifo"
+    os.mkfifo(fifo)
+    env.goals.create(goal_id="g", title="g", node_id="n1", argv=[str(fifo)], max_attempts=1)
+    assert env.worker("g", "t1").wait(timeout=30) == EXIT_SETTLED
+    goal, run = env.read("g")
+    assert goal.status != "running" and run.attempts[0].state == "failed"
+    assert "cannot start the recipe: [Errno 13] Permission denied" in str(run.attempts[0].reason)
 
 
 RACES = 30
