@@ -52,6 +52,7 @@ from typing import IO
 
 from store.errors import (
     CancelPendingError,
+    JournalLockedError,
     JournalNotPermittedError,
     NotAJournalError,
     RefineError,
@@ -482,7 +483,8 @@ def _exec_if_ours(goals: Goals, ready: Ready, owner: int) -> int | str:
             signal.signal(sig, signal.SIG_DFL)
         _die_with_parent()
         _warm_executable(ready.argv[0], env)
-        with goals.journal.commits_held():
+        with contextlib.ExitStack() as held:
+            _hold_still(goals.journal, held, claim)
             if changes is not None and _committed_since(changes):
                 verdict = _reread(goals, claim)
             if verdict == "ours":
@@ -494,11 +496,27 @@ def _exec_if_ours(goals: Goals, ready: Ready, owner: int) -> int | str:
                 os.execvpe(ready.argv[0], list(ready.argv), env)
     except OSError as exc:
         return str(exc)
-    except StorageError as exc:  # the write lock not had (busy past its timeout): not started
+    except StorageError as exc:  # not held still within the patience: not started
         return f"the journal could not be held still before the launch: {exc}"
     os.close(log)
     os.close(devnull)
     return _not_launching(goals, claim, verdict)
+
+
+def _hold_still(journal: Journal, held: contextlib.ExitStack, claim: Claim) -> None:
+    """Enter ``journal.commits_held()`` into ``held``, waiting out other writers: a burst of
+    claims may keep the lock past one busy timeout, and the claimed attempt is ours to launch
+    (a cancellation committed meanwhile is seen by the last look). Any other storage error, or
+    no lock within ``REPORT_PATIENCE_S``, raises."""
+    deadline = time.monotonic() + REPORT_PATIENCE_S
+    while True:
+        try:
+            held.enter_context(journal.commits_held())
+            return
+        except JournalLockedError as exc:  # each try waited a busy timeout already
+            if time.monotonic() >= deadline:
+                raise
+            _say(f"{claim.run_id}/{claim.epoch}: the launch waits for the journal: {exc}")
 
 
 def _warm_executable(name: str, env: Mapping[str, str]) -> None:

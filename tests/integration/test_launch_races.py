@@ -132,6 +132,38 @@ def test_a_cancellation_committed_as_the_recipe_ends_is_reported_by_its_worker(e
     assert env.running_record("g") is None
 
 
+def test_a_launch_waits_out_a_journal_locked_past_its_busy_timeout(env: Env) -> None:
+    """Another writer keeps the journal's write lock longer than one busy timeout (5 s) while
+    the helper wants it for the exec (a burst of claims can): the helper says so and tries
+    again, and the recipe starts once the lock is free. It is not failed for it."""
+    env.goal("g", COUNT_RUNS)
+    gate = env.dir / "gate"
+    token = env.token("t1")
+    args = ["--journal", str(env.path), "--node", "n1", "--goal", "g", "--token", token]
+    worker = subprocess.Popen(
+        [PY, GATED, str(gate), "--after-reread", *args],
+        start_new_session=True,
+        stderr=subprocess.PIPE,
+    )
+    env.started.append(worker)
+    said: list[str] = []
+    assert worker.stderr is not None
+    lines = worker.stderr
+    threading.Thread(target=lambda: said.extend(map(bytes.decode, lines)), daemon=True).start()
+    wait_until(lambda: Path(f"{gate}.held").exists(), what="the reread before the launch")
+    with Journal.open(str(env.path)) as other, other.commits_held():
+        gate.touch()
+        wait_until(
+            lambda: any("the launch waits for the journal" in line for line in said),
+            timeout=30,
+            what="the helper waiting for the lock",
+        )
+        assert runs_of_recipe(env) == 0
+    assert worker.wait(timeout=30) == EXIT_SETTLED
+    assert runs_of_recipe(env) == 1
+    assert env.status("g") == "completed"
+
+
 def test_a_recipe_that_names_a_fifo_is_refused_at_once(env: Env) -> None:
     """The helper reads the recipe's file before it holds the journal still (so a hung file
     system hangs it there, not every writer); a FIFO, which an open would wait on, is left to
