@@ -483,8 +483,7 @@ def _exec_if_ours(goals: Goals, ready: Ready, owner: int) -> int | str:
             signal.signal(sig, signal.SIG_DFL)
         _die_with_parent()
         _warm_executable(ready.argv[0], env)
-        with contextlib.ExitStack() as held:
-            _hold_still(goals.journal, held, claim)
+        with _held_still(goals.journal, claim):
             if changes is not None and _committed_since(changes):
                 verdict = _reread(goals, claim)
             if verdict == "ours":
@@ -503,20 +502,23 @@ def _exec_if_ours(goals: Goals, ready: Ready, owner: int) -> int | str:
     return _not_launching(goals, claim, verdict)
 
 
-def _hold_still(journal: Journal, held: contextlib.ExitStack, claim: Claim) -> None:
-    """Enter ``journal.commits_held()`` into ``held``, waiting out other writers: a burst of
-    claims may keep the lock past one busy timeout, and the claimed attempt is ours to launch
-    (a cancellation committed meanwhile is seen by the last look). Any other storage error, or
-    no lock within ``REPORT_PATIENCE_S``, raises."""
+@contextlib.contextmanager
+def _held_still(journal: Journal, claim: Claim) -> Iterator[None]:
+    """``journal.commits_held()``, waiting out other writers: a burst of claims may keep the
+    lock past one busy timeout, and the claimed attempt is ours to launch (a cancellation
+    committed meanwhile is seen by the last look). Any other storage error, or no lock within
+    ``REPORT_PATIENCE_S``, raises."""
     deadline = time.monotonic() + REPORT_PATIENCE_S
-    while True:
-        try:
-            held.enter_context(journal.commits_held())
-            return
-        except JournalLockedError as exc:  # each try waited a busy timeout already
-            if time.monotonic() >= deadline:
-                raise
-            _say(f"{claim.run_id}/{claim.epoch}: the launch waits for the journal: {exc}")
+    with contextlib.ExitStack() as held:
+        while True:
+            try:
+                held.enter_context(journal.commits_held())
+                break
+            except JournalLockedError as exc:  # each try waited a busy timeout already
+                if time.monotonic() >= deadline:
+                    raise
+                _say(f"{claim.run_id}/{claim.epoch}: the launch waits for the journal: {exc}")
+        yield
 
 
 def _warm_executable(name: str, env: Mapping[str, str]) -> None:

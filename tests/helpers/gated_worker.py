@@ -10,7 +10,8 @@ still until the file GATE exists (at most 30 s), with ``GATE.held`` made once it
 - ``--before-report``: when the recipe has ended and the worker, its reread done, is about
   to report that end;
 - ``--before-exec``: at the exec itself, everything before it done (on SQLite with the
-  journal's write lock held, which the exec releases).
+  journal's write lock held, which the exec releases); the recipe starts with SIGTERM blocked
+  (the mask survives the exec), so a stop that comes at once waits until it unblocks it.
 
 It opens the claim → launch window on purpose, so a test can commit something inside it (a
 cancellation) and see what the worker does next. Nothing else about the worker changes.
@@ -19,6 +20,7 @@ cancellation) and see what the worker does next. Nothing else about the worker c
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -59,6 +61,7 @@ def _held_handover(self: worker.Ready) -> str:
 
 def _held_exec(file: str, args: list[str], env: dict[str, str]) -> None:
     _hold()
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
     _execvpe(file, args, env)
 
 

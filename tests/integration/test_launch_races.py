@@ -65,8 +65,13 @@ def test_no_recipe_starts_after_a_cancellation_committed_inside_the_launch_windo
     assert env.running_record("g") is None
 
 
-# Appends a line to <dir>/ran, then runs on until stopped.
-COUNT_AND_STAY = COUNT_RUNS + "\nimport time\ntime.sleep(60)"
+# Appends a line to <dir>/ran, then takes SIGTERM (``--before-exec`` starts it blocked: a stop
+# that came at once cannot end it before that line) and runs on until stopped.
+COUNT_AND_STAY = (
+    COUNT_RUNS
+    + "\nimport signal, time\nsignal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})"
+    + "\ntime.sleep(60)"
+)
 
 
 def test_a_cancellation_arriving_at_the_exec_commits_only_once_the_recipe_started_on_sqlite(
