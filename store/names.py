@@ -8,12 +8,12 @@ from typing import Any
 from store.errors import InvalidInputError
 
 MAX_NAME = 64
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+_NAME = r"[A-Za-z0-9][A-Za-z0-9._-]*"  # compiled by `re` on first use
 
 
 def check_name(value: Any, name: str) -> str:
     """A goal or node id: 1–64 of A-Z a-z 0-9 . _ -, starting with a letter or digit."""
-    if type(value) is not str or len(value) > MAX_NAME or not _NAME.fullmatch(value):
+    if type(value) is not str or len(value) > MAX_NAME or not re.fullmatch(_NAME, value):
         raise InvalidInputError(
             f"{name} must be 1–{MAX_NAME} characters of A-Z a-z 0-9 . _ -,"
             " starting with a letter or digit"

@@ -21,20 +21,18 @@ location without loading psycopg.
 
 from __future__ import annotations
 
-import getpass
 import os
 import re
-import string
 import urllib.parse
-from typing import NamedTuple
 
 from store.errors import InvalidInputError
+from store.records import dataclass
 
 DEFAULT_SCHEMA = "refine"
 SCHEMA_PARAM = "schema"  # our own URL query option; never handed to libpq
 PREFIXES = ("postgresql://", "postgres://")
 UNPARSABLE = "postgresql://(unparsable URL)"
-_SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}\Z")
+_SCHEMA_NAME = r"[a-z_][a-z0-9_]{0,62}\Z"  # compiled by `re` on first use
 # libpq's connection options (PQconninfoOptions, libpq 18) that hold no secret: the printable
 # form shows these from the query, and no other (an unknown one may be a password's tail).
 _SHOWN_OPTIONS = frozenset("""
@@ -47,11 +45,14 @@ _SHOWN_OPTIONS = frozenset("""
     target_session_attrs load_balance_hosts oauth_issuer oauth_client_id oauth_scope ssl
     requiressl
 """.split()) | {SCHEMA_PARAM}  # fmt: skip  # noqa: SIM905
-_HEX = frozenset(string.hexdigits)
-_OPTION_NAME = re.compile(r"[a-z0-9_]+\Z")
+_HEX = frozenset("0123456789abcdefABCDEF")  # string.hexdigits, without importing string
+_OPTION_NAME = r"[a-z0-9_]+\Z"
 
 
-class JournalURL(NamedTuple):  # not a dataclass: the CLI starts without dataclasses
+# A record, not a NamedTuple: typing's NamedTuple compiles each string annotation (7 compiles
+# of every command's start-up), and store.records imports neither dataclasses nor typing.
+@dataclass(frozen=True)
+class JournalURL:
     """A ``postgresql://`` URL as libpq reads it: its values percent-decoded, None where the URL
     sets none (libpq then takes ``$PGHOST``, ``$PGUSER``, ...)."""
 
@@ -106,7 +107,7 @@ def is_postgres_url(location: str | os.PathLike[str]) -> bool:
 
 def valid_schema(name: str) -> bool:
     """A plain lower-case SQL identifier (so it never needs quoting)."""
-    return bool(_SCHEMA_NAME.match(name))
+    return bool(re.match(_SCHEMA_NAME, name))
 
 
 def redact(location: str | os.PathLike[str]) -> str:
@@ -134,6 +135,8 @@ def login_role(location: str | os.PathLike[str]) -> str | None:
         return None
     if user:
         return user
+    import getpass  # here: it loads termios, which no other command needs
+
     try:
         return os.environ.get("PGUSER") or getpass.getuser()
     except (OSError, KeyError):  # no user name for this process's uid
@@ -219,7 +222,7 @@ def _query(text: str) -> tuple[tuple[str, str], ...]:
         if "=" in value:
             raise _refused("a query option has a second '=' (write an '=' in a value as %3D)")
         name = _decode(name)
-        if not _OPTION_NAME.match(name):  # libpq knows none such; a conninfo would misread it
+        if not re.match(_OPTION_NAME, name):  # libpq knows none such; a conninfo would misread it
             raise _refused("a query option's name is not one of libpq's")
         options.append((name, _decode(value)))
     return tuple(options)

@@ -40,14 +40,16 @@ OPERATOR_CONFIRMED = "operator-confirmed"  # Confirm cleanup's default method
 # dead, the node's reconciliation): one method, so both read the same in every report.
 PROCESS_GONE_METHOD = "process-exited"
 
-_IDENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]*")
-_ACTOR = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/@-]*")  # "<operator>@<node>"
+# Patterns as text, compiled by `re` on first use (and cached there): a command that never
+# checks one does not pay for compiling it at start-up (DESIGN §9, CLI start-up).
+_IDENT = r"[A-Za-z0-9][A-Za-z0-9._:/-]*"
+_ACTOR = r"[A-Za-z0-9][A-Za-z0-9._:/@-]*"  # "<operator>@<node>"
 # Unicode categories Cc (C0, DEL, C1) and Cs (surrogates), as unicodedata.category names them;
 # both are fixed by the standard, so the ranges never change.
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
+_CONTROL = "[\x00-\x1f\x7f-\x9f\ud800-\udfff]"
 # What str.encode() refuses (a lone surrogate: a str holds code points, never pairs) and NUL.
-_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
-_RUN_OF_GOAL = re.compile(r"([A-Za-z0-9][A-Za-z0-9._-]{0,63})\.r([1-9][0-9]{0,3})")  # MAX_NAME
+_UNSTORABLE = "[\x00\ud800-\udfff]"
+_RUN_OF_GOAL = r"([A-Za-z0-9][A-Za-z0-9._-]{0,63})\.r([1-9][0-9]{0,3})"  # MAX_NAME
 _GOAL_KEYS = frozenset(
     {
         "goal_id",
@@ -80,7 +82,7 @@ def run_id_for(goal_id: str, round_: int) -> str:
 
 def goal_id_of_run(run_id: str) -> str | None:
     """The Goal a Run id belongs to, or None when the id is not ``<goal_id>.r<round>``."""
-    match = _RUN_OF_GOAL.fullmatch(run_id) if isinstance(run_id, str) else None
+    match = re.fullmatch(_RUN_OF_GOAL, run_id) if isinstance(run_id, str) else None
     return match.group(1) if match else None
 
 
@@ -257,7 +259,7 @@ def goal_view(state: Mapping[str, Any], version: int) -> Goal:
 
 
 def check_identifier(value: Any, name: str) -> str:
-    if type(value) is not str or len(value) > 128 or not _IDENT.fullmatch(value):
+    if type(value) is not str or len(value) > 128 or not re.fullmatch(_IDENT, value):
         raise InvalidInputError(
             f"{name} must be 1–128 characters of A-Z a-z 0-9 . _ : / -,"
             " starting with a letter or digit"
@@ -268,7 +270,7 @@ def check_identifier(value: Any, name: str) -> str:
 def check_actor(value: Any) -> str | None:
     """Who did it (e.g. "dana@n1"), or None."""
     if value is not None and (
-        type(value) is not str or len(value) > 128 or not _ACTOR.fullmatch(value)
+        type(value) is not str or len(value) > 128 or not re.fullmatch(_ACTOR, value)
     ):
         raise InvalidInputError("by must be 1–128 characters of A-Z a-z 0-9 . _ : / @ -")
     return value
@@ -276,13 +278,13 @@ def check_actor(value: Any) -> str | None:
 
 def _storable(value: str) -> bool:
     """UTF-8 encodable (no lone surrogates) and without NUL: SQLite and exec accept it."""
-    return _UNSTORABLE.search(value) is None
+    return re.search(_UNSTORABLE, value) is None
 
 
 def check_title(value: Any) -> str:
     if type(value) is not str or not value.strip() or len(value) > MAX_TITLE:
         raise InvalidInputError(f"title must be non-empty text of at most {MAX_TITLE} characters")
-    if _CONTROL.search(value):
+    if re.search(_CONTROL, value):
         raise InvalidInputError("title must not contain control characters")
     return value
 

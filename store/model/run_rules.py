@@ -42,10 +42,12 @@ class ExecutionLimits:
 
 EXECUTION_LIMITS = ExecutionLimits()
 
-_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]*")
+# Patterns as text, compiled by `re` on first use (and cached there): a command that never
+# checks one does not pay for compiling it at start-up (DESIGN §9, CLI start-up).
+_ID = r"[A-Za-z0-9][A-Za-z0-9._:/-]*"
 # DESIGN §5 names who confirmed a cleanup "<operator>@<node>": the seed's alphabet plus "@".
-_CONFIRMER = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/@-]*")
-_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+_CONFIRMER = r"[A-Za-z0-9][A-Za-z0-9._:/@-]*"
+_DIGEST = r"sha256:[0-9a-f]{64}"
 _RECORD_TYPES = (dict, MappingProxyType)
 
 
@@ -60,10 +62,10 @@ def identifier(
     value: Any,
     name: str,
     max_length: int = EXECUTION_LIMITS.max_id_length,
-    pattern: re.Pattern[str] = _ID,
+    pattern: str = _ID,
 ) -> str:
-    if type(value) is not str or len(value) > max_length or not pattern.fullmatch(value):
-        extra = " @" if pattern is _CONFIRMER else ""
+    if type(value) is not str or len(value) > max_length or not re.fullmatch(pattern, value):
+        extra = " @" if pattern == _CONFIRMER else ""
         raise Invalid(
             f"{name} must be 1–{max_length} characters of A-Z a-z 0-9 . _ : /{extra} -,"
             " starting with a letter or digit"
@@ -80,7 +82,7 @@ def run_id_rule(value: Any, name: str = "run_id") -> str:
 
 
 def digest(value: Any, name: str) -> str:
-    if type(value) is not str or not _DIGEST.fullmatch(value):
+    if type(value) is not str or not re.fullmatch(_DIGEST, value):
         raise Invalid(f"{name} must be sha256: followed by 64 lowercase hex characters")
     return value
 

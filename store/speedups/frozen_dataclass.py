@@ -2,7 +2,8 @@
 
 dataclasses compiles six methods per class and imports ``inspect``: the ≈ 20 records a `refine`
 command loads cost ≈ 8 ms plus ≈ 3 ms, a third of Python's own start-up (DESIGN §9, CLI
-start-up). Here a frozen record gets the same ``__init__`` (one compile, same signature), and
+start-up). Here a frozen record gets the same ``__init__`` (same signature, one compile, made
+when the record is first built: a command builds few of the records it imports), and
 ``__repr__``, ``__eq__``, ``__hash__``, ``__setattr__``/``__delattr__`` (FrozenInstanceError),
 ``__match_args__`` and docstring as dataclasses would give it, without compiling them. It is
 still a dataclass: ``__dataclass_fields__`` and ``__dataclass_params__`` are made by dataclasses
@@ -98,7 +99,6 @@ def _annotations(cls: type) -> dict[str, Any]:
 def _build(cls: type[T], fields: dict[str, tuple[str, Any]]) -> type[T]:
     names = tuple(fields)
     methods: dict[str, Callable[..., Any]] = {
-        "__init__": _init(cls, fields),
         "__repr__": _repr(names),
         "__eq__": _eq(names),
         "__hash__": _hash(names),
@@ -108,6 +108,7 @@ def _build(cls: type[T], fields: dict[str, tuple[str, Any]]) -> type[T]:
     for name, method in methods.items():
         method.__qualname__ = f"{cls.__qualname__}.{name}"
     attributes: dict[str, Any] = {
+        "__init__": _LazyInit(fields),
         **methods,
         "__record_fields__": fields,
         "__dataclass_fields__": _Twin("__dataclass_fields__"),
@@ -129,6 +130,22 @@ def _signature(fields: dict[str, tuple[str, Any]]) -> str:
         for name, (annotation, default) in fields.items()
     ]
     return f"({', '.join(params)})"
+
+
+class _LazyInit:
+    """A record's ``__init__`` until the class is first called or asked for it: then compiled
+    (the one compile a record costs) and put in its place. A command builds few of the records
+    it imports, so it compiles few of them (DESIGN §9, CLI start-up)."""
+
+    def __init__(self, fields: dict[str, tuple[str, Any]]) -> None:
+        self.fields = fields
+
+    def __get__(self, obj: object, owner: type) -> Any:
+        record = next(c for c in owner.__mro__ if c.__dict__.get("__init__") is self)
+        init = _init(record, self.fields)
+        init.__qualname__ = f"{record.__qualname__}.__init__"
+        record.__init__ = init  # type: ignore[misc]  # the class itself, not an instance
+        return init.__get__(obj, owner)
 
 
 def _init(cls: type, fields: dict[str, tuple[str, Any]]) -> Callable[..., None]:

@@ -22,6 +22,7 @@ import pytest
 from store import records
 from store.host.processes import ProcessObservation, ProcessRecord, StopOutcome
 from store.journal.core import AggregateRow, Change, Event, Outcome, Stored
+from store.journal.url import JournalURL
 from store.model.execution import ClaimResult, CommandResult
 from store.model.goal import CorruptGoal, Goal
 from store.model.goals import GoalResult
@@ -34,7 +35,7 @@ from store.ops.reads import GoalAndRun
 RECORDS = [
     Event, Stored, Change, Outcome, AggregateRow, ExecutionLimits, Attempt, Run, CommandResult,
     ClaimResult, Goal, CorruptGoal, GoalResult, GoalAndRun, ProcessRecord, ProcessObservation,
-    StopOutcome, CleanupEvidence, Target, ActionReport,
+    StopOutcome, CleanupEvidence, Target, ActionReport, JournalURL,
 ]  # fmt: skip
 
 
@@ -207,3 +208,26 @@ def test_a_field_a_class_attribute_intercepts_is_set_as_dataclasses_sets_it() ->
         type("Record", (Slotted,), {"__annotations__": {"x": "int", "y": "int"}, "y": 2})
     )
     assert vars(twin(1)) == vars(made)
+
+
+def test_a_records_init_is_compiled_when_the_record_is_first_built() -> None:
+    """A command imports many records and builds few: only those pay for compiling."""
+
+    @records.dataclass(frozen=True)
+    class Lazy:
+        a: int
+        b: str = "b"
+
+    class Plain(Lazy):  # not a record: it inherits the record's __init__
+        pass
+
+    assert not inspect.isfunction(vars(Lazy)["__init__"])
+    assert Plain(1) == Plain(1, "b")  # built through the subclass first
+    assert inspect.isfunction(vars(Lazy)["__init__"])
+    assert "__init__" not in vars(Plain)
+    assert (
+        Lazy.__init__.__qualname__
+        == "test_a_records_init_is_compiled_when_the_record_is_first_built.<locals>.Lazy.__init__"
+    )
+    with pytest.raises(TypeError, match=r"missing 1 required positional argument: 'a'"):
+        Lazy()  # type: ignore[call-arg]
