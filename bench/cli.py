@@ -50,11 +50,16 @@ def _small_journal(folder: Path, name: str, goals: int) -> Path:
     return path
 
 
-def _wall(command: list[str], expect: int, *, env: dict[str, str]) -> tuple[float, float]:
-    """Wall and CPU seconds of one run (the CPU of the child just waited for)."""
+def _wall(
+    command: list[str], expect: int, *, env: dict[str, str], tree: str = _ROOT
+) -> tuple[float, float]:
+    """Wall and CPU seconds of one run (the CPU of the child just waited for), run in ``tree``:
+    ``python -m`` puts the working directory first on sys.path, before ``PYTHONPATH``."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     began = time.perf_counter()
-    done = subprocess.run(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    done = subprocess.run(
+        command, env=env, cwd=tree, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     elapsed = time.perf_counter() - began
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode != expect:
@@ -164,9 +169,10 @@ def compare(trees: list[str], runs: int) -> dict[str, dict[str, float]]:
                      for i, t in enumerate(trees)}  # fmt: skip
         for n in (runs, *range(runs)):  # first the warm-up round (its own goal to cancel)
             for tree in trees:
-                env = {**base, "PYTHONPATH": os.path.abspath(tree)}
+                where = os.path.abspath(tree)
+                env = {**base, "PYTHONPATH": where}
                 for name in ("bare", *COMMANDS):
-                    _, cpu = _wall(*_argv(name, n, journal, to_cancel[tree]), env=env)
+                    _, cpu = _wall(*_argv(name, n, journal, to_cancel[tree]), env=env, tree=where)
                     if n < runs:
                         cpus.setdefault((tree, name), []).append(cpu)
     return {
