@@ -78,9 +78,9 @@ def default_node() -> str:
     """$REFINE_NODE, else the short host name: the CLI and the dashboard agree on it."""
     if os.environ.get("REFINE_NODE"):
         return os.environ["REFINE_NODE"]
-    import socket  # here, not at the top (≈ 2 ms): `--node` or $REFINE_NODE names most nodes
-
-    return socket.gethostname().split(".")[0]
+    # socket.gethostname() is uname(2)'s node name: read here without importing socket (≈ 2 ms
+    # of every stop and cancel).
+    return os.uname().nodename.split(".")[0]
 
 
 def default_operator() -> str:
