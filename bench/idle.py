@@ -1,6 +1,7 @@
 """Dashboard CPU idle and under a steady stream of commits (DESIGN §9: idle ≤ 0.5 % of a core).
 
     python -m bench.idle [--seconds 60] [--rate 50] [--sizes 1000] [--pulses on|off|both]
+    python -m bench.idle --node-only [--postgres] [--seconds 60]
 
 ``--pulses both`` measures each dashboard figure twice, side by side (one journal, one arm after
 the other): with the pulses (the default) and without them (``refine tui --no-pulses``,
@@ -15,6 +16,7 @@ the other): with the pulses (the default) and without them (``refine tui --no-pu
   once a second on screen), and "old", shifted to end an hour before (elapsed shows minutes).
 - node idle: ``refine node`` on a journal whose 3 Goals it has finished, left alone; CPU as
   above (DESIGN §9 wants it at ≈ 0 between events, as supervisord and systemd are).
+  ``--node-only`` measures this alone; with ``--postgres`` also on a PostgreSQL server of its own.
 - load, real terminal: the same, while another process commits ``rate`` commands per second
   (new Goals created, started and completed, as a busy node would).
 - load, headless: the same stream against ``RefineApp`` driven by ``run_test`` in this process,
@@ -50,7 +52,7 @@ from bench.common import (
 from bench.latency import SIZE, ProbeApp, ready
 from refine_tui.rows import Reader
 from refine_tui.widgets.keyed_table import KeyedTable
-from store.journal.sqlite import Journal
+from store.journal import Journal
 from store.model.goals import Goals
 
 SETTLE_S = 3.0  # after the first paint, before measuring
@@ -121,11 +123,13 @@ def tmux_cpu(
     return result
 
 
-def node_cpu(seconds: float, finished: int = 3) -> dict[str, float]:
-    """% of one core used by ``refine node`` with nothing to do (its ``finished`` Goals done)."""
+def node_cpu(seconds: float, finished: int = 3, location: str | None = None) -> dict[str, float]:
+    """% of one core used by ``refine node`` with nothing to do (its ``finished`` Goals done),
+    on ``location`` (a PostgreSQL URL; None: a new SQLite file)."""
     with tempfile.TemporaryDirectory(prefix="refine-bench-") as folder:
-        path = Path(folder) / "journal.db"
-        command = [sys.executable, "-m", "refine_tui.cli", "--journal", str(path), "--node", NODE]
+        path = location or str(Path(folder) / "journal.db")
+        command = [sys.executable, "-m", "refine_tui.cli", "--journal", path, "--node", NODE]
+        command += ["--state-dir", str(Path(folder) / "state")]
         with Journal.open(path) as journal:
             goals = Goals(journal)
             for n in range(finished):
@@ -308,13 +312,40 @@ def _load_rows(r: dict[str, Any], label: str) -> list[tuple[str, str, str]]:
     return out
 
 
+def nodes_only(seconds: float, postgres: bool) -> list[tuple[str, str, str]]:
+    """The node's idle alone: on SQLite, then (``postgres``) on a server of its own."""
+    figures = [("sqlite", node_cpu(seconds))]
+    if postgres:
+        from tests.helpers.postgres_server import PostgresServer
+
+        server = PostgresServer.start_new()
+        try:
+            figures.append(("postgresql", node_cpu(seconds, location=server.create_database())))
+        finally:
+            server.destroy()
+    return [
+        (
+            f"node idle CPU, nothing to do, {backend}",
+            f"{node['cpu_percent']:.3f} % of a core over {node['seconds']:.0f} s",
+            "≤ 0.1 %",
+        )
+        for backend, node in figures
+    ]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--rate", type=float, default=50.0)
     parser.add_argument("--sizes", type=int, nargs="+", default=[1000])
     parser.add_argument("--pulses", choices=sorted(PULSE_ARMS), default="on")
+    parser.add_argument("--node-only", action="store_true", help="the idle node alone")
+    parser.add_argument("--postgres", action="store_true", help="--node-only on PostgreSQL too")
     args = parser.parse_args(argv)
+    if args.node_only:
+        for figure, value, target in nodes_only(args.seconds, args.postgres):
+            print(f"{figure:<38} {value}  [{target}]")
+        return 0
     measured = measure(args.sizes, args.seconds, args.rate, pulses=args.pulses)
     for figure, value, target in rows(measured):
         print(f"{figure:<38} {value}  [{target}]")
