@@ -263,12 +263,14 @@ class Journal(Protocol):
         the block. By default the backend's commits are durable one by one."""
         return contextlib.nullcontext()
 
-    def commits_held(self) -> AbstractContextManager[None]:
-        """No other connection commits while the block runs, and reads inside see the newest
-        commit; nothing is written. What a process decides and execs inside is ordered before
-        every commit after it: on SQLite the block holds the write lock (``BEGIN IMMEDIATE``),
-        which an exec releases too (SQLite opens its files close-on-exec). By default nothing is
-        held (a server's journal is closed before the exec)."""
+    def commits_held(self, aggregate_id: str | None = None) -> AbstractContextManager[None]:
+        """No other connection commits on ``aggregate_id`` (a Run) while the block runs, and
+        reads inside see the newest commit; nothing is written. What a process decides and
+        execs inside is ordered before every such commit after it, and an exec releases the
+        hold: on SQLite the block holds the write lock (``BEGIN IMMEDIATE``: no commit at all;
+        SQLite opens its files close-on-exec), on PostgreSQL a lock of its session that every
+        command on that Run waits for (``store.journal.postgres.LAUNCH_CLASS``). By default
+        nothing is held."""
         return contextlib.nullcontext()
 
     def held(self) -> AbstractContextManager[Journal]:

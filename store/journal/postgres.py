@@ -192,9 +192,21 @@ PREPARE refine_lock (text[]) AS SELECT aggregate_id, version, state FROM {s}.agg
 PREPARE refine_lock_one (text) AS SELECT aggregate_id, version, state FROM {s}.aggregates
     WHERE aggregate_id = $1 FOR UPDATE;
 PREPARE refine_receipt (text) AS SELECT payload, result FROM {s}.receipts WHERE command_id = $1;
+PREPARE refine_launches (text[]) AS SELECT count(pg_advisory_xact_lock_shared({launch}))
+    FROM unnest($1) AS a;
 PREPARE refine_write (text, text, text, double precision, text, jsonb) AS
     SELECT {s}.write_command($1, $2, $3, $4, $5, $6);
 """
+
+# A launch's lock on its Run (``commits_held``): advisory, keyed by this class and the hash of
+# "<schema>.<aggregate id>". A claim helper holds it exclusively, in its session, from its last
+# look to its exec (which closes the connection: the server then drops the lock, and logs
+# nothing for a connection that had no open transaction); a command takes it shared on every Run
+# it writes, before the Run's row, so a cancellation waits for the exec rather than committing
+# unseen between the look and the exec (DESIGN §10). A collision only makes a command wait.
+LAUNCH_CLASS = 0x52454649  # "REFI"
+_LAUNCH_KEY = "{launch_class}, hashtext('{schema}.' || a)"
+LAUNCH_WAIT_S = 5.0  # as SQLite's busy timeout: then JournalLockedError (the launch retries)
 
 # Forward migrations: MIGRATIONS[n] takes a journal from schema n - 1 to n. "{s}" is the schema.
 MIGRATIONS: dict[int, str] = {
@@ -749,7 +761,8 @@ class PostgresJournal(Journal):
         once per connection."""
         if self._cursor is None or self._cursor.connection is not conn:
             cursor = psycopg.ClientCursor(conn)
-            cursor.execute(_PREPARE.format(s=self._s))
+            launch = _LAUNCH_KEY.format(launch_class=LAUNCH_CLASS, schema=self.schema)
+            cursor.execute(_PREPARE.format(s=self._s, launch=launch))
             self._cursor = cursor
         return self._cursor
 
@@ -1010,6 +1023,38 @@ class PostgresJournal(Journal):
             )
 
     @contextlib.contextmanager
+    def commits_held(self, aggregate_id: str | None = None) -> Iterator[None]:
+        """Commands on ``aggregate_id`` (a Run) wait while the block runs, and reads inside see
+        the newest commit; an exec inside releases the hold (``LAUNCH_CLASS``). The block keeps
+        its connection, and never reconnects silently: a new session would not hold the lock.
+        JournalLockedError when a command on it kept it past ``LAUNCH_WAIT_S``."""
+        if aggregate_id is None:
+            yield
+            return
+        key = (LAUNCH_CLASS, f"{self.schema}.{aggregate_id}")
+        with self._in_use():
+            self._take_launch_lock(key)
+            self._snapshots += 1
+            try:
+                yield
+            finally:
+                self._snapshots -= 1
+                with contextlib.suppress(StorageError):  # a lost session holds nothing
+                    self._query("SELECT pg_advisory_unlock(%s, hashtext(%s))", key)
+
+    def _take_launch_lock(self, key: tuple[int, str]) -> None:
+        deadline = time.monotonic() + LAUNCH_WAIT_S
+        delay = 0.001
+        while not self._query("SELECT pg_try_advisory_lock(%s, hashtext(%s))", key)[0][0]:
+            if time.monotonic() >= deadline:  # a command on it holds it shared meanwhile
+                raise JournalLockedError(
+                    f"journal is locked by another writer (a command on {key[1]} for"
+                    f" {LAUNCH_WAIT_S:g} s)"
+                )
+            time.sleep(delay)
+            delay = min(delay * 2, 0.05)
+
+    @contextlib.contextmanager
     def snapshot(self) -> Iterator[PostgresJournal]:
         """Several reads that see one consistent state of the journal."""
         with self._in_use(), self._storage_errors():
@@ -1081,11 +1126,13 @@ class _PostgresCommand:
         # One id (most commands) by equality: its generic plan is as cheap as a custom one, so
         # PostgreSQL plans it once (``= ANY`` of an array is planned again each time).
         one = len(aggregate_ids) == 1
+        runs = [a for a in aggregate_ids if a.startswith("run:")]  # launches wait on Runs only
         cur.execute(
-            f"{self._begin}; EXECUTE refine_lock{'_one' if one else ''}(%s);"
-            " EXECUTE refine_receipt(%s)",
-            (aggregate_ids[0] if one else list(aggregate_ids), self.command_id),
+            f"{self._begin}; EXECUTE refine_launches(%s::text[]);"
+            f" EXECUTE refine_lock{'_one' if one else ''}(%s); EXECUTE refine_receipt(%s)",
+            (runs, aggregate_ids[0] if one else list(aggregate_ids), self.command_id),
         )
+        cur.nextset()  # the launches' count
         cur.nextset()
         found = {str(row[0]): stored_row(row) for row in cur.fetchall()}
         self._nodes_before = {agg: text_field(st.state, "node_id") for agg, st in found.items()}

@@ -719,8 +719,9 @@ class SqliteJournal(Journal):
         return count
 
     @contextmanager
-    def commits_held(self) -> Iterator[None]:
-        """The write lock, held without writing; rolled back at the end (see ``Journal``)."""
+    def commits_held(self, aggregate_id: str | None = None) -> Iterator[None]:
+        """The write lock, held without writing (whatever ``aggregate_id``: every commit
+        waits); rolled back at the end (see ``Journal``)."""
         with self._lock:
             with _storage_errors():
                 conn = self._connection()

@@ -71,6 +71,7 @@ from store.journal.locations import STATE_DIR_ENV, JournalLocation
 from store.journal.slots import SLOTS_ENV, WAKE_FILE_ENV, keeping_connections, share_from_env
 from store.model.execution import Execution
 from store.model.goals import GoalResult, Goals
+from store.model.run import run_aggregate_id
 from store.node.wakeups import Inbox
 
 POLL_S = 0.25  # without a node, how often the worker looks whether a SQLite journal changed
@@ -453,9 +454,11 @@ def _exec_if_ours(goals: Goals, ready: Ready, owner: int) -> int | str:
     steps follow it: a cancellation committed before the reread stops the recipe from ever
     starting, one committed after it finds the recipe started (issue 21.15: the reread was in
     this helper, the launch in the worker a few ms later, and a cancellation in between went
-    unseen). On SQLite nothing commits in between: the last look (``PRAGMA data_version``, a
-    few µs, and a reread if anything was committed since the first) and the exec run while the
-    journal's write lock is held, which the exec itself releases (``Journal.commits_held``).
+    unseen). Nothing that concerns the Run commits in between: the last look and the exec run
+    with the journal held still (``Journal.commits_held``), which the exec itself releases. On
+    SQLite that is the write lock, and the last look ``PRAGMA data_version`` (a few µs, and a
+    reread if anything committed since the first); on PostgreSQL a lock this session holds on
+    the Run, which every command on the Run waits for, and the last look a reread.
     Returns only when it did not exec: an exit code (the attempt is not ours, its end reported
     when it had to be), or why the recipe could not be started (reported by the worker, as its
     owner).
@@ -474,8 +477,6 @@ def _exec_if_ours(goals: Goals, ready: Ready, owner: int) -> int | str:
         os.close(log)
         os.close(devnull)
         return _not_launching(goals, claim, verdict)
-    if server:  # cleanly (a server would log a lost connection at the exec), and its
-        goals.journal.close()  # connection slot free again for the node's other workers
     try:
         if ready.cwd is not None:
             os.chdir(ready.cwd)
@@ -484,7 +485,9 @@ def _exec_if_ours(goals: Goals, ready: Ready, owner: int) -> int | str:
         _die_with_parent()
         _warm_executable(ready.argv[0], env)
         with _held_still(goals.journal, claim):
-            if changes is not None and _committed_since(changes):
+            # The last look: a server's commits cannot be counted cheaply (its hold is only on
+            # this Run's commands), so it rereads; SQLite rereads only if anything committed.
+            if changes is None or _committed_since(changes):
                 verdict = _reread(goals, claim)
             if verdict == "ours":
                 os.dup2(devnull, 0)
@@ -512,7 +515,7 @@ def _held_still(journal: Journal, claim: Claim) -> Iterator[None]:
     with contextlib.ExitStack() as held:
         while True:
             try:
-                held.enter_context(journal.commits_held())
+                held.enter_context(journal.commits_held(run_aggregate_id(claim.run_id)))
                 break
             except JournalLockedError as exc:  # each try waited a busy timeout already
                 if time.monotonic() >= deadline:

@@ -9,8 +9,9 @@ still until the file GATE exists (at most 30 s), with ``GATE.held`` made once it
   still ours (the window the last look before the exec closes on SQLite);
 - ``--before-report``: when the recipe has ended and the worker, its reread done, is about
   to report that end;
-- ``--before-exec``: at the exec itself, everything before it done (on SQLite with the
-  journal's write lock held, which the exec releases); the recipe starts with SIGTERM blocked
+- ``--before-exec``: at the exec itself, everything before it done, the journal held still
+  (SQLite's write lock, or on PostgreSQL the helper's lock on the Run), which the exec releases;
+  the recipe starts with SIGTERM blocked
   (the mask survives the exec), so a stop that comes at once waits until it unblocks it.
 
 It opens the claim → launch window on purpose, so a test can commit something inside it (a

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import threading
+from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
 
@@ -17,14 +18,15 @@ from store.model.goals import Goals
 from store.node.worker import EXIT_REFUSED, EXIT_SETTLED
 from tests.helpers.node_env import PY, Env
 from tests.helpers.waits import wait_until
+from tests.integration.test_postgres_operation import PgEnv
 
 GATED = str(Path(__file__).parents[1] / "helpers" / "gated_worker.py")
 # Appends a line to <dir>/ran each time it runs.
 COUNT_RUNS = "import os, sys\nopen(os.path.join(sys.argv[1], 'ran'), 'a').write('ran\\n')"
 
 
-def runs_of_recipe(env: Env) -> int:
-    ran = env.dir / "ran"
+def runs_of_recipe(folder: Path) -> int:
+    ran = folder / "ran"
     return len(ran.read_text().splitlines()) if ran.exists() else 0
 
 
@@ -58,7 +60,7 @@ def test_no_recipe_starts_after_a_cancellation_committed_inside_the_launch_windo
     env.goals.cancel(goal_id="g", reason="not needed", command_id="op:cancel:elsewhere", by="x@n2")
     gate.touch()
     assert worker.wait(timeout=30) == EXIT_SETTLED
-    assert runs_of_recipe(env) == 0, "the recipe started after its cancellation committed"
+    assert runs_of_recipe(env.dir) == 0, "the recipe started after its cancellation committed"
     goal, run = env.read("g")
     assert goal.status == "cancelled" and run.status == "cancelled"
     assert run.attempts[0].cleanup["confirmed_by"] == f"n1/{token}"  # the worker's own
@@ -101,16 +103,64 @@ def test_a_cancellation_arriving_at_the_exec_commits_only_once_the_recipe_starte
     cancelling.start()
     cancelling.join(timeout=1.0)
     assert cancelling.is_alive(), "the cancellation committed while the launch was deciding"
-    assert env.status("g") == "running" and runs_of_recipe(env) == 0
+    assert env.status("g") == "running" and runs_of_recipe(env.dir) == 0
     gate.touch()
     cancelling.join(timeout=30)
     assert not cancelling.is_alive()
     assert worker.wait(timeout=30) == EXIT_SETTLED
-    assert runs_of_recipe(env) == 1  # started before the cancellation committed, then stopped
+    assert runs_of_recipe(env.dir) == 1  # started before the cancellation committed, then stopped
     goal, run = env.read("g")
     assert goal.status == "cancelled" and run.status == "cancelled"
     assert run.attempts[0].cleanup["confirmed_by"] == f"n1/{token}"  # the worker's own
     assert env.running_record("g") is None
+
+
+@pytest.fixture
+def pg(postgres_url: str, tmp_path: Path) -> Iterator[PgEnv]:
+    env = PgEnv(postgres_url, tmp_path)
+    try:
+        yield env
+    finally:
+        env.cleanup()
+
+
+@pytest.mark.postgres
+def test_a_cancellation_arriving_at_the_exec_commits_only_once_the_recipe_started_on_postgres(
+    pg: PgEnv,
+) -> None:
+    """On PostgreSQL the claim helper holds a lock of its session on the Run from its last look
+    (a reread) to its exec, which closes the session and so releases it; every command on the
+    Run takes that lock shared first. A cancellation arriving then waits, and commits once the
+    recipe has started. Before, the helper closed its connection and then exec'd: a
+    cancellation committed in between found the recipe started after it had committed."""
+    pg.goal("g", COUNT_AND_STAY)
+    gate = pg.dir / "gate"
+    token = f"t1-{pg.dir.name}"
+    args = ["--journal", pg.url, "--node", "n1", "--goal", "g", "--token", token]
+    worker = subprocess.Popen(
+        [PY, GATED, str(gate), "--before-exec", *args],
+        env={**pg.env, "REFINE_STATE_DIR": str(pg.state_dir("n1"))},
+        start_new_session=True,
+    )
+    pg.started.append(worker)
+    wait_until(lambda: Path(f"{gate}.held").exists(), what="the worker at its exec")
+    cancelling = threading.Thread(
+        target=partial(pg.refine, "cancel", "g", "--reason", "not needed", node="n2")
+    )
+    cancelling.start()
+    cancelling.join(timeout=1.0)
+    assert cancelling.is_alive(), "the cancellation committed while the launch was deciding"
+    assert pg.read("g")[0] == "running" and runs_of_recipe(pg.dir) == 0
+    gate.touch()
+    cancelling.join(timeout=30)
+    assert not cancelling.is_alive()
+    assert worker.wait(timeout=30) == EXIT_SETTLED
+    assert runs_of_recipe(pg.dir) == 1  # started before the cancellation committed, then stopped
+    status, run = pg.read("g")
+    assert status == "cancelled" and run.status == "cancelled"
+    assert run.attempts[0].cleanup["confirmed_by"] == f"n1/{token}"  # the worker's own
+    assert pg.running_record("g") is None
+    pg.never_printed_a_password()
 
 
 def test_a_cancellation_committed_as_the_recipe_ends_is_reported_by_its_worker(env: Env) -> None:
@@ -127,7 +177,7 @@ def test_a_cancellation_committed_as_the_recipe_ends_is_reported_by_its_worker(e
     )
     env.started.append(worker)
     wait_until(lambda: Path(f"{gate}.held").exists(), what="the worker about to report")
-    assert runs_of_recipe(env) == 1
+    assert runs_of_recipe(env.dir) == 1
     env.goals.cancel(goal_id="g", reason="not needed", command_id="op:cancel:late", by="x@n2")
     gate.touch()
     assert worker.wait(timeout=30) == EXIT_SETTLED
@@ -163,10 +213,44 @@ def test_a_launch_waits_out_a_journal_locked_past_its_busy_timeout(env: Env) -> 
             timeout=30,
             what="the helper waiting for the lock",
         )
-        assert runs_of_recipe(env) == 0
+        assert runs_of_recipe(env.dir) == 0
     assert worker.wait(timeout=30) == EXIT_SETTLED
-    assert runs_of_recipe(env) == 1
+    assert runs_of_recipe(env.dir) == 1
     assert env.status("g") == "completed"
+
+
+@pytest.mark.postgres
+def test_a_launch_waits_out_a_run_held_past_its_lock_wait_on_postgres(pg: PgEnv) -> None:
+    """On PostgreSQL the helper waits for its lock on the Run as SQLite's for the write lock:
+    another session holding it past ``LAUNCH_WAIT_S`` makes the helper say so and try again,
+    and the recipe starts once it is free."""
+    pg.goal("g", COUNT_RUNS)
+    gate = pg.dir / "gate"
+    args = ["--journal", pg.url, "--node", "n1", "--goal", "g", "--token", f"t1-{pg.dir.name}"]
+    worker = subprocess.Popen(
+        [PY, GATED, str(gate), "--after-reread", *args],
+        env={**pg.env, "REFINE_STATE_DIR": str(pg.state_dir("n1"))},
+        start_new_session=True,
+        stderr=subprocess.PIPE,
+    )
+    pg.started.append(worker)
+    said: list[str] = []
+    assert worker.stderr is not None
+    lines = worker.stderr
+    threading.Thread(target=lambda: said.extend(map(bytes.decode, lines)), daemon=True).start()
+    wait_until(lambda: Path(f"{gate}.held").exists(), what="the reread before the launch")
+    with Journal.open(pg.url) as other, other.commits_held("run:g.r1"):
+        gate.touch()
+        wait_until(
+            lambda: any("the launch waits for the journal" in line for line in said),
+            timeout=30,
+            what="the helper waiting for the lock",
+        )
+        assert runs_of_recipe(pg.dir) == 0
+    assert worker.wait(timeout=30) == EXIT_SETTLED
+    assert runs_of_recipe(pg.dir) == 1
+    assert pg.read("g")[0] == "completed"
+    assert not [line for line in said if pg.url in line]  # no URL (and so no password) said
 
 
 def test_a_recipe_that_names_a_fifo_is_refused_at_once(env: Env) -> None:
@@ -224,10 +308,10 @@ def test_a_replayed_claim_never_launches_the_recipe_again(env: Env) -> None:
     env.goal("g", COUNT_RUNS)
     first = env.worker("g", "same-token")
     assert first.wait(timeout=30) == EXIT_SETTLED
-    assert env.status("g") == "completed" and runs_of_recipe(env) == 1
+    assert env.status("g") == "completed" and runs_of_recipe(env.dir) == 1
     again = env.worker("g", "same-token")  # the same command again: the claim replays
     assert again.wait(timeout=30) == EXIT_REFUSED
-    assert runs_of_recipe(env) == 1, "a replayed claim ran the recipe a second time"
+    assert runs_of_recipe(env.dir) == 1, "a replayed claim ran the recipe a second time"
     assert env.status("g") == "completed"
 
 
@@ -245,14 +329,14 @@ def test_a_claim_whose_answer_was_lost_is_repeated_and_its_attempt_ended_not_lau
     # What the lost first try left in the journal: the claim with this worker's token.
     env.goals.start(goal_id="g", node_id="n1", worker=f"n1/{token}", token=token)
     assert env.worker("g", "lost-answer").wait(timeout=30) == EXIT_SETTLED
-    assert runs_of_recipe(env) == 0, "a replayed claim launched the recipe"
+    assert runs_of_recipe(env.dir) == 0, "a replayed claim launched the recipe"
     goal, run = env.read("g")
     assert goal.status == "queued", goal  # for the next worker, with its own token
     (attempt,) = run.attempts
     assert attempt.state == "interrupted"
     assert attempt.cleanup == {"epoch": 1, "confirmed_by": f"n1/{token}", "method": NOT_LAUNCHED}
     assert env.worker("g", "next").wait(timeout=30) == EXIT_SETTLED
-    assert runs_of_recipe(env) == 1 and env.status("g") == "completed"
+    assert runs_of_recipe(env.dir) == 1 and env.status("g") == "completed"
 
 
 def test_stop_inside_the_claim_to_record_window_says_starting(
@@ -269,4 +353,4 @@ def test_stop_inside_the_claim_to_record_window_says_starting(
     monkeypatch.setattr(reads, "LAUNCH_WINDOW_S", 0.0)  # the claim is now "old"
     with pytest.raises(NoProcessRecordError, match="confirm cleanup instead"):
         operator.stop_goal(env.journal, "g", node="n1", operator="dana")
-    assert runs_of_recipe(env) == 0
+    assert runs_of_recipe(env.dir) == 0

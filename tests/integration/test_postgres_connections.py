@@ -144,8 +144,9 @@ def test_a_worker_sees_a_cancel_and_reports_its_end_after_its_node_was_killed(
 
 def test_the_claim_helper_gives_its_slot_back_before_it_becomes_the_recipe(pg: PgEnv) -> None:
     """The claim helper claims, records the worker and rereads on one connection (a slot of the
-    node's limit), then becomes the recipe by exec: it gives that connection and its slot back
-    right before, so while the recipe runs no worker connection and no slot is held. The recipe
+    node's limit), then becomes the recipe by exec, which closes that connection and its slot's
+    file (both close-on-exec), so while the recipe runs no worker connection and no slot is
+    held. The recipe
     is not told of the slots either (a `refine` it ran would take its node's workers' share)."""
     node = pg.node()
     pg.goals.create(
