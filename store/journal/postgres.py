@@ -332,7 +332,8 @@ _PRESENCE_ARGS = ("node_id", "host", "capacity", "version", "interval_s", "kind"
 # kernel's retransmissions (≈ 15 min) and a dashboard said "live" all along. The server gets the
 # same settings (its ``tcp_*``), so it ends a session whose client vanished inside a
 # transaction and frees that command's row locks (its default waits 2 hours of silence).
-# libpq's names; the server's are the same with "tcp_" in front.
+# libpq's names; the server's are the same with "tcp_" in front. A URL that sets one of them
+# (``?tcp_user_timeout=5000``: a whole number, as libpq takes it) sets it on both ends instead.
 LOST_PEER = {"keepalives_idle": 15, "keepalives_interval": 5, "keepalives_count": 4,
              "tcp_user_timeout": 15000}  # fmt: skip
 
@@ -347,9 +348,10 @@ def connection_info(
 
     The conninfo is built from ``parse_url``'s reading of the URL, the one the printable form
     (``redact``) is drawn from. A peer lost without a word (a network cut, a machine switched
-    off) is an error on both ends within about half a minute (``LOST_PEER``), rather than a read
-    that hangs forever. The ``application_name`` is this process's (``slots.sharing``: e.g.
-    ``refine node n1``), so ``pg_stat_activity`` says which node holds which connection."""
+    off) is an error on both ends within about half a minute (``LOST_PEER``, or the URL's own
+    values of those options), rather than a read that hangs forever. The ``application_name``
+    is this process's (``slots.sharing``: e.g. ``refine node n1``), so ``pg_stat_activity``
+    says which node holds which connection."""
     url = parse_url(location)  # InvalidInputError, never quoting the URL
     if schema is None:  # an empty ``?schema=`` is refused below, never the default in disguise
         schema = DEFAULT_SCHEMA if url.schema is None else url.schema
@@ -358,13 +360,18 @@ def connection_info(
     options = url.libpq_options()
     if "port" not in options:  # libpq's $PGPORT: refused as input too, not as unreachable
         check_ports(os.environ.get("PGPORT", ""))
-    server = [f"tcp_{name.removeprefix('tcp_')}={value}" for name, value in LOST_PEER.items()]
+    lost_peer = {name: options.get(name, str(value)) for name, value in LOST_PEER.items()}
+    for name, value in lost_peer.items():  # also a server setting below: digits only
+        if not (value.isascii() and value.isdigit()):
+            unit = "milliseconds" if name == "tcp_user_timeout" else "seconds"
+            raise InvalidInputError(f"{name} in a journal URL must be a whole number of {unit}")
+    server = [f"tcp_{name.removeprefix('tcp_')}={value}" for name, value in lost_peer.items()]
     options.update(
         connect_timeout=str(connect_timeout_s),
         application_name=sharing().application,
         keepalives="1",
         options=" ".join("-c " + setting for setting in [*server, *settings]),
-        **{name: str(value) for name, value in LOST_PEER.items()},
+        **lost_peer,
     )
     try:
         return psycopg.conninfo.make_conninfo("", **options), schema

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 import refine_tui.app
+import refine_tui.dashboard
 import refine_tui.live
 from refine_tui.app import RefineApp
 from refine_tui.demo import _finish
@@ -25,7 +26,8 @@ from tests.integration.test_app import start_loop_goal
 NODE = "n1"
 SIZE = (100, 30)
 FAST_S = 0.05  # a heartbeat interval that goes silent at once
-B_S = 1.0  # node b's: live 3 s after a beat, then silent
+B_S = 0.5  # node b's: live 1.5 s after a beat, then silent
+LOOK_S = 0.25  # the dashboard's look at presence (5 s as shipped), well inside b's live window
 
 
 class BellCounting(RefineApp):
@@ -83,7 +85,11 @@ async def test_quiet_alerts_without_the_bell(journal_path: Path) -> None:
         assert app.bells == 0
 
 
-async def test_an_attempt_needing_cleanup_alerts_once(journal_path: Path) -> None:
+async def test_an_attempt_needing_cleanup_alerts_once(
+    journal_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The dashboard looks at this node's processes every second here (5 s as shipped)."""
+    monkeypatch.setattr(refine_tui.dashboard, "OBSERVE_INTERVAL_S", 1.0)
     proc = start_loop_goal(journal_path)
     app = BellCounting(journal=journal_path, node=NODE)
     try:
@@ -96,7 +102,7 @@ async def test_an_attempt_needing_cleanup_alerts_once(journal_path: Path) -> Non
             await until(pilot, lambda: len(alerts(app)) == 1)
             assert "needs cleanup" in alerts(app)[0] and "loop" in alerts(app)[0]
             assert app.bells == 1
-            await pilot.pause(6)  # another liveness round: still once
+            await pilot.pause(refine_tui.dashboard.OBSERVE_INTERVAL_S + 1)  # another round: once
             assert len(alerts(app)) == 1 and app.bells == 1
     finally:
         end(proc)
@@ -112,8 +118,8 @@ async def test_a_node_going_silent_alerts_once_and_rings(
 ) -> None:
     """Node b beats, then stops beating: one alert naming it, one bell; a node silent before
     the dashboard opened (gone) raises nothing; b beating again and going silent again is a
-    new silence. The dashboard looks at presence every second here (5 s as shipped)."""
-    monkeypatch.setattr(refine_tui.live, "PRESENCE_READ_S", 1.0)
+    new silence. The dashboard looks at presence every LOOK_S here (5 s as shipped)."""
+    monkeypatch.setattr(refine_tui.live, "PRESENCE_READ_S", LOOK_S)
     beat(journal_path, "gone", FAST_S)
     time.sleep(FAST_S * (MISSED_BEATS + 1))  # silent before the dashboard opens
     app = BellCounting(journal=journal_path, node=NODE)
@@ -125,7 +131,7 @@ async def test_a_node_going_silent_alerts_once_and_rings(
             while states.get("b") != "live":  # b beats until the dashboard has seen it live
                 assert time.monotonic() < deadline, "node b never seen live"
                 beat(journal_path, "b", B_S)
-                await pilot.pause(0.5)
+                await pilot.pause(LOOK_S)
             assert states["gone"] == "silent"
             # No more beats: silent 3 intervals after the last one, seen at the next look.
             await until(pilot, lambda n=said: len(app.said) == n, timeout=20)

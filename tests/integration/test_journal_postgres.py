@@ -396,6 +396,45 @@ def test_a_port_that_is_not_a_port_is_bad_input_not_an_unreachable_server(
     assert done.returncode == 2 and "a port must be a number" in done.stderr, done.stderr
 
 
+def _lost_peer_settings(url: str) -> dict[str, str]:
+    """What a journal's session and its socket have of the lost-peer settings, read back from
+    the server (``SHOW``: the session's ``tcp_*``) and from libpq (the client's)."""
+    with PostgresJournal.open(url, read_only=True) as journal:
+        conn = journal._connection()
+        shown = {
+            name: str(conn.execute(f"SHOW tcp_{name.removeprefix('tcp_')}").fetchone()[0])
+            for name in journal_postgres.LOST_PEER
+        }
+        client = {o.keyword.decode(): (o.val or b"").decode() for o in conn.pgconn.info}
+    return {**{f"server {k}": v for k, v in shown.items()}, **{k: client[k] for k in shown}}
+
+
+def test_lost_peer_settings_default_on_both_ends_and_a_urls_own_values_win(
+    postgres_url: str,
+) -> None:
+    """Both ends of every connection get the lost-peer settings (DESIGN §12): the defaults, or
+    the values the URL gives for those libpq options (a whole number each), never anything
+    else in the server's options."""
+    PostgresJournal.open(postgres_url).close()  # the journal, made
+    assert _lost_peer_settings(postgres_url) == {
+        "server keepalives_idle": "15", "server keepalives_interval": "5",
+        "server keepalives_count": "4", "server tcp_user_timeout": "15000",
+        "keepalives_idle": "15", "keepalives_interval": "5", "keepalives_count": "4",
+        "tcp_user_timeout": "15000",
+    }  # fmt: skip
+    own = f"{postgres_url}?keepalives_idle=3&keepalives_count=2&tcp_user_timeout=4000"
+    assert _lost_peer_settings(own) == {
+        "server keepalives_idle": "3", "server keepalives_interval": "5",
+        "server keepalives_count": "2", "server tcp_user_timeout": "4000",
+        "keepalives_idle": "3", "keepalives_interval": "5", "keepalives_count": "2",
+        "tcp_user_timeout": "4000",
+    }  # fmt: skip
+    for bad in ("x", "-1", "1.5", "1 -c default_transaction_read_only=off", ""):
+        query = urllib.parse.urlencode({"keepalives_idle": bad})
+        with pytest.raises(InvalidInputError, match="keepalives_idle in a journal URL must be"):
+            PostgresJournal.open(f"{postgres_url}?{query}")
+
+
 def test_a_url_without_a_host_takes_the_server_from_libpqs_environment(
     postgres_url: str,
 ) -> None:

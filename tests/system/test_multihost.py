@@ -19,6 +19,7 @@ import signal
 import sys
 import threading
 import time
+import urllib.parse
 from collections import Counter
 from collections.abc import Callable, Iterator
 from functools import partial
@@ -50,6 +51,10 @@ WAIT_FOR_GO = (
 )
 HANG = "import time; time.sleep(600)"
 RUN_COUNTED = "import os, sys\nopen(os.path.join(sys.argv[1], 'ran'), 'a').write('ran\\n')"
+# A journal URL's own lost-peer settings (store.journal.postgres.LOST_PEER: 15 s idle, 4 probes
+# 5 s apart, 15 s unacknowledged): a lost peer is an error on both ends within about 3 s. For
+# the tests whose claim is what happens after that, not how long it takes by default.
+QUICK_LOST_PEER = "keepalives_idle=2&keepalives_interval=1&keepalives_count=2&tcp_user_timeout=3000"
 SIZE = (140, 30)
 
 
@@ -149,6 +154,13 @@ class World:
 
     def status(self, goal_id: str) -> str:
         return str(self.fleet.goals("a")[goal_id]["status"])
+
+    def lose_peers_quickly(self) -> None:
+        """Every connection made from here on, the nodes' and the dashboard's, notices a lost
+        peer within about 3 s (``QUICK_LOST_PEER``) instead of about half a minute."""
+        assert not self.fleet.nodes, "before any node starts"
+        self.url = f"{self.url}?{QUICK_LOST_PEER}"
+        self.fleet = Fleet(self.hosts, self.url, self.pg.client_env)
 
     def close(self) -> None:
         with contextlib.suppress(Exception):
@@ -407,7 +419,10 @@ def test_a_server_restart_mid_run_under_two_nodes_and_a_dashboard(w: World) -> N
 def test_a_dashboard_cut_off_from_the_server_says_so_and_is_live_again_after(w: World) -> None:
     """b's cable is pulled while its dashboard reads: a read in flight gets no answer and no
     error from the network; it must not hang (it did for the kernel's ≈ 15 minutes of TCP
-    retransmissions, the header saying live all along)."""
+    retransmissions, the header saying live all along). The URL's own lost-peer settings make
+    that read fail within ≈ 3 s: the claim is that it fails and recovers, not how long the
+    defaults take (test_lost_peer_settings_default_on_both_ends... pins those)."""
+    w.lose_peers_quickly()
     w.add("a", "before", "pass")
 
     async def body(app: RefineApp, pilot: Any) -> None:
@@ -512,8 +527,9 @@ def test_a_claim_committed_while_b_was_cut_off_ends_unlaunched_and_the_goal_runs
     `running` with nobody to end it: CI, 2026-12-02.)"""
     from store.node.worker import NOT_LAUNCHED
 
+    w.lose_peers_quickly()  # the server ends b's silent session, b notices, within ≈ 3 s
     folder = w.add("b", "g", RUN_COUNTED)
-    dbname = w.url.rsplit("/", 1)[-1]
+    dbname = urllib.parse.urlsplit(w.url).path.lstrip("/")
     waiting = "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND client_addr = %s"
     alive = "SELECT pid FROM pg_stat_activity WHERE pid = %s"
     with w.pg.admin(dbname) as holder, w.pg.admin(dbname) as looking:
