@@ -160,7 +160,7 @@ def status_query(small: str, big: str, rounds: int) -> dict[str, Any]:
             argv = ["--journal", location, "goals", "--status", "running"]
             times[name].append(_run(argv).wall)
     small_s, big_s = statistics.median(times["small"]), statistics.median(times["big"])
-    plan = _plan_postgres(big) if is_postgres_url(big) else _plan(big)
+    plan = _plan_postgres(big, ["running"]) if is_postgres_url(big) else _plan(big)
     return {"small_s": small_s, "big_s": big_s, "ratio": big_s / small_s, "plan": plan}
 
 
@@ -177,28 +177,37 @@ def _plan(path: str) -> str:
         conn.close()
 
 
-def _plan_postgres(url: str) -> str:
-    """``EXPLAIN ANALYZE`` of the status page's query as the journal sends it (its first page)."""
+def _plan_postgres(url: str, statuses: list[str] | None) -> str:
+    """``EXPLAIN ANALYZE`` of a page of Goals (of ``statuses``) as the journal asks for its first
+    one: what it reads and its time. Analyzed or not: ``refine copy`` leaves the statistics to
+    autovacuum, so right after it the planner has none."""
     import psycopg
 
     from store.journal.queries import POSTGRES, filtered_page, of_kind
 
     select = f'SELECT aggregate_id, version, state FROM "{DEFAULT_SCHEMA}".aggregates'
-    sql, args = of_kind(POSTGRES, select, "goal", ["running"])
+    sql, args = of_kind(POSTGRES, select, "goal", statuses)
     sql, args = filtered_page(
         POSTGRES, sql, args, contains=None, node_id=None, after_id="goal:",
         newest_first=False, limit=1000, offset=0,
     )  # fmt: skip
     with psycopg.connect(url) as conn:
         rows = conn.execute(f"EXPLAIN (ANALYZE, COSTS OFF) {sql}", args).fetchall()
+        (analyzed,) = conn.execute(
+            "SELECT coalesce(last_analyze, last_autoanalyze) IS NOT NULL FROM pg_stat_user_tables"
+            " WHERE schemaname = %s AND relname = 'aggregates'",
+            (DEFAULT_SCHEMA,),
+        ).fetchone() or (False,)
     lines = [str(row[0]).strip().removeprefix("->  ") for row in rows]
-    # The scans (what they read, the index named) and the time: the sort and limit above them
-    # are over the 50 rows found.
-    return "; ".join(x for x in lines if " on " in x or x.startswith("Execution Time"))
+    # The scans (what they read, the index named), a sort and the time: the limit is a page.
+    kept = [x for x in lines if " on " in x or x.startswith(("Sort (", "Execution Time"))]
+    return "; ".join([*kept, "statistics: " + ("analyzed" if analyzed else "none yet")])
 
 
-def streamed(big: str) -> dict[str, float]:
-    """Time to the first line of ``refine goals`` on a pipe, RSS then and ``STREAM_S`` later."""
+def streamed(big: str) -> dict[str, Any]:
+    """Time to the first line of ``refine goals`` on a pipe, RSS then and ``STREAM_S`` later;
+    on PostgreSQL, the plan of its first page just before."""
+    plan = _plan_postgres(big, None) if is_postgres_url(big) else ""
     began = time.perf_counter()
     proc = subprocess.Popen([*REFINE, "--journal", big, "goals"], stdout=subprocess.PIPE, bufsize=0)
     assert proc.stdout is not None
@@ -216,7 +225,10 @@ def streamed(big: str) -> dict[str, float]:
     finally:
         proc.kill()
         proc.wait()
-    return {"first_s": first, "rss_first": rss_first, "rss_later": rss_later, "lines": lines}
+    return {
+        "first_s": first, "rss_first": rss_first, "rss_later": rss_later, "lines": lines,
+        "plan": plan,
+    }  # fmt: skip
 
 
 def long_operations(
@@ -354,7 +366,8 @@ def rows(r: dict[str, Any]) -> list[tuple[str, str, str]]:
     out.append((
         f"`refine goals`, {n:,} goals, streamed{on}",
         f"first line {st['first_s'] * 1000:.0f} ms; RSS {st['rss_first']:.0f} MB then, at most"
-        f" {st['rss_later']:.0f} MB in the next {STREAM_S:.0f} s ({st['lines']:,} lines out)",
+        f" {st['rss_later']:.0f} MB in the next {STREAM_S:.0f} s ({st['lines']:,} lines out)"
+        + (f"; first page: {st['plan']}" if st["plan"] else ""),
         "first line before the whole is read, memory flat",
     ))  # fmt: skip
     out += _long_rows(r, on)
