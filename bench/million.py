@@ -18,14 +18,14 @@ API templates and cached, ``check_journal`` clean.
   ``--mid`` goals and at 1M: linear when the time per goal holds, flat when the RSS does.
 - the dashboard: first paint and RSS in tmux (bench.scale's measure, on a copy); then its RSS
   and peak once the filter's index of every Goal is built after the paint (the process idle).
-- commit → row (``--samples``, ``latency`` not skipped): bench.latency's headless probe on the
+- commit → row (``--samples N``; none by default): bench.latency's headless probe on the
   ``--small`` and the big journal, last (its commits start and settle queued Goals).
 
 ``--postgres``: the same figures on a server of the bench's own (bench/postgres.py), each
 journal ``refine copy``-ed from its cached file into a database of its own first. That copy
 (SQLite → PostgreSQL, wall, CPU and peak RSS of the client, CPU of the server) is the copy
-figure; the plan is PostgreSQL's ``EXPLAIN ANALYZE``. The database URL's password is never
-printed (``redact``).
+figure (measured even with ``--skip copy``: it fills the databases); the plans are
+PostgreSQL's ``EXPLAIN ANALYZE``. The database URL's password is never printed (``redact``).
 """
 
 from __future__ import annotations
