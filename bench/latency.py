@@ -129,9 +129,11 @@ async def _headless(
     seed: int,
     gap_s: tuple[float, float] = (0.05, 0.25),
     pulses: bool = True,
+    listed_s: float = 120.0,
 ) -> dict[str, Any]:
     """``gap_s``: the random pause between two samples' commits (a test asking only how many
-    samples were taken needs none); ``pulses=False``: the dashboard without them."""
+    samples were taken needs none); ``pulses=False``: the dashboard without them; ``listed_s``:
+    how long the dashboard may take to list every Goal and build its filter index first."""
     rng = random.Random(seed)
     app = ProbeApp(journal=path, node=NODE, pulses=pulses)
     writer = await asyncio.create_subprocess_exec(
@@ -143,7 +145,7 @@ async def _headless(
     try:
         async with app.run_test(size=SIZE):
             await ready(app)
-            await listed(app)
+            await listed(app, listed_s)
             queued = [k for k, r in app.goal_rows.items() if r.status == "queued" and r.round == 1]
             queued = [k for k in queued if app.goal_rows[k].attempts.startswith("0/")]
             plan = [(op, gid) for gid in queued[: (samples + 1) // 2] for op in ("start", "settle")]
@@ -166,6 +168,11 @@ async def _headless(
         writer.stdin.close()
         await writer.wait()
     return {"seen": summary(seen), "painted": summary(painted), "updates": updates}
+
+
+def commit_to_row(location: str, samples: int, seed: int, listed_s: float) -> dict[str, Any]:
+    """The headless figures on a journal that exists (bench.million's, a million Goals long)."""
+    return asyncio.run(_headless(location, samples, seed, listed_s=listed_s))
 
 
 def tmux_samples(path: str, samples: int, seed: int, pulses: bool = True) -> dict[str, Any] | None:

@@ -50,7 +50,7 @@ HISTORY_ENDS_S = 60.0  # the journal's last commit this long before the run
 FILTERS = ("g0012", "queued", "", "completed", "n2", "", "held", "running", "")
 
 
-def first_paint(path: Path, pulses: bool = True) -> dict[str, float] | None:
+def first_paint(path: str | Path, pulses: bool = True) -> dict[str, float] | None:
     """(seconds to first paint, RSS MB) of ``refine tui`` launched in tmux (``--no-pulses``)."""
     if not TmuxDashboard.available():
         return None

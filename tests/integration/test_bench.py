@@ -13,7 +13,7 @@ from bench.common import journal_with, shape_of
 from store.journal.sqlite import Journal
 from store.model.goals import Goals
 from store.ops.check import check_journal
-from tests.helpers.postgres_server import PostgresServer
+from tests.helpers.postgres_server import PASSWORD, PostgresServer
 
 
 @pytest.fixture(autouse=True)
@@ -70,6 +70,24 @@ async def test_latency_probe_on_postgresql_wakes_on_notify(postgres_server: Post
         latency.rows({100: result}, "postgresql")[0][0]
         == "commit → row, 100 goals, PostgreSQL (headless)"
     )
+
+
+def test_million_bench_measures_each_figure_on_postgresql(
+    postgres_server: PostgresServer,
+) -> None:
+    """Tiny journals copied in with ``refine copy``, then every figure but the dashboard's."""
+    from bench import million
+
+    r = million.measure(
+        60, 20, 20, rounds=1, skip={"dashboard"}, log=lambda _: None, backend="postgresql",
+        pg=postgres_server,
+    )  # fmt: skip
+    assert set(r["long"]["copy"]) == set(r["long"]["check"]) == {20, 60}
+    assert r["streamed"]["lines"] == 61  # the header and every Goal
+    assert "Execution Time" in r["status"]["plan"]  # EXPLAIN ANALYZE (a scan, at this size)
+    figures = [figure for figure, _, _ in million.rows(r)]
+    assert "`refine copy`, 60 goals (SQLite → PostgreSQL)" in figures
+    assert PASSWORD not in repr((r, million.rows(r)))
 
 
 def test_the_batch_bench_claims_every_goal_both_ways(tmp_path: Path) -> None:
