@@ -1010,7 +1010,17 @@ class PostgresJournal(Journal):
                         last = max(last, int(rows[-1][0]))
                     count += len(rows)
                 conn.execute(f"UPDATE {self._s}.head SET sequence = %s", (last,))
+            self._analyze(conn)
         return count
+
+    def _analyze(self, conn: psycopg.Connection[Any]) -> None:
+        """Planner statistics for the tables a copy filled, now rather than when autovacuum
+        gets to them: until then a million copied Goals were scanned and sorted for a first
+        page (4.8 s) instead of read along the primary key (1.4 ms). Best effort: the rows
+        are in either way."""
+        tables = ", ".join(f"{self._s}.{t}" for t, _, _ in COPY_TABLES if t != "outbox")
+        with contextlib.suppress(psycopg.Error):
+            conn.execute(f"ANALYZE {tables}")
 
     def _check_outbox_rows(
         self, conn: psycopg.Connection[Any], rows: list[tuple[Any, ...]]
