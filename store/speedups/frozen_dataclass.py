@@ -108,7 +108,7 @@ def _build(cls: type[T], fields: dict[str, tuple[str, Any]]) -> type[T]:
     for name, method in methods.items():
         method.__qualname__ = f"{cls.__qualname__}.{name}"
     attributes: dict[str, Any] = {
-        "__init__": _LazyInit(fields),
+        "__init__": _LazyInit(cls, fields),
         **methods,
         "__record_fields__": fields,
         "__dataclass_fields__": _Twin("__dataclass_fields__"),
@@ -137,11 +137,13 @@ class _LazyInit:
     (the one compile a record costs) and put in its place. A command builds few of the records
     it imports, so it compiles few of them (DESIGN §9, CLI start-up)."""
 
-    def __init__(self, fields: dict[str, tuple[str, Any]]) -> None:
-        self.fields = fields
+    def __init__(self, record: type, fields: dict[str, tuple[str, Any]]) -> None:
+        self.record, self.fields = record, fields
 
     def __get__(self, obj: object, owner: type) -> Any:
-        record = next(c for c in owner.__mro__ if c.__dict__.get("__init__") is self)
+        # Not found through ``owner``: 3.13's inspect asks with the class as ``obj`` and its
+        # metaclass as ``owner``; a subclass that is not a record asks with itself.
+        record = self.record
         init = _init(record, self.fields)
         init.__qualname__ = f"{record.__qualname__}.__init__"
         record.__init__ = init  # type: ignore[misc]  # the class itself, not an instance
