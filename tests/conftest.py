@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import urllib.parse
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -156,6 +157,15 @@ def journal_path(tmp_path: Path) -> Path:
 
 
 TIERS = ("unit", "integration", "system")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Processes the tests start take SIGINT as a terminal's Ctrl-C, however pytest was started:
+    a shell's background job ignores SIGINT and its children inherit that (an exec keeps an
+    ignored signal ignored), so `refine events --follow` and `refine logs -f` would not end on
+    the SIGINT their tests send. A handler of ours is reset to the default at a child's exec."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
