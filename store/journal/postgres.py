@@ -1055,9 +1055,9 @@ class PostgresJournal(Journal):
             try:
                 yield
             finally:
-                self._snapshots -= 1
                 with contextlib.suppress(StorageError):  # a lost session holds nothing
                     self._query("SELECT pg_advisory_unlock(%s, hashtext(%s))", key)
+                self._snapshots -= 1  # after: a new session would be told it holds no lock
 
     def _take_launch_lock(self, key: tuple[int, str]) -> None:
         deadline = time.monotonic() + LAUNCH_WAIT_S
