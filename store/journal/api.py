@@ -218,6 +218,11 @@ class Journal(Protocol):
         """One aggregate's events in commit order, after ``after_sequence``, at most ``limit``."""
         ...
 
+    def histories(self, aggregate_ids: Sequence[str]) -> dict[str, list[Event]]:
+        """Each of ``aggregate_ids``' whole history in commit order (``[]`` for one with none):
+        ``refine check`` reads a page of aggregates so, in one round trip where that counts."""
+        ...
+
     def events_after(self, sequence: int, limit: int = MAX_PAGE) -> list[Event]:
         """Every aggregate's events after ``sequence`` (an index range scan), oldest first."""
         ...

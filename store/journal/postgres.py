@@ -866,6 +866,19 @@ class PostgresJournal(Journal):
         )
         return [event_row(row) for row in rows]
 
+    def histories(self, aggregate_ids: Sequence[str]) -> dict[str, list[Event]]:
+        """Each aggregate's whole history, all in one read (one round trip per page of ``refine
+        check``, not one per aggregate: two million of them at a million Goals)."""
+        found: dict[str, list[Event]] = {agg: [] for agg in aggregate_ids}
+        rows = self._rows(
+            "SELECT sequence, aggregate_id, version, type, data, committed_at FROM {s}.events"
+            " WHERE aggregate_id = ANY(%s) ORDER BY aggregate_id, sequence",
+            (list(found),),
+        )
+        for row in rows:
+            found[row[1]].append(event_row(row))
+        return found
+
     def events_after(self, sequence: int, limit: int = MAX_PAGE) -> list[Event]:
         """Every aggregate's events after ``sequence`` (an index range scan), oldest first."""
         check_page(sequence, limit)

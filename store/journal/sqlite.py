@@ -544,6 +544,17 @@ class SqliteJournal(Journal):
             args = {"agg": aggregate_id, "after": after_sequence, "limit": limit}
             return [event_row(row) for row in conn.execute(_HISTORY[chained], args)]
 
+    def histories(self, aggregate_ids: Sequence[str]) -> dict[str, list[Event]]:
+        """Each aggregate's whole history, read one by one: a read costs no round trip here."""
+        found: dict[str, list[Event]] = {}
+        for aggregate_id in aggregate_ids:
+            events = found[aggregate_id] = self.history(aggregate_id, 0, MAX_PAGE)
+            while len(events) % MAX_PAGE == 0 and events:  # a full page: maybe more
+                if not (page := self.history(aggregate_id, events[-1].sequence, MAX_PAGE)):
+                    break
+                events += page
+        return found
+
     def events_after(self, sequence: int, limit: int = MAX_PAGE) -> list[Event]:
         """Every aggregate's events after ``sequence`` (an index range scan), oldest first."""
         check_page(sequence, limit)

@@ -4,7 +4,8 @@ It reads only; every violation names the aggregate and the event sequences invol
 
 A journal is read in pages (issue 27: a million Goals are ≈ 7 million events): the events in
 sequence order once (gaps, unreadable data, the outbox), then the aggregates in id order, each
-with its own history. Nothing is kept between pages but counts, so memory stays flat. That every
+with its own history (a page's histories in one read: on PostgreSQL a round trip per aggregate
+was most of the time). Nothing is kept between pages but counts, so memory stays flat. That every
 event is in its aggregate's history is proved by counting: each history holds only its own
 aggregate's events, so the histories' lengths add up to the number of events exactly when each
 holds all of them. A journal with any violation is then read again whole, the way that names each
@@ -148,11 +149,13 @@ def _aggregate_pages(journal: Journal, kind: str) -> Iterator[list[Stored]]:
 def _check_page(journal: Journal, report: CheckReport, page: list[Stored]) -> int:
     """One page of aggregates of one kind; the number of events in their histories."""
     events = _Histories(journal)
+    events.read([stored.aggregate_id for stored in page])
     for stored in page:
         _check_aggregate(report, stored.aggregate_id, stored, events[stored.aggregate_id])
     goals = [s for s in page if s.aggregate_id.startswith("goal:")]
     if goals:
         runs = journal.load_many(sorted({run for g in goals for run in _runs_of(g)}))
+        events.read(sorted({run for g in goals for run in _runs_cancelled(g, events)}))
         for goal in goals:
             _check_goal_against_runs(report, goal, runs, events)
     return sum(len(events[s.aggregate_id]) for s in page)
@@ -170,16 +173,30 @@ def _runs_of(goal: Stored) -> list[str]:
     return runs
 
 
+def _runs_cancelled(goal: Stored, events: Mapping[str, list[Event]]) -> set[str]:
+    """The Runs of a cancelled Goal, whose histories its check reads (named by its events)."""
+    mine = events[goal.aggregate_id]
+    if not any(e.type == "goal.cancelled" for e in mine):
+        return set()
+    return {f"run:{e.data['run_id']}" for e in mine if "run_id" in e.data}
+
+
 class _Histories(Mapping[str, list[Event]]):
-    """Aggregates' histories, each read when first asked for (a Run's only if a check needs it)."""
+    """Aggregates' histories: a page's read together (one round trip on PostgreSQL), any other
+    read when first asked for (a Run's only if a check needs it)."""
 
     def __init__(self, journal: Journal) -> None:
         self._journal = journal
         self._read: dict[str, list[Event]] = {}
 
+    def read(self, aggregate_ids: list[str]) -> None:
+        unread = [agg for agg in aggregate_ids if agg not in self._read]
+        if unread:
+            self._read.update(self._journal.histories(unread))
+
     def __getitem__(self, aggregate_id: str) -> list[Event]:
         if aggregate_id not in self._read:
-            self._read[aggregate_id] = _history(self._journal, aggregate_id)
+            self.read([aggregate_id])
         return self._read[aggregate_id]
 
     def __iter__(self) -> Iterator[str]:
@@ -187,16 +204,6 @@ class _Histories(Mapping[str, list[Event]]):
 
     def __len__(self) -> int:
         return len(self._read)
-
-
-def _history(journal: Journal, aggregate_id: str) -> list[Event]:
-    events = journal.history(aggregate_id, 0, MAX_PAGE)
-    while len(events) % MAX_PAGE == 0 and events:  # a full page: maybe more (one read, else)
-        page = journal.history(aggregate_id, events[-1].sequence, MAX_PAGE)
-        if not page:
-            break
-        events += page
-    return events
 
 
 def _check_whole(journal: Journal) -> CheckReport:

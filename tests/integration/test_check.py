@@ -5,6 +5,8 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+import pytest
+
 from store.journal.sqlite import Journal
 from store.model.goals import Goals
 from store.ops.check import check_journal
@@ -201,6 +203,28 @@ def test_a_clean_journal_is_checked_in_pages(tmp_path: Path, monkeypatch) -> Non
     assert counted.unbounded == [] and counted.largest == 2
     assert seen[-1] == (events + 14, events + 14)
     assert [done for done, _ in seen] == sorted(done for done, _ in seen)
+
+
+@pytest.mark.postgres
+def test_a_page_of_aggregates_costs_the_same_reads_however_many_it_holds(postgres_url: str) -> None:
+    """On PostgreSQL a read is a round trip: a page's histories (and its cancelled Goals' Runs')
+    come in one read each, not one per aggregate (two million at a million Goals)."""
+    from store.journal.postgres import PostgresJournal
+
+    def reads_to_check(goal_count: int) -> int:
+        with PostgresJournal.connect(postgres_url) as journal:
+            goals = Goals(journal)
+            for n in range(journal.count("goal"), goal_count):
+                goals.create(goal_id=f"g{n}", title="G", node_id="n1", argv=["true"])
+                if n % 2:
+                    goals.cancel(goal_id=f"g{n}", reason="not wanted", command_id=f"op:cancel:{n}")
+            before = journal.reads
+            report = check_journal(journal)
+            assert report.clean and report.goals == goal_count, report.text()
+            return journal.reads - before
+
+    few, many = reads_to_check(4), reads_to_check(40)  # each one page, and one page of events
+    assert few == many, (few, many)
 
 
 def test_events_of_an_aggregate_never_stored_are_found_by_counting(tmp_path: Path) -> None:
