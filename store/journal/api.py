@@ -201,6 +201,7 @@ class Journal(Protocol):
         contains: str | None = None,
         offset: int = 0,
         after_id: str | None = None,
+        before: tuple[int, str] | None = None,
     ) -> list[Stored]:
         """Aggregates of one kind, optionally by status and node, by id or by recency.
 
@@ -209,6 +210,9 @@ class Journal(Protocol):
         ``limit``) skips that many: pages, read under one ``snapshot()`` to be consistent.
         ``after_id``: only ids after it, in id order (a page that starts where the last one
         ended: a million rows are read in pages without skipping, each page an index range).
+        ``before``: newest first, only rows older than this ``Stored.recency`` (the last row of
+        the page before: a page by recency is an index range too, where an offset reads and
+        skips every row before it).
         """
         ...
 

@@ -55,6 +55,16 @@ class Stored:
     # The JSON text ``state`` was parsed from, when read from a row (None otherwise): a model
     # need not validate again a text it has already seen pass (``run_model.check_stored_run``).
     text: str | None = None
+    # Its last commit's sequence, when read newest first (None otherwise): with the id, where
+    # the next page of a newest-first listing begins (``aggregates(before=...)``).
+    last_sequence: int | None = None
+
+    @property
+    def recency(self) -> tuple[int, str]:
+        """Where this row stands newest first: ``aggregates(before=...)`` pages on from it."""
+        if self.last_sequence is None:
+            raise ValueError("a row read newest first knows its recency")
+        return (self.last_sequence, self.aggregate_id)
 
 
 @dataclass(frozen=True)
@@ -337,13 +347,15 @@ def text_field(state: Mapping[str, Any], name: str) -> str | None:
 
 
 def stored_row(row: Sequence[Any]) -> Stored:
-    """``(aggregate_id, version, state text)`` → Stored; text that is not JSON stays Unreadable."""
+    """``(aggregate_id, version, state text[, last_sequence])`` → Stored; text that is not JSON
+    stays Unreadable."""
     text = row[2]
+    last = int(row[3]) if len(row) > 3 else None  # a newest-first read's fourth column
     try:
         state = loads(text)
     except ValueError:
-        return Stored(str(row[0]), int(row[1]), Unreadable(text))
-    return Stored(str(row[0]), int(row[1]), state, text if type(text) is str else None)
+        return Stored(str(row[0]), int(row[1]), Unreadable(text), None, last)
+    return Stored(str(row[0]), int(row[1]), state, text if type(text) is str else None, last)
 
 
 def event_row(row: Sequence[Any]) -> Event:

@@ -824,6 +824,7 @@ class PostgresJournal(Journal):
         contains: str | None = None,
         offset: int = 0,
         after_id: str | None = None,
+        before: tuple[int, str] | None = None,
     ) -> list[Stored]:
         """Aggregates of one kind, optionally by status and node, by id or by recency.
 
@@ -831,9 +832,8 @@ class PostgresJournal(Journal):
         a coarse pre-filter the caller refines on the parsed state.
         """
         statuses = None if status is None else [status] if isinstance(status, str) else status
-        sql, args = of_kind(
-            POSTGRES, "SELECT aggregate_id, version, state FROM {s}.aggregates", kind, statuses
-        )
+        columns = "aggregate_id, version, state" + (", last_sequence" if newest_first else "")
+        sql, args = of_kind(POSTGRES, f"SELECT {columns} FROM {{s}}.aggregates", kind, statuses)
         sql, args = filtered_page(
             POSTGRES,
             sql,
@@ -844,6 +844,7 @@ class PostgresJournal(Journal):
             newest_first=newest_first,
             limit=limit,
             offset=offset,
+            before=before,
         )
         return [stored_row(row) for row in self._rows(sql, args)]
 

@@ -70,10 +70,12 @@ def filtered_page(
     newest_first: bool,
     limit: int | None,
     offset: int,
+    before: tuple[int, str] | None = None,
 ) -> tuple[str, list[Any]]:
     """``sql`` (a SELECT of aggregates with its WHERE begun) narrowed to those whose id or
     stored state contains ``contains`` (ASCII case folded), of ``node_id``, after ``after_id``
-    (in id order only: ValueError with ``newest_first``), then ordered and cut to a page."""
+    (in id order only: ValueError with ``newest_first``), older than ``before`` (a row's
+    ``(last_sequence, aggregate_id)``, newest first only), then ordered and cut to a page."""
     mark = dialect.mark
     if contains:
         sql += (
@@ -89,7 +91,17 @@ def filtered_page(
             raise ValueError("after_id pages in id order, not newest first")
         sql += f" AND aggregate_id > {mark}"
         args = [*args, after_id]
-    sql += " ORDER BY last_sequence DESC" if newest_first else " ORDER BY aggregate_id"
+    if before is not None:
+        if not newest_first:
+            raise ValueError("before pages newest first, not in id order")
+        # The first term is the recency index's range; the id breaks ties (rows of no event
+        # share last_sequence 0), so pages neither skip nor repeat a row.
+        sql += f" AND last_sequence <= {mark} AND (last_sequence < {mark} OR aggregate_id < {mark})"
+        args = [*args, before[0], before[0], before[1]]
+    if newest_first:
+        sql += " ORDER BY last_sequence DESC, aggregate_id DESC"
+    else:
+        sql += " ORDER BY aggregate_id"
     if limit is not None:
         sql += f" LIMIT {mark} OFFSET {mark}"
         args = [*args, int(limit), int(offset)]

@@ -490,6 +490,7 @@ class SqliteJournal(Journal):
         contains: str | None = None,
         offset: int = 0,
         after_id: str | None = None,
+        before: tuple[int, str] | None = None,
     ) -> list[Stored]:
         """Aggregates of one kind, optionally by status and node, by id or by recency.
 
@@ -502,6 +503,8 @@ class SqliteJournal(Journal):
         # cost 5× more per page.
         ids_first = statuses is not None and limit is not None and after_id is not None
         columns = "aggregate_id" if ids_first else "aggregate_id, version, state"
+        if newest_first:
+            columns += ", last_sequence"  # where its next page begins (``before``)
         sql, args = of_kind(SQLITE, f"SELECT {columns} FROM aggregates", kind, statuses)
         if statuses is None and limit is not None and not newest_first:
             # A page in id order: along the primary key from ``after_id``. Given the Goals'
@@ -519,6 +522,7 @@ class SqliteJournal(Journal):
             newest_first=newest_first,
             limit=limit,
             offset=offset,
+            before=before,
         )
         if ids_first:
             sql = (

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any
 
 from store.errors import RefineError
 from store.journal.api import Event, Journal
@@ -72,17 +73,20 @@ def goal_states(
     many at a time (call under ``journal.snapshot()``), so a caller keeping a little of each
     never holds every state at once (≈ 265 MB at 100k Goals).
     """
-    offset = 0
+    # Each page starts where the last one ended (an index range), never at an offset: skipping
+    # reads every row skipped, so a million Goals in pages read ≈ 250 million rows.
+    after: dict[str, Any] = {}
     while True:
         batch = journal.aggregates(
-            "goal", contains=contains, newest_first=newest_first, limit=page, offset=offset
+            "goal", contains=contains, newest_first=newest_first, limit=page, **after
         )
         for stored in batch:
             state = stored.state if isinstance(stored.state, dict) else {}
             yield stored.aggregate_id.partition(":")[2], state
         if page is None or len(batch) < page:
             return
-        offset += page
+        last = batch[-1]
+        after = {"before": last.recency} if newest_first else {"after_id": last.aggregate_id}
 
 
 def goals_with_runs(journal: Journal, ids: Sequence[str]) -> dict[str, GoalAndRun | None]:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import random
+import sqlite3
 
+import psycopg
 import pytest
 
 from refine_tui import goal_index
@@ -70,6 +72,32 @@ def test_a_build_in_pages_equals_one_read_of_every_goal(
     assert len(index) == 11
     assert index.listed(11, 11) == journal_list(journal, 11, 11)
     assert index.listed(0, 2) == ["g00", "g09"]  # the two most recently ended
+
+
+def test_pages_newest_first_neither_skip_nor_repeat_goals_of_equal_recency(
+    journal: Journal, journal_location: str, backend: str
+) -> None:
+    """Each page starts after the last row of the one before (no offset to skip through); rows
+    of no event share last_sequence 0, and the id keeps their order whole across pages."""
+    goals = Goals(journal)
+    for n in range(9):
+        goals.create(goal_id=f"g{n}", title=f"goal {n}", node_id="n1", argv=["true"])
+    forge = "UPDATE {t} SET last_sequence = 0 WHERE aggregate_id IN ('goal:g1', 'goal:g3',"
+    forge += " 'goal:g4', 'goal:g6', 'goal:g8')"
+    if backend == "sqlite":
+        with sqlite3.connect(journal_location) as raw:
+            raw.execute(forge.format(t="aggregates"))
+    else:
+        with psycopg.connect(journal_location, autocommit=True) as raw:
+            raw.execute(forge.format(t="refine.aggregates"))
+    whole = [goal_id for goal_id, _ in reads.goal_states(journal, newest_first=True)]
+    with journal.snapshot():
+        paged = [goal_id for goal_id, _ in reads.goal_states(journal, newest_first=True, page=2)]
+    assert paged == whole == ["g7", "g5", "g2", "g0", "g8", "g6", "g4", "g3", "g1"]
+    page = journal.aggregates("goal", newest_first=True, limit=2, before=(0, "goal:g6"))
+    assert [s.aggregate_id for s in page] == ["goal:g4", "goal:g3"]
+    with pytest.raises(ValueError, match="newest first"):
+        journal.aggregates("goal", limit=2, before=(0, "goal:g6"))
 
 
 def test_searching_by_chunks_finds_what_a_scan_of_every_line_finds(

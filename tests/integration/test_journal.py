@@ -365,7 +365,7 @@ def test_goal_lookups_read_the_partial_indexes(tmp_path: Path) -> None:
         j.aggregates("goal", status="queued", node_id="n1", limit=5)  # the node's scheduler
         j.aggregates("goal", status=list(ACTIVE_STATUSES), limit=1000)  # the first paint
         j.aggregates("goal", status=sorted(TERMINAL_STATUSES), newest_first=True, limit=200)
-        j.aggregates("goal", newest_first=True, limit=2000, offset=2000)  # the filter's index
+        j.aggregates("goal", newest_first=True, limit=2000, before=(9000, "goal:x"))  # the index
         j.count("goal")
         j._conn = conn
         plans = [

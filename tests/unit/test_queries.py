@@ -33,6 +33,16 @@ def test_the_filtered_page_differs_only_in_the_dialect() -> None:
     assert filtered_page(
         SQLITE, "Q", [], contains=None, node_id=None, after_id=None, newest_first=True,
         limit=None, offset=0,
-    ) == ("Q ORDER BY last_sequence DESC", [])  # fmt: skip
+    ) == ("Q ORDER BY last_sequence DESC, aggregate_id DESC", [])  # fmt: skip
+    assert filtered_page(
+        SQLITE, "Q", [], contains=None, node_id=None, after_id=None, newest_first=True,
+        limit=2, offset=0, before=(7, "goal:b"),
+    ) == (
+        "Q AND last_sequence <= ? AND (last_sequence < ? OR aggregate_id < ?)"
+        " ORDER BY last_sequence DESC, aggregate_id DESC LIMIT ? OFFSET ?",
+        [7, 7, "goal:b", 2, 0],
+    )  # fmt: skip
+    with pytest.raises(ValueError, match="newest first"):
+        filtered_page(POSTGRES, "Q", [], newest_first=False, before=(7, "goal:b"), **given)
     with pytest.raises(ValueError, match="id order"):
         filtered_page(POSTGRES, "Q", [], newest_first=True, **given)
