@@ -1028,13 +1028,14 @@ class PostgresJournal(Journal):
         return count
 
     def _analyze(self, conn: psycopg.Connection[Any]) -> None:
-        """Planner statistics for the tables a copy filled, now rather than when autovacuum
-        gets to them: until then a million copied Goals were scanned and sorted for a first
-        page (4.8 s) instead of read along the primary key (1.4 ms). Best effort: the rows
-        are in either way."""
+        """Vacuum and analyze the tables a copy filled, now rather than when autovacuum gets to
+        them. Without statistics a million copied Goals were scanned and sorted for a first
+        page (4.8 s) instead of read along the primary key (1.4 ms); without the visibility
+        map every count read the heap (the dashboard's Goal count at 100,000: 28–49 ms, 10,000
+        pages, against 6.7 ms from the index alone). Best effort: the rows are in either way."""
         tables = ", ".join(f"{self._s}.{t}" for t, _, _ in COPY_TABLES if t != "outbox")
         with contextlib.suppress(psycopg.Error):
-            conn.execute(f"ANALYZE {tables}")
+            conn.execute(f"VACUUM (ANALYZE) {tables}")  # autocommit: outside any transaction
 
     def _check_outbox_rows(
         self, conn: psycopg.Connection[Any], rows: list[tuple[Any, ...]]

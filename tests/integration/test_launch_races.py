@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import threading
-from collections.abc import Iterator
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
@@ -17,8 +17,8 @@ from store.journal.api import Journal
 from store.model.goals import Goals
 from store.node.worker import EXIT_REFUSED, EXIT_SETTLED
 from tests.helpers.node_env import PY, Env
+from tests.helpers.pg_env import PgEnv
 from tests.helpers.waits import wait_until
-from tests.integration.test_postgres_operation import PgEnv
 
 GATED = str(Path(__file__).parents[1] / "helpers" / "gated_worker.py")
 # Appends a line to <dir>/ran each time it runs.
@@ -28,6 +28,50 @@ COUNT_RUNS = "import os, sys\nopen(os.path.join(sys.argv[1], 'ran'), 'a').write(
 def runs_of_recipe(folder: Path) -> int:
     ran = folder / "ran"
     return len(ran.read_text().splitlines()) if ran.exists() else 0
+
+
+@dataclass
+class HeldWorker:
+    """A gated worker (tests/helpers/gated_worker.py) held still at its gate; ``said``: its
+    stderr lines so far."""
+
+    process: subprocess.Popen[bytes]
+    gate: Path
+    said: list[str]
+
+    def go(self) -> None:
+        self.gate.touch()
+
+
+def hold_worker(
+    folder: Path,
+    started: list[subprocess.Popen[bytes]],
+    gate_flags: list[str],
+    journal: str,
+    token: str,
+    *,
+    env: dict[str, str] | None = None,
+    what: str,
+) -> HeldWorker:
+    """Start a gated worker of node n1 on Goal g and wait until it holds at the gate
+    ``gate_flags`` name."""
+    gate = folder / "gate"
+    args = ["--journal", journal, "--node", "n1", "--goal", "g", "--token", token]
+    worker = subprocess.Popen(
+        [PY, GATED, str(gate), *gate_flags, *args],
+        env=env, start_new_session=True, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    started.append(worker)
+    said: list[str] = []
+    assert worker.stderr is not None
+    lines = worker.stderr
+    threading.Thread(target=lambda: said.extend(map(bytes.decode, lines)), daemon=True).start()
+    wait_until(lambda: Path(f"{gate}.held").exists(), what=what)
+    return HeldWorker(worker, gate, said)
+
+
+def worker_env(pg: PgEnv) -> dict[str, str]:
+    return {**pg.env, "REFINE_STATE_DIR": str(pg.state_dir("n1"))}
 
 
 # Where the gated worker holds still, claimed and not launched, while a cancellation commits.
@@ -49,17 +93,18 @@ def test_no_recipe_starts_after_a_cancellation_committed_inside_the_launch_windo
 ) -> None:
     """The recipe never starts, and the worker reports the cancellation as its owner."""
     env.goal("g", COUNT_RUNS)
-    gate = env.dir / "gate"
     token = env.token("t1")
-    args = ["--journal", str(env.path), "--node", "n1", "--goal", "g", "--token", token]
-    worker = subprocess.Popen(
-        [PY, GATED, str(gate), *GATES[gate_at], *args], start_new_session=True
+    held = hold_worker(
+        env.dir,
+        env.started,
+        GATES[gate_at],
+        str(env.path),
+        token,
+        what=f"the worker held {gate_at}",
     )
-    env.started.append(worker)
-    wait_until(lambda: Path(f"{gate}.held").exists(), what=f"the worker held {gate_at}")
     env.goals.cancel(goal_id="g", reason="not needed", command_id="op:cancel:elsewhere", by="x@n2")
-    gate.touch()
-    assert worker.wait(timeout=30) == EXIT_SETTLED
+    held.go()
+    assert held.process.wait(timeout=30) == EXIT_SETTLED
     assert runs_of_recipe(env.dir) == 0, "the recipe started after its cancellation committed"
     goal, run = env.read("g")
     assert goal.status == "cancelled" and run.status == "cancelled"
@@ -84,14 +129,10 @@ def test_a_cancellation_arriving_at_the_exec_commits_only_once_the_recipe_starte
     the worker stops that recipe. Before, it could commit between the last look and the exec,
     unseen by both, and the recipe then started after its cancellation."""
     env.goal("g", COUNT_AND_STAY)
-    gate = env.dir / "gate"
     token = env.token("t1")
-    args = ["--journal", str(env.path), "--node", "n1", "--goal", "g", "--token", token]
-    worker = subprocess.Popen(
-        [PY, GATED, str(gate), "--before-exec", *args], start_new_session=True
+    held = hold_worker(
+        env.dir, env.started, ["--before-exec"], str(env.path), token, what="the worker at its exec"
     )
-    env.started.append(worker)
-    wait_until(lambda: Path(f"{gate}.held").exists(), what="the worker at its exec")
 
     def cancel() -> None:
         with Journal.open(str(env.path)) as journal:  # a connection of its own: it waits
@@ -104,24 +145,15 @@ def test_a_cancellation_arriving_at_the_exec_commits_only_once_the_recipe_starte
     cancelling.join(timeout=1.0)
     assert cancelling.is_alive(), "the cancellation committed while the launch was deciding"
     assert env.status("g") == "running" and runs_of_recipe(env.dir) == 0
-    gate.touch()
+    held.go()
     cancelling.join(timeout=30)
     assert not cancelling.is_alive()
-    assert worker.wait(timeout=30) == EXIT_SETTLED
+    assert held.process.wait(timeout=30) == EXIT_SETTLED
     assert runs_of_recipe(env.dir) == 1  # started before the cancellation committed, then stopped
     goal, run = env.read("g")
     assert goal.status == "cancelled" and run.status == "cancelled"
     assert run.attempts[0].cleanup["confirmed_by"] == f"n1/{token}"  # the worker's own
     assert env.running_record("g") is None
-
-
-@pytest.fixture
-def pg(postgres_url: str, tmp_path: Path) -> Iterator[PgEnv]:
-    env = PgEnv(postgres_url, tmp_path)
-    try:
-        yield env
-    finally:
-        env.cleanup()
 
 
 @pytest.mark.postgres
@@ -134,16 +166,16 @@ def test_a_cancellation_arriving_at_the_exec_commits_only_once_the_recipe_starte
     recipe has started. Before, the helper closed its connection and then exec'd: a
     cancellation committed in between found the recipe started after it had committed."""
     pg.goal("g", COUNT_AND_STAY)
-    gate = pg.dir / "gate"
     token = f"t1-{pg.dir.name}"
-    args = ["--journal", pg.url, "--node", "n1", "--goal", "g", "--token", token]
-    worker = subprocess.Popen(
-        [PY, GATED, str(gate), "--before-exec", *args],
-        env={**pg.env, "REFINE_STATE_DIR": str(pg.state_dir("n1"))},
-        start_new_session=True,
+    held = hold_worker(
+        pg.dir,
+        pg.started,
+        ["--before-exec"],
+        pg.url,
+        token,
+        env=worker_env(pg),
+        what="the worker at its exec",
     )
-    pg.started.append(worker)
-    wait_until(lambda: Path(f"{gate}.held").exists(), what="the worker at its exec")
     cancelling = threading.Thread(
         target=partial(pg.refine, "cancel", "g", "--reason", "not needed", node="n2")
     )
@@ -151,10 +183,10 @@ def test_a_cancellation_arriving_at_the_exec_commits_only_once_the_recipe_starte
     cancelling.join(timeout=1.0)
     assert cancelling.is_alive(), "the cancellation committed while the launch was deciding"
     assert pg.read("g")[0] == "running" and runs_of_recipe(pg.dir) == 0
-    gate.touch()
+    held.go()
     cancelling.join(timeout=30)
     assert not cancelling.is_alive()
-    assert worker.wait(timeout=30) == EXIT_SETTLED
+    assert held.process.wait(timeout=30) == EXIT_SETTLED
     assert runs_of_recipe(pg.dir) == 1  # started before the cancellation committed, then stopped
     status, run = pg.read("g")
     assert status == "cancelled" and run.status == "cancelled"
@@ -169,18 +201,19 @@ def test_a_cancellation_committed_as_the_recipe_ends_is_reported_by_its_worker(e
     (CANCEL_PENDING) and the worker, the attempt's owner, reports its end as cancelled. It used
     to exit there, and the attempt stayed `running` until an operator confirmed its cleanup."""
     env.goal("g", COUNT_RUNS)
-    gate = env.dir / "gate"
     token = env.token("t1")
-    args = ["--journal", str(env.path), "--node", "n1", "--goal", "g", "--token", token]
-    worker = subprocess.Popen(
-        [PY, GATED, str(gate), "--before-report", *args], start_new_session=True
+    held = hold_worker(
+        env.dir,
+        env.started,
+        ["--before-report"],
+        str(env.path),
+        token,
+        what="the worker about to report",
     )
-    env.started.append(worker)
-    wait_until(lambda: Path(f"{gate}.held").exists(), what="the worker about to report")
     assert runs_of_recipe(env.dir) == 1
     env.goals.cancel(goal_id="g", reason="not needed", command_id="op:cancel:late", by="x@n2")
-    gate.touch()
-    assert worker.wait(timeout=30) == EXIT_SETTLED
+    held.go()
+    assert held.process.wait(timeout=30) == EXIT_SETTLED
     goal, run = env.read("g")
     assert goal.status == "cancelled" and run.status == "cancelled"
     assert run.attempts[0].cleanup["confirmed_by"] == f"n1/{token}"  # the worker's own
@@ -192,29 +225,24 @@ def test_a_launch_waits_out_a_journal_locked_past_its_busy_timeout(env: Env) -> 
     the helper wants it for the exec (a burst of claims can): the helper says so and tries
     again, and the recipe starts once the lock is free. It is not failed for it."""
     env.goal("g", COUNT_RUNS)
-    gate = env.dir / "gate"
     token = env.token("t1")
-    args = ["--journal", str(env.path), "--node", "n1", "--goal", "g", "--token", token]
-    worker = subprocess.Popen(
-        [PY, GATED, str(gate), "--after-reread", *args],
-        start_new_session=True,
-        stderr=subprocess.PIPE,
+    held = hold_worker(
+        env.dir,
+        env.started,
+        ["--after-reread"],
+        str(env.path),
+        token,
+        what="the reread before the launch",
     )
-    env.started.append(worker)
-    said: list[str] = []
-    assert worker.stderr is not None
-    lines = worker.stderr
-    threading.Thread(target=lambda: said.extend(map(bytes.decode, lines)), daemon=True).start()
-    wait_until(lambda: Path(f"{gate}.held").exists(), what="the reread before the launch")
     with Journal.open(str(env.path)) as other, other.commits_held():
-        gate.touch()
+        held.go()
         wait_until(
-            lambda: any("the launch waits for the journal" in line for line in said),
+            lambda: any("the launch waits for the journal" in line for line in held.said),
             timeout=30,
             what="the helper waiting for the lock",
         )
         assert runs_of_recipe(env.dir) == 0
-    assert worker.wait(timeout=30) == EXIT_SETTLED
+    assert held.process.wait(timeout=30) == EXIT_SETTLED
     assert runs_of_recipe(env.dir) == 1
     assert env.status("g") == "completed"
 
@@ -225,32 +253,28 @@ def test_a_launch_waits_out_a_run_held_past_its_lock_wait_on_postgres(pg: PgEnv)
     another session holding it past ``LAUNCH_WAIT_S`` makes the helper say so and try again,
     and the recipe starts once it is free."""
     pg.goal("g", COUNT_RUNS)
-    gate = pg.dir / "gate"
-    args = ["--journal", pg.url, "--node", "n1", "--goal", "g", "--token", f"t1-{pg.dir.name}"]
-    worker = subprocess.Popen(
-        [PY, GATED, str(gate), "--after-reread", *args],
-        env={**pg.env, "REFINE_STATE_DIR": str(pg.state_dir("n1"))},
-        start_new_session=True,
-        stderr=subprocess.PIPE,
+    token = f"t1-{pg.dir.name}"
+    held = hold_worker(
+        pg.dir,
+        pg.started,
+        ["--after-reread"],
+        pg.url,
+        token,
+        env=worker_env(pg),
+        what="the reread before the launch",
     )
-    pg.started.append(worker)
-    said: list[str] = []
-    assert worker.stderr is not None
-    lines = worker.stderr
-    threading.Thread(target=lambda: said.extend(map(bytes.decode, lines)), daemon=True).start()
-    wait_until(lambda: Path(f"{gate}.held").exists(), what="the reread before the launch")
     with Journal.open(pg.url) as other, other.commits_held("run:g.r1"):
-        gate.touch()
+        held.go()
         wait_until(
-            lambda: any("the launch waits for the journal" in line for line in said),
+            lambda: any("the launch waits for the journal" in line for line in held.said),
             timeout=30,
             what="the helper waiting for the lock",
         )
         assert runs_of_recipe(pg.dir) == 0
-    assert worker.wait(timeout=30) == EXIT_SETTLED
+    assert held.process.wait(timeout=30) == EXIT_SETTLED
     assert runs_of_recipe(pg.dir) == 1
     assert pg.read("g")[0] == "completed"
-    assert not [line for line in said if pg.url in line]  # no URL (and so no password) said
+    assert not [line for line in held.said if pg.url in line]  # no URL (and so no password) said
 
 
 def test_a_recipe_that_names_a_fifo_is_refused_at_once(env: Env) -> None:

@@ -20,9 +20,10 @@ from store.journal.api import Journal
 from store.journal.slots import KEPT, SLOTS_ENV, ConnectionSlots, Sharing, share, sharing
 from tests.conftest import own_server
 from tests.helpers.node_env import HANG, WAIT_FOR_GO
+from tests.helpers.pg_env import PgEnv
 from tests.helpers.postgres_server import PostgresServer
 from tests.helpers.waits import wait_until
-from tests.integration.test_postgres_operation import PRINT_ENV, PgEnv
+from tests.integration.test_postgres_operation import PRINT_ENV
 
 pytestmark = pytest.mark.postgres
 SMALL = 8  # the small server's max_connections
@@ -173,15 +174,6 @@ def _all_free(slots: ConnectionSlots) -> bool:
         if slot is not None:
             slot.release()
     return None not in taken
-
-
-@pytest.fixture
-def pg(postgres_url: str, tmp_path: Path) -> Iterator[PgEnv]:
-    env = PgEnv(postgres_url, tmp_path)
-    try:
-        yield env
-    finally:
-        env.cleanup()
 
 
 def _connections(url: str, application: str) -> int:

@@ -33,11 +33,11 @@ from store.node import scheduler
 from store.node.scheduler import Node
 from tests.helpers.node_env import QUICK
 from tests.helpers.old_schema import as_pg_schema
+from tests.helpers.pg_env import PgEnv
 from tests.helpers.run_support import PINS, budget
 from tests.helpers.waits import wait_until
-from tests.integration.test_postgres_operation import PgEnv, pg, status
+from tests.integration.test_postgres_operation import status
 
-__all__ = ["pg"]  # the fixture, shared with the operator story's tests
 pytestmark = pytest.mark.postgres
 
 

@@ -20,9 +20,9 @@ import pytest
 
 from tests.conftest import own_server
 from tests.helpers.pg_activity import ConnectionSampler
+from tests.helpers.pg_env import PgEnv
 from tests.helpers.postgres_server import PostgresServer
 from tests.helpers.waits import wait_until
-from tests.integration.test_postgres_operation import PgEnv
 
 pytestmark = pytest.mark.postgres
 NODES, PER_NODE, SERVER_LIMIT, NODE_LIMIT = 5, 20, 30, 5
