@@ -473,6 +473,7 @@ class PostgresJournal(Journal):
         self._closed = False
         self._lock = threading.RLock()
         self._snapshots = 0  # open snapshot transactions (no silent reconnection inside one)
+        self._vacuum_due = False  # rows imported inside ``atomic``: vacuum them once it commits
         self.location = location  # redacted: safe to print
         self.schema = schema
         self._s = quoted(schema)  # what the SQL texts name it by
@@ -552,6 +553,8 @@ class PostgresJournal(Journal):
                 with conn.transaction():  # the migration's and the import's are savepoints
                     journal.journal_id = _migrate(conn, schema, journal.location, True)
                     yield journal
+                if journal._vacuum_due:  # committed: now VACUUM may run
+                    journal._vacuum_copied(conn)
         finally:
             journal.close()
 
@@ -1024,18 +1027,22 @@ class PostgresJournal(Journal):
                         last = max(last, int(rows[-1][0]))
                     count += len(rows)
                 conn.execute(f"UPDATE {self._s}.head SET sequence = %s", (last,))
-            self._analyze(conn)
+            self._vacuum_copied(conn)
         return count
 
-    def _analyze(self, conn: psycopg.Connection[Any]) -> None:
+    def _vacuum_copied(self, conn: psycopg.Connection[Any]) -> None:
         """Vacuum and analyze the tables a copy filled, now rather than when autovacuum gets to
         them. Without statistics a million copied Goals were scanned and sorted for a first
         page (4.8 s) instead of read along the primary key (1.4 ms); without the visibility
         map every count read the heap (the dashboard's Goal count at 100,000: 28–49 ms, 10,000
         pages, against 6.7 ms from the index alone). Best effort: the rows are in either way."""
+        if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+            self._vacuum_due = True  # inside ``atomic``'s transaction: once that commits
+            return
+        self._vacuum_due = False
         tables = ", ".join(f"{self._s}.{t}" for t, _, _ in COPY_TABLES if t != "outbox")
         with contextlib.suppress(psycopg.Error):
-            conn.execute(f"VACUUM (ANALYZE) {tables}")  # autocommit: outside any transaction
+            conn.execute(f"VACUUM (ANALYZE) {tables}")  # never inside a transaction
 
     def _check_outbox_rows(
         self, conn: psycopg.Connection[Any], rows: list[tuple[Any, ...]]

@@ -256,6 +256,7 @@ def test_a_copy_to_postgres_ended_by_a_signal_leaves_no_journal(
     assert goals.returncode == 3 and "journal missing" in goals.stderr
     again = refine("copy", str(source), postgres_url, "--json")
     assert again.returncode == 0 and json.loads(again.stdout)["check"]["clean"], again.stderr
+    assert never_analyzed(postgres_url) == not_all_visible(postgres_url) == []  # once committed
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
