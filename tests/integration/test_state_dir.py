@@ -271,7 +271,9 @@ def test_one_state_dir_serves_one_journal_a_node_of_another_is_refused(tmp_path:
         registry = ProcessRegistry(first, "n1", state_dir=state)
         first_id = wait_until(registry.state_dir_journal, what="the state dir reserved")
         # The first node serving: its own files (node.log, node.pid, node.lock) are made.
-        wait_until(lambda: any(state.rglob("node.pid")), what="the first node serving")
+        # All three: the node opens node.log (warming its forkserver) just after node.pid.
+        own = ("node.log", "node.pid", "node.lock")
+        wait_until(lambda: all(any(state.rglob(f)) for f in own), what="the first node serving")
         before = sorted(p.relative_to(state) for p in state.rglob("*"))
         refused = cli(second, "--state-dir", str(state), "node")
         assert refused.returncode == 2, refused.stderr
