@@ -248,3 +248,19 @@ def test_fanout_bench_commits_at_its_rate_beside_nodes_and_followers() -> None:
     assert small["commits"] == big["commits"] == 20
     assert small["server_ms_per_commit"] > 0 and big["node_pct_each"] >= 0
     assert fanout.rows([small, big])[-1][2] == "≤ 2×"
+
+
+def test_the_trees_bench_checks_and_indexes_a_journal_from_each_tree(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The same tree twice, tiny journals: a check line per tree on PostgreSQL (clean), an
+    index line per tree on SQLite, every Goal indexed."""
+    from bench import trees
+
+    root = str(Path(__file__).parents[2])
+    assert trees.main([root, root, "--size", "20", "--index-size", "30", "--rounds", "1"]) == 0
+    said = capsys.readouterr().out.splitlines()
+    checks = [line for line in said if line.startswith("check, 20 goals, PostgreSQL")]
+    indexes = [line for line in said if line.startswith("index build, 30 goals, SQLite")]
+    assert len(checks) == 2 and all("checked 20 goals" in c and "clean" in c for c in checks)
+    assert len(indexes) == 2 and all("peak RSS" in i for i in indexes)
