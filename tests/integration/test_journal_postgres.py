@@ -409,6 +409,13 @@ def _lost_peer_settings(url: str) -> dict[str, str]:
     return {**{f"server {k}": v for k, v in shown.items()}, **{k: client[k] for k in shown}}
 
 
+def test_a_journal_session_never_compiles_a_plan(postgres_url: str) -> None:
+    """No JIT for our queries: each is a few index ranges, and a plan whose estimate passed
+    jit_above_cost (a copy's tables before their statistics) paid 0.1–0.3 s to compile."""
+    with PostgresJournal.open(postgres_url) as journal:
+        assert journal._connection().execute("SHOW jit").fetchone() == ("off",)
+
+
 def test_lost_peer_settings_default_on_both_ends_and_a_urls_own_values_win(
     postgres_url: str,
 ) -> None:
