@@ -63,7 +63,7 @@ class Stored:
     def recency(self) -> tuple[int, str]:
         """Where this row stands newest first: ``aggregates(before=...)`` pages on from it."""
         if self.last_sequence is None:
-            raise ValueError("a row read newest first knows its recency")
+            raise ValueError("only a row read newest first knows its recency")
         return (self.last_sequence, self.aggregate_id)
 
 

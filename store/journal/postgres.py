@@ -366,8 +366,9 @@ def connection_info(
             unit = "milliseconds" if name == "tcp_user_timeout" else "seconds"
             raise InvalidInputError(f"{name} in a journal URL must be a whole number of {unit}")
     server = [f"tcp_{name.removeprefix('tcp_')}={value}" for name, value in lost_peer.items()]
-    # Every query of ours is a few index ranges; a JIT compile (0.1–0.3 s, when a plan's cost
-    # estimate passes jit_above_cost: statistics missing or stale) costs it a hundredfold.
+    # Every query of ours is a few index ranges; a JIT compile, when a plan's cost estimate
+    # passes jit_above_cost (statistics missing or stale), costs more than the query (2–3 ms on
+    # a 5 ms read at 100k Goals; with inlining, past 500,000, far more).
     server.append("jit=off")
     options.update(
         connect_timeout=str(connect_timeout_s),
@@ -1042,8 +1043,8 @@ class PostgresJournal(Journal):
         tables = ", ".join(f"{self._s}.{t}" for t, _, _ in COPY_TABLES if t != "outbox")
         if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
             # Inside ``atomic``'s transaction, where VACUUM cannot run: statistics now (the
-            # copy's check plans its reads by them: without, a page of histories scanned every
-            # event, 0.3 s a page at 1M), the vacuum once that transaction commits.
+            # copy's check plans its reads by them: without, with JIT on, 0.3 s a page of
+            # histories at 1M), the vacuum once that transaction commits.
             with contextlib.suppress(psycopg.Error), conn.transaction():  # a savepoint
                 conn.execute(f"ANALYZE {tables}")
             self._vacuum_due = True
