@@ -98,6 +98,8 @@ def test_pages_newest_first_neither_skip_nor_repeat_goals_of_equal_recency(
     assert [s.aggregate_id for s in page] == ["goal:g4", "goal:g3"]
     with pytest.raises(ValueError, match="newest first"):
         journal.aggregates("goal", limit=2, before=(0, "goal:g6"))
+    with pytest.raises(ValueError, match="only a row read newest first"):
+        journal.aggregates("goal", limit=1)[0].recency  # noqa: B018  # read in id order
 
 
 def test_searching_by_chunks_finds_what_a_scan_of_every_line_finds(
