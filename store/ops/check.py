@@ -174,11 +174,14 @@ def _runs_of(goal: Stored) -> list[str]:
 
 
 def _runs_cancelled(goal: Stored, events: Mapping[str, list[Event]]) -> set[str]:
-    """The Runs of a cancelled Goal, whose histories its check reads (named by its events)."""
+    """The Runs of a cancelled Goal, whose histories its check reads."""
     mine = events[goal.aggregate_id]
-    if not any(e.type == "goal.cancelled" for e in mine):
-        return set()
-    return {f"run:{e.data['run_id']}" for e in mine if "run_id" in e.data}
+    return _runs_named(mine) if any(e.type == "goal.cancelled" for e in mine) else set()
+
+
+def _runs_named(goal_events: list[Event]) -> set[str]:
+    """Every Run a Goal ever had: its own events name each (created, reassigned)."""
+    return {f"run:{e.data['run_id']}" for e in goal_events if "run_id" in e.data}
 
 
 class _Histories(Mapping[str, list[Event]]):
@@ -375,11 +378,9 @@ def _check_no_claim_while_stopped(
     goal_events = events.get(goal_id, [])
     cancelled = [e.sequence for e in goal_events if e.type == "goal.cancelled"]
     if cancelled:
-        # The Goal's own events name every Run it ever had (created, reassigned).
-        runs = {f"run:{e.data['run_id']}" for e in goal_events if "run_id" in e.data}
         late = [
             e.sequence
-            for run in sorted(runs)
+            for run in sorted(_runs_named(goal_events))
             for e in events.get(run, [])
             if e.type == "attempt.claimed" and e.sequence > cancelled[0]
         ]

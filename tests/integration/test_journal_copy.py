@@ -76,22 +76,21 @@ def test_sqlite_to_postgres_to_sqlite_keeps_every_row(tmp_path: Path, postgres_u
 def not_all_visible(url: str) -> list[str]:
     """The journal's tables with pages the visibility map does not know all visible (only a
     vacuum marks them: until then an index-only scan reads the heap too)."""
-    with psycopg.connect(url, autocommit=True) as conn:
-        rows = conn.execute(
-            "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
-            " WHERE n.nspname = 'refine' AND c.relkind = 'r' AND c.relallvisible < c.relpages"
-            " AND c.relname IN ('events', 'aggregates', 'receipts')"
-        ).fetchall()
-    return [str(row[0]) for row in rows]
+    return copied_tables_where(url, "c.relallvisible < c.relpages")
 
 
 def never_analyzed(url: str) -> list[str]:
     """The journal's tables the planner has no statistics for (``reltuples`` -1: never
     analyzed, as ``COPY`` leaves them)."""
+    return copied_tables_where(url, "c.reltuples < 0")
+
+
+def copied_tables_where(url: str, condition: str) -> list[str]:
+    """The tables a copy fills whose ``pg_class`` row meets ``condition``."""
     with psycopg.connect(url, autocommit=True) as conn:
         rows = conn.execute(
             "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
-            " WHERE n.nspname = 'refine' AND c.relkind = 'r' AND c.reltuples < 0"
+            f" WHERE n.nspname = 'refine' AND c.relkind = 'r' AND {condition}"
             " AND c.relname IN ('events', 'aggregates', 'receipts')"
         ).fetchall()
     return [str(row[0]) for row in rows]

@@ -37,41 +37,34 @@ class HeldWorker:
 
     process: subprocess.Popen[bytes]
     gate: Path
+    token: str
     said: list[str]
 
     def go(self) -> None:
         self.gate.touch()
 
 
-def hold_worker(
-    folder: Path,
-    started: list[subprocess.Popen[bytes]],
-    gate_flags: list[str],
-    journal: str,
-    token: str,
-    *,
-    env: dict[str, str] | None = None,
-    what: str,
-) -> HeldWorker:
-    """Start a gated worker of node n1 on Goal g and wait until it holds at the gate
-    ``gate_flags`` name."""
-    gate = folder / "gate"
+def hold_worker(where: Env | PgEnv, gate_flags: list[str], what: str) -> HeldWorker:
+    """Start a gated worker of node n1 on Goal g of ``where``'s journal and wait until it holds
+    at the gate ``gate_flags`` name."""
+    if isinstance(where, PgEnv):
+        journal, token = where.url, f"t1-{where.dir.name}"
+        env: dict[str, str] | None = {**where.env, "REFINE_STATE_DIR": str(where.state_dir("n1"))}
+    else:
+        journal, token, env = str(where.path), where.token("t1"), None
+    gate = where.dir / "gate"
     args = ["--journal", journal, "--node", "n1", "--goal", "g", "--token", token]
     worker = subprocess.Popen(
         [PY, GATED, str(gate), *gate_flags, *args],
         env=env, start_new_session=True, stderr=subprocess.PIPE,
     )  # fmt: skip
-    started.append(worker)
+    where.started.append(worker)
     said: list[str] = []
     assert worker.stderr is not None
     lines = worker.stderr
     threading.Thread(target=lambda: said.extend(map(bytes.decode, lines)), daemon=True).start()
     wait_until(lambda: Path(f"{gate}.held").exists(), what=what)
-    return HeldWorker(worker, gate, said)
-
-
-def worker_env(pg: PgEnv) -> dict[str, str]:
-    return {**pg.env, "REFINE_STATE_DIR": str(pg.state_dir("n1"))}
+    return HeldWorker(worker, gate, token, said)
 
 
 # Where the gated worker holds still, claimed and not launched, while a cancellation commits.
@@ -93,22 +86,14 @@ def test_no_recipe_starts_after_a_cancellation_committed_inside_the_launch_windo
 ) -> None:
     """The recipe never starts, and the worker reports the cancellation as its owner."""
     env.goal("g", COUNT_RUNS)
-    token = env.token("t1")
-    held = hold_worker(
-        env.dir,
-        env.started,
-        GATES[gate_at],
-        str(env.path),
-        token,
-        what=f"the worker held {gate_at}",
-    )
+    held = hold_worker(env, GATES[gate_at], f"the worker held {gate_at}")
     env.goals.cancel(goal_id="g", reason="not needed", command_id="op:cancel:elsewhere", by="x@n2")
     held.go()
     assert held.process.wait(timeout=30) == EXIT_SETTLED
     assert runs_of_recipe(env.dir) == 0, "the recipe started after its cancellation committed"
     goal, run = env.read("g")
     assert goal.status == "cancelled" and run.status == "cancelled"
-    assert run.attempts[0].cleanup["confirmed_by"] == f"n1/{token}"  # the worker's own
+    assert run.attempts[0].cleanup["confirmed_by"] == f"n1/{held.token}"  # the worker's own
     assert env.running_record("g") is None
 
 
@@ -129,10 +114,7 @@ def test_a_cancellation_arriving_at_the_exec_commits_only_once_the_recipe_starte
     the worker stops that recipe. Before, it could commit between the last look and the exec,
     unseen by both, and the recipe then started after its cancellation."""
     env.goal("g", COUNT_AND_STAY)
-    token = env.token("t1")
-    held = hold_worker(
-        env.dir, env.started, ["--before-exec"], str(env.path), token, what="the worker at its exec"
-    )
+    held = hold_worker(env, ["--before-exec"], "the worker at its exec")
 
     def cancel() -> None:
         with Journal.open(str(env.path)) as journal:  # a connection of its own: it waits
@@ -152,7 +134,7 @@ def test_a_cancellation_arriving_at_the_exec_commits_only_once_the_recipe_starte
     assert runs_of_recipe(env.dir) == 1  # started before the cancellation committed, then stopped
     goal, run = env.read("g")
     assert goal.status == "cancelled" and run.status == "cancelled"
-    assert run.attempts[0].cleanup["confirmed_by"] == f"n1/{token}"  # the worker's own
+    assert run.attempts[0].cleanup["confirmed_by"] == f"n1/{held.token}"  # the worker's own
     assert env.running_record("g") is None
 
 
@@ -166,16 +148,7 @@ def test_a_cancellation_arriving_at_the_exec_commits_only_once_the_recipe_starte
     recipe has started. Before, the helper closed its connection and then exec'd: a
     cancellation committed in between found the recipe started after it had committed."""
     pg.goal("g", COUNT_AND_STAY)
-    token = f"t1-{pg.dir.name}"
-    held = hold_worker(
-        pg.dir,
-        pg.started,
-        ["--before-exec"],
-        pg.url,
-        token,
-        env=worker_env(pg),
-        what="the worker at its exec",
-    )
+    held = hold_worker(pg, ["--before-exec"], "the worker at its exec")
     cancelling = threading.Thread(
         target=partial(pg.refine, "cancel", "g", "--reason", "not needed", node="n2")
     )
@@ -190,7 +163,7 @@ def test_a_cancellation_arriving_at_the_exec_commits_only_once_the_recipe_starte
     assert runs_of_recipe(pg.dir) == 1  # started before the cancellation committed, then stopped
     status, run = pg.read("g")
     assert status == "cancelled" and run.status == "cancelled"
-    assert run.attempts[0].cleanup["confirmed_by"] == f"n1/{token}"  # the worker's own
+    assert run.attempts[0].cleanup["confirmed_by"] == f"n1/{held.token}"  # the worker's own
     assert pg.running_record("g") is None
     pg.never_printed_a_password()
 
@@ -201,22 +174,14 @@ def test_a_cancellation_committed_as_the_recipe_ends_is_reported_by_its_worker(e
     (CANCEL_PENDING) and the worker, the attempt's owner, reports its end as cancelled. It used
     to exit there, and the attempt stayed `running` until an operator confirmed its cleanup."""
     env.goal("g", COUNT_RUNS)
-    token = env.token("t1")
-    held = hold_worker(
-        env.dir,
-        env.started,
-        ["--before-report"],
-        str(env.path),
-        token,
-        what="the worker about to report",
-    )
+    held = hold_worker(env, ["--before-report"], "the worker about to report")
     assert runs_of_recipe(env.dir) == 1
     env.goals.cancel(goal_id="g", reason="not needed", command_id="op:cancel:late", by="x@n2")
     held.go()
     assert held.process.wait(timeout=30) == EXIT_SETTLED
     goal, run = env.read("g")
     assert goal.status == "cancelled" and run.status == "cancelled"
-    assert run.attempts[0].cleanup["confirmed_by"] == f"n1/{token}"  # the worker's own
+    assert run.attempts[0].cleanup["confirmed_by"] == f"n1/{held.token}"  # the worker's own
     assert env.running_record("g") is None
 
 
@@ -225,15 +190,7 @@ def test_a_launch_waits_out_a_journal_locked_past_its_busy_timeout(env: Env) -> 
     the helper wants it for the exec (a burst of claims can): the helper says so and tries
     again, and the recipe starts once the lock is free. It is not failed for it."""
     env.goal("g", COUNT_RUNS)
-    token = env.token("t1")
-    held = hold_worker(
-        env.dir,
-        env.started,
-        ["--after-reread"],
-        str(env.path),
-        token,
-        what="the reread before the launch",
-    )
+    held = hold_worker(env, ["--after-reread"], "the reread before the launch")
     with Journal.open(str(env.path)) as other, other.commits_held():
         held.go()
         wait_until(
@@ -253,16 +210,7 @@ def test_a_launch_waits_out_a_run_held_past_its_lock_wait_on_postgres(pg: PgEnv)
     another session holding it past ``LAUNCH_WAIT_S`` makes the helper say so and try again,
     and the recipe starts once it is free."""
     pg.goal("g", COUNT_RUNS)
-    token = f"t1-{pg.dir.name}"
-    held = hold_worker(
-        pg.dir,
-        pg.started,
-        ["--after-reread"],
-        pg.url,
-        token,
-        env=worker_env(pg),
-        what="the reread before the launch",
-    )
+    held = hold_worker(pg, ["--after-reread"], "the reread before the launch")
     with Journal.open(pg.url) as other, other.commits_held("run:g.r1"):
         held.go()
         wait_until(
@@ -358,7 +306,11 @@ def test_a_claim_whose_answer_was_lost_is_repeated_and_its_attempt_ended_not_lau
     assert goal.status == "queued", goal  # for the next worker, with its own token
     (attempt,) = run.attempts
     assert attempt.state == "interrupted"
-    assert attempt.cleanup == {"epoch": 1, "confirmed_by": f"n1/{token}", "method": NOT_LAUNCHED}
+    assert attempt.cleanup == {
+        "epoch": 1,
+        "confirmed_by": f"n1/{token}",
+        "method": NOT_LAUNCHED,
+    }
     assert env.worker("g", "next").wait(timeout=30) == EXIT_SETTLED
     assert runs_of_recipe(env.dir) == 1 and env.status("g") == "completed"
 
