@@ -94,6 +94,46 @@ def test_two_holders_in_one_process_exclude_each_other(tmp_path: Path) -> None:
         _kill([waiter])
 
 
+def _queued(queue: Path) -> list[int]:
+    """The pids blocked in the kernel on ``queue``'s lock (``/proc/locks``: "-> FLOCK ...")."""
+    if not queue.exists():
+        return []
+    inode = os.stat(queue).st_ino
+    pids = []
+    for line in Path("/proc/locks").read_text().splitlines():
+        fields = line.split()
+        if "->" in fields and fields[-3].rsplit(":", 1)[-1] == str(inode):
+            pids.append(int(fields[fields.index("->") + 4]))
+    return pids
+
+
+def test_waiters_queue_in_the_kernel_and_one_at_a_time_looks(tmp_path: Path) -> None:
+    """All slots held: one waiter looks for a free one, the others sleep in a blocking lock
+    (they cost nothing, however many), and each gets the slot in turn as its holder goes."""
+    import select
+
+    folder = tmp_path / "connections"
+    holder = _holder(folder, 1)
+    procs = [holder]
+    try:
+        assert _held(holder)
+        waiters = [_holder(folder, 1) for _ in range(4)]
+        procs += waiters
+        queue = folder / "queue"
+        asleep = wait_until(lambda: len(_queued(queue)) == 3 and _queued(queue), what="3 asleep")
+        assert set(asleep) < {w.pid for w in waiters}  # the fourth is the one that looks
+        while waiters:
+            os.killpg(holder.pid, signal.SIGKILL)  # the kernel drops its slot: one goes on
+            pipes = {w.stdout: w for w in waiters if w.stdout is not None}
+            ready, _, _ = select.select(list(pipes), [], [], 20.0)
+            assert len(ready) == 1, "exactly one waiter takes the slot given back"
+            holder = pipes[ready[0]]
+            assert _held(holder)
+            waiters.remove(holder)
+    finally:
+        _kill(procs)
+
+
 def test_slots_travel_by_environment_text(tmp_path: Path) -> None:
     slots = ConnectionSlots(tmp_path, 3)
     again = ConnectionSlots.from_env(slots.to_env())
