@@ -105,6 +105,7 @@ def measure(
                     time.sleep(5.0)
                 with Journal.open(url) as journal:
                     goals = Goals(journal)
+                    burst_before = _burst_cpu(pg, procs, {})
                     began = time.monotonic()
                     for name in names:
                         for i in range(attempts):
@@ -116,8 +117,9 @@ def measure(
                     total = nodes * attempts
                     _wait(lambda: sum(len(_recipes(p)) for p in procs) >= total, 900, "recipes")
                     all_ran = time.monotonic() - began
+                    recipes = {pid: r for p in procs for pid, r in _recipes(p).items()}
+                    burst = _burst_cpu(pg, procs, recipes) - burst_before
                     created, _ = _commit_times(journal)
-                recipes = {pid: r for p in procs for pid, r in _recipes(p).items()}
                 offset = _clock_offset()
                 launches = []
                 for worker_pid, recipe in recipes.items():
@@ -153,10 +155,56 @@ def measure(
                 "workers_cpu_pct": workers_cpu,
                 "server_cpu_pct": server,
                 "goals_ms": goals_ms,
+                "burst": burst,
             }
     finally:
         _end(started)
         pg.destroy()
+
+
+class _BurstCpu:
+    """CPU seconds so far of the server, the nodes (with their forkservers), the workers
+    (with their claim helpers, now their recipes: CPU survives ``exec``) and the whole box."""
+
+    def __init__(
+        self, server: float, nodes: float, workers: float, box: float, sessions: int
+    ) -> None:
+        self.server, self.nodes, self.workers, self.box = server, nodes, workers, box
+        self.sessions = sessions  # the server's sessions so far (each a backend forked)
+
+    def __sub__(self, other: _BurstCpu) -> _BurstCpu:
+        return _BurstCpu(
+            self.server - other.server,
+            self.nodes - other.nodes,
+            self.workers - other.workers,
+            self.box - other.box,
+            self.sessions - other.sessions,
+        )
+
+
+def _burst_cpu(
+    pg: PostgresServer, nodes: list[psutil.Process], recipes: dict[int, psutil.Process]
+) -> _BurstCpu:
+    families = [q for p in nodes for q in (p, *p.children()) if "store.worker" not in _argv(q)]
+    workers = [psutil.Process(pid) for pid in recipes if psutil.pid_exists(pid)]
+    busy = psutil.cpu_times()
+    box = busy.user + busy.nice + busy.system + busy.irq + busy.softirq + busy.steal
+    with pg.admin() as admin:  # counted at each session's end: read once the burst ran
+        row = admin.execute("SELECT sum(sessions) FROM pg_stat_database").fetchone()
+    sessions = int(row[0]) if row and row[0] is not None else 0
+    return _BurstCpu(
+        server_cpu(pg),
+        _cpu(families),
+        _cpu(workers) + _cpu(list(recipes.values())),
+        box,
+        sessions,
+    )
+
+
+def _argv(proc: psutil.Process) -> list[str]:
+    with contextlib.suppress(psutil.Error):
+        return proc.cmdline()
+    return []
 
 
 def _end(nodes: list[subprocess.Popen[bytes]]) -> None:
@@ -210,7 +258,23 @@ def rows(r: dict[str, Any]) -> list[tuple[str, str, str]]:
             f" `refine goals` {r['goals_ms']:.0f} ms",
             "",
         ),
+        _burst_row(fleet, r),
     ]
+
+
+def _burst_row(fleet: str, r: dict[str, Any]) -> tuple[str, str, str]:
+    """Where the launch burst's CPU went, per launch, beside what the box had."""
+    burst: _BurstCpu = r["burst"]
+    per = 1000 / max(r["launched"], 1)  # ms per launch
+    box_s = r["all_ran_s"] * psutil.cpu_count()
+    return (
+        f"fleet {fleet}: burst CPU",
+        f"per launch: server {burst.server * per:.1f} ms, nodes {burst.nodes * per:.1f} ms,"
+        f" workers and claim helpers {burst.workers * per:.1f} ms; the box busy"
+        f" {burst.box:.0f} of {box_s:.0f} core-seconds; {burst.sessions * per / 1000:.2f}"
+        " server sessions per launch",
+        "",
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
