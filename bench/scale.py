@@ -1,6 +1,7 @@
 """The dashboard on 100,000 Goals (DESIGN §9: ≤ 200 MB RSS, first paint ≤ 2 s), and its feel.
 
     python -m bench.scale [--size 100000] [--repeats 3] [--mix busy|history] [--pulses on|off|both]
+                          [--postgres] [--settle 3 ...]
 
 - first paint and memory, real terminal: ``refine tui`` is launched in tmux (120×40); first paint
   is the time from launching the process until the Goals table shows rows and the header says
@@ -14,17 +15,24 @@
   screen refresh after it finished. A filter's first screen is timed to the end of the first
   frame that shows its rows: a callback asked for with the rows (before the app's own), not
   after polling for them — a poll that noticed the rows as that frame began timed the next
-  frame (the filter box closing) instead.
+  frame (the filter box closing) instead. ``--settle``: how long the headless dashboard is left
+  after its first screen before the keys (its filter index of every Goal is built in that
+  time: 12 s at a million on SQLite); several values measure the feel once after each.
+
+``--postgres``: the journal ``refine copy``-ed into a database of a server of the run's own
+first (bench/postgres.py), and the dashboard on that.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -87,13 +95,15 @@ async def _longest_stall(until: asyncio.Event) -> float:
     return longest * 1000
 
 
-async def _responsiveness(path: Path, presses: int, pulses: bool = True) -> dict[str, Any]:
+async def _responsiveness(
+    path: str | Path, presses: int, pulses: bool = True, settle_s: float = SETTLE_S
+) -> dict[str, Any]:
     app = ProbeApp(journal=path, node=NODE, pulses=pulses)
     began = time.monotonic()
     async with app.run_test(size=SIZE) as pilot:
         await ready(app)
         load = time.monotonic() - began
-        await asyncio.sleep(SETTLE_S)
+        await asyncio.sleep(settle_s)
         table = app.query_one("#goals", KeyedTable)
         goals = app.dashboard.goals
         pages: list[float] = []
@@ -135,6 +145,7 @@ async def _responsiveness(path: Path, presses: int, pulses: bool = True) -> dict
             stalls.append(await stall)
             shown = len(app.goal_rows)
     return {
+        "settle_s": settle_s,
         "load_s": load,
         "pages": summary(pages),
         "ends": summary(ends),
@@ -159,43 +170,74 @@ def measure(
     log=print,
     mix: str = "busy",
     pulses: str = "on",
+    postgres: bool = False,
+    settles: tuple[float, ...] = (SETTLE_S,),
 ) -> dict[str, Any]:
     """``pulses``: the first paints with them, without, or both (alternating, one repeat of each
-    at a time); the feel is measured with the first arm."""
+    at a time); the feel is measured with the first arm, once after each of ``settles``."""
     arms = PULSE_ARMS[pulses]
-    results: dict[str, Any] = {"size": size, "mix": mix, "arms": arms}
+    results: dict[str, Any] = {"size": size, "mix": mix, "arms": arms, "postgres": postgres}
     results |= {f"paints{arm_label(arm, arms)}": [] for arm in arms}
     with tempfile.TemporaryDirectory(prefix="refine-bench-") as folder:
         path = journal_with(size, Path(folder), mix=mix, log=log)
         shift_history(path, HISTORY_ENDS_S)
-        for _ in range(repeats):
-            for arm in arms:
-                paint = first_paint(path, arm)
-                if paint is not None:
-                    results[f"paints{arm_label(arm, arms)}"].append(paint)
-        results["feel"] = asyncio.run(_responsiveness(path, presses, arms[0]))
+        with _located(path, postgres, log) as location:
+            for _ in range(repeats):
+                for arm in arms:
+                    paint = first_paint(location, arm)
+                    if paint is not None:
+                        results[f"paints{arm_label(arm, arms)}"].append(paint)
+            results["feels"] = [
+                asyncio.run(_responsiveness(location, presses, arms[0], settle))
+                for settle in settles
+            ]
     return results
+
+
+@contextlib.contextmanager
+def _located(path: Path, postgres: bool, log: Callable[[str], None]) -> Iterator[str]:
+    """The journal at ``path``, or its ``refine copy`` into a server of the run's own."""
+    if not postgres:
+        yield str(path)
+        return
+    from bench import postgres as server_bench
+    from bench.million import _run  # here: bench.million imports this module
+
+    with server_bench.server() as server:
+        url = server.create_database()
+        took = _run(["copy", str(path), url], lambda: server_bench.server_cpu(server))
+        log(f"refine copy into PostgreSQL: {took.wall:.0f} s, server CPU {took.server_cpu:.0f} s")
+        yield url
 
 
 def rows(r: dict[str, Any]) -> list[tuple[str, str, str]]:
     """(figure, value, target) lines for the summary table."""
     out = []
-    n, feel, arms = r["size"], r["feel"], r.get("arms", (True,))
+    n, arms = r["size"], r.get("arms", (True,))
     of = f", {r['mix']} journal" if r.get("mix", "busy") != "busy" else ""
+    of += ", PostgreSQL" if r.get("postgres") else ""
     for arm in arms:
         label = of + arm_label(arm, arms)
         if paints := r[f"paints{arm_label(arm, arms)}"]:
             out += _paint_rows(n, paints, label)
+    for feel in r["feels"]:
+        out += _feel_rows(n, feel, of)
+    return out
+
+
+def _feel_rows(n: int, feel: dict[str, Any], of: str) -> list[tuple[str, str, str]]:
+    out = []
+    of += f", {feel['settle_s']:g} s after ready"
     p, e, f, s = feel["pages"], feel["ends"], feel["filters"], feel["first_screens"]
     stall, cpu = feel["stalls"], feel["first_screen_cpu"]
     out.append((
-        f"scroll, {n:,} goals (headless)",
+        f"scroll, {n:,} goals{of} (headless)",
         f"page p50 {p['p50']:.0f} ms p95 {p['p95']:.0f} ms; top/bottom p50 {e['p50']:.0f} ms"
         f" max {e['max']:.0f} ms (load {feel['load_s']:.2f} s)",
         "responsive",
     ))  # fmt: skip
     out.append((
-        f"filter, {n:,} goals (headless)",
+        f"filter, {n:,} goals{of} (headless)",
         f"first screen p50 {s['p50']:.0f} ms p95 {s['p95']:.0f} ms (process CPU p50"
         f" {cpu['p50']:.0f} ms); all rows listed p50"
         f" {f['p50']:.0f} ms p95 {f['p95']:.0f} ms (n={f['n']}, enter → painted); longest"
@@ -229,8 +271,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--mix", choices=("busy", "history"), default="busy")
     parser.add_argument("--pulses", choices=sorted(PULSE_ARMS), default="on")
+    parser.add_argument("--postgres", action="store_true", help="the journal on PostgreSQL")
+    parser.add_argument("--settle", type=float, nargs="+", default=[SETTLE_S])
     args = parser.parse_args(argv)
-    measured = measure(args.size, args.repeats, mix=args.mix, pulses=args.pulses)
+    measured = measure(
+        args.size,
+        args.repeats,
+        mix=args.mix,
+        pulses=args.pulses,
+        postgres=args.postgres,
+        settles=tuple(args.settle),
+    )
     for figure, value, target in rows(measured):
         print(f"{figure:<38} {value}  [{target}]")
     return 0

@@ -185,6 +185,20 @@ async def test_the_probe_notes_each_list_painted_with_its_filter(tmp_path: Path)
         assert [f for _, f in app.lists_painted] == ["queued"] * len(app.lists_painted)
 
 
+@pytest.mark.postgres
+def test_scale_bench_feels_the_dashboard_on_postgresql_after_each_settle() -> None:
+    from bench import scale
+
+    r = scale.measure(2000, 0, presses=2, log=lambda _: None, postgres=True, settles=(0, 0.5))
+    names = [figure for figure, _, _ in scale.rows(r)]
+    assert names == [
+        f"{what}, 2,000 goals, PostgreSQL, {settle} s after ready (headless)"
+        for settle in ("0", "0.5")
+        for what in ("scroll", "filter")
+    ]
+    assert [feel["filters"]["n"] for feel in r["feels"]] == [len(scale.FILTERS)] * 2
+
+
 def test_server_cpu_never_goes_back_while_backends_come_and_go(
     postgres_server: PostgresServer,
 ) -> None:
