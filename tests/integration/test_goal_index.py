@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import random
 import sqlite3
+from typing import Any
 
 import psycopg
 import pytest
 
-from refine_tui import goal_index
+from refine_tui import goal_index, rows
 from refine_tui.goal_index import GoalIndex
 from refine_tui.rows import ACTIVE, TERMINAL, GoalRow, Reader
-from store.journal.api import Journal
+from store.journal.api import Journal, Stored
 from store.model.goals import Goals
 from store.ops import reads
 
@@ -72,6 +73,31 @@ def test_a_build_in_pages_equals_one_read_of_every_goal(
     assert len(index) == 11
     assert index.listed(11, 11) == journal_list(journal, 11, 11)
     assert index.listed(0, 2) == ["g00", "g09"]  # the two most recently ended
+
+
+def test_a_filter_without_the_index_reads_only_until_a_list_is_full(
+    journal: Journal, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before the index is built a filter is answered from the journal: a page of stored states
+    at a time, until it has as many hits as a list shows (the same first ones by id), rather
+    than every state that holds the text (a common word at a million Goals: 27 s, 2.6 GB)."""
+    goals = Goals(journal)
+    for n in range(20):  # every state holds "common" (the argv); the odd ones' titles too
+        title = "common" if n % 2 else f"goal {n}"
+        goals.create(goal_id=f"g{n:02d}", title=title, node_id="n1", argv=["echo", "common"])
+    monkeypatch.setattr(rows, "ACTIVE_LIMIT", 3)
+    monkeypatch.setattr(rows, "RECENT_LIMIT", 1)
+    pages: list[int] = []
+    aggregates = journal.aggregates
+
+    def counted(*args: Any, **kwargs: Any) -> list[Stored]:
+        page = aggregates(*args, **kwargs)
+        pages.append(len(page))
+        return page
+
+    monkeypatch.setattr(journal, "aggregates", counted)
+    assert Reader(journal, "n1").visible_goal_ids("COMMON") == (["g01", "g03", "g05", "g07"], 20)
+    assert pages == [4, 4]  # g00–g03 (two hits), g04–g07 (two more): the list is full
 
 
 def test_pages_newest_first_neither_skip_nor_repeat_goals_of_equal_recency(
