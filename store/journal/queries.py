@@ -24,12 +24,13 @@ ACTIVE_TERM = f"status IN ({', '.join(repr(s) for s in ACTIVE_STATUSES)})"
 class Dialect:
     """What differs between the backends' SQL for these reads."""
 
-    __slots__ = ("find", "many", "mark")
+    __slots__ = ("ascii", "find", "many", "mark")
 
-    def __init__(self, mark: str, find: str, *, many: bool) -> None:
+    def __init__(self, mark: str, find: str, *, many: bool, ascii: str = "") -> None:
         self.mark = mark  # a parameter's placeholder
         self.find = find  # the 1-based position of a substring, 0 when absent
         self.many = many  # a list may be one parameter (``= ANY(%s)``)
+        self.ascii = ascii  # after a text: its ``lower()`` folds ASCII letters only
 
     def one_of(self, column: str, values: Sequence[str]) -> tuple[str, list[Any]]:
         """``column`` is one of ``values``: the term and its parameters."""
@@ -39,7 +40,9 @@ class Dialect:
 
 
 SQLITE = Dialect("?", "instr", many=False)
-POSTGRES = Dialect("%s", "strpos", many=True)
+# A database's collation (C.UTF-8, en_US.UTF-8) makes lower() fold every letter, one wide
+# character at a time: twice the time of "C"'s ASCII folding over a scan of every state.
+POSTGRES = Dialect("%s", "strpos", many=True, ascii=' COLLATE "C"')
 
 
 def of_kind(
@@ -78,9 +81,11 @@ def filtered_page(
     ``(last_sequence, aggregate_id)``, newest first only), then ordered and cut to a page."""
     mark = dialect.mark
     if contains:
+        # An ASCII needle is found by ASCII folding alone (SQLite's lower() never does more).
+        state = f"state{dialect.ascii}" if contains.isascii() else "state"
         sql += (
             f" AND ({dialect.find}(lower(aggregate_id), {mark}) > 0"
-            f" OR {dialect.find}(lower(state), {mark}) > 0)"
+            f" OR {dialect.find}(lower({state}), {mark}) > 0)"
         )
         args = [*args, contains.lower(), contains.lower()]
     if node_id is not None:

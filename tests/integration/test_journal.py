@@ -143,6 +143,8 @@ def test_reads_by_id_kind_status_node_and_recency(journal: Journal) -> None:
         "goal:c",
     ]
     assert ids(journal.aggregates("goal", contains="B")) == ["goal:b"]  # id or state text
+    # The state's text, ASCII letters folded either way (state holds "status": "running").
+    assert ids(journal.aggregates("goal", contains="RUNning")) == ["goal:a"]
     assert journal.count("goal") == 3 and journal.count("goal", "queued") == 2
     assert journal.count("run") == 1
     assert set(journal.load_many(["goal:a", "goal:zzz", "run:x"])) == {"goal:a", "run:x"}
