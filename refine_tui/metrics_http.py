@@ -19,7 +19,12 @@ from store.ops.metrics import TEXT, JournalCollector, scrape
 
 
 class MetricsServer(ThreadingHTTPServer):
-    daemon_threads = True
+    # Request threads are not daemons: the interpreter waits for them as it exits rather than
+    # stopping one mid-answer, which crashed it once (SIGSEGV, exit -11, CI on 1edc442, Python
+    # 3.11.2). Nothing lists them (``block_on_close``): a signal landing between a thread's
+    # creation and its start left one in the list that ``server_close`` could not join.
+    daemon_threads = False
+    block_on_close = False
 
     def __init__(self, host: str, port: int, collector: JournalCollector) -> None:
         self.address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -36,7 +41,10 @@ class MetricsServer(ThreadingHTTPServer):
         print(f"refine metrics: a request failed: {exc!r}"[:300], file=sys.stderr)
 
     def serve_until_stopped(self) -> None:
-        """Until SIGINT or SIGTERM (either ends it quietly)."""
+        """Until SIGINT or SIGTERM (either ends it quietly). The requests in flight are then
+        answered before the process exits (each waits on its client at most
+        ``MetricsHandler.timeout``), and a second signal meanwhile is ignored: the stop it
+        asks for is under way."""
 
         def stop(signum: int, frame: object) -> None:
             raise _Stopped
@@ -44,6 +52,8 @@ class MetricsServer(ThreadingHTTPServer):
         signal.signal(signal.SIGTERM, stop)
         with contextlib.suppress(KeyboardInterrupt, _Stopped):
             self.serve_forever()
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 class _Stopped(BaseException):
@@ -54,6 +64,7 @@ class _Stopped(BaseException):
 
 class MetricsHandler(BaseHTTPRequestHandler):
     server: MetricsServer
+    timeout = 10  # seconds a silent client may hold its thread (and the exporter's stop)
 
     def do_GET(self) -> None:
         path = urlsplit(self.path).path

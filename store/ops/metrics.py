@@ -31,7 +31,7 @@ from prometheus_client.metrics_core import (
 )
 from prometheus_client.registry import Collector
 
-from store.errors import RefineError
+from store.errors import JournalClosedError, RefineError
 from store.journal.api import MAX_PAGE, ChangeSource, Journal, JournalHandle, Location
 from store.journal.locations import JournalLocation
 from store.ops.journal_stats import (
@@ -68,6 +68,7 @@ class JournalCollector(Collector):
         self._clock = clock
         self._handle = JournalHandle(self.location, read_only=True)
         self._lock = threading.Lock()
+        self._closed = False
         self._journal: Journal | None = None
         self._changes: ChangeSource | None = None
         self._unread = True  # read whatever the gate says (first scrape, after a failure)
@@ -91,7 +92,10 @@ class JournalCollector(Collector):
         yield from families
 
     def close(self) -> None:
+        """Close the journal; a scrape from now on is refused (JournalClosedError), never a
+        reopening (a request still in flight as the exporter stops)."""
         with self._lock:
+            self._closed = True
             self._handle.close()
             self._journal = self._changes = None
 
@@ -99,6 +103,8 @@ class JournalCollector(Collector):
 
     def refresh(self) -> None:
         """Fold what committed since the last scrape (nothing at all when nothing did)."""
+        if self._closed:
+            raise JournalClosedError("the exporter is stopping: its journal is closed")
         journal = self._handle.get()
         if journal is not self._journal:
             self._switch(journal)

@@ -36,7 +36,7 @@ from refine_tui.cli import main
 from store.goals import Goals
 from store.journal.api import Journal
 from store.journal.presence import Beat
-from store.ops.metrics import JournalCollector, exposition
+from store.ops.metrics import JournalCollector, exposition, scrape
 from tests.helpers.postgres_server import PostgresServer
 from tests.helpers.waits import wait_until
 
@@ -339,6 +339,17 @@ def test_the_exporter_refuses_a_missing_journal_and_a_taken_port(tmp_path: Path)
         argv = [*REFINE, "metrics", "--port", str(taken.getsockname()[1])]
         done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=WAIT_S)
     assert done.returncode == 2 and done.stderr.startswith("refine: USAGE: cannot serve on")
+
+
+def test_a_closed_collector_refuses_a_scrape_rather_than_reopen(tmp_path: Path) -> None:
+    """A request still in flight as the exporter stops finds its collector closed: 503 with
+    the reason, and the journal is not opened again behind the stop."""
+    collector = JournalCollector(sqlite_journal(tmp_path))
+    assert scrape(collector, None)[0] == 200
+    collector.close()
+    status, body, _ = scrape(collector, None)
+    assert (status, body) == (503, b"CLOSED: the exporter is stopping: its journal is closed\n")
+    assert collector.journal is None
 
 
 def test_the_exporter_answers_503_while_the_server_is_down(
