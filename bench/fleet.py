@@ -33,6 +33,7 @@ import sys
 import tempfile
 import time
 import urllib.parse
+from dataclasses import astuple, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -162,24 +163,20 @@ def measure(
         pg.destroy()
 
 
+@dataclass(frozen=True)
 class _BurstCpu:
     """CPU seconds so far of the server, the nodes (with their forkservers), the workers
-    (with their claim helpers, now their recipes: CPU survives ``exec``) and the whole box."""
+    (with their claim helpers, now their recipes: CPU survives ``exec``) and the whole box;
+    and the server's sessions so far (each a backend forked)."""
 
-    def __init__(
-        self, server: float, nodes: float, workers: float, box: float, sessions: int
-    ) -> None:
-        self.server, self.nodes, self.workers, self.box = server, nodes, workers, box
-        self.sessions = sessions  # the server's sessions so far (each a backend forked)
+    server: float
+    nodes: float
+    workers: float
+    box: float
+    sessions: int
 
     def __sub__(self, other: _BurstCpu) -> _BurstCpu:
-        return _BurstCpu(
-            self.server - other.server,
-            self.nodes - other.nodes,
-            self.workers - other.workers,
-            self.box - other.box,
-            self.sessions - other.sessions,
-        )
+        return _BurstCpu(*(a - b for a, b in zip(astuple(self), astuple(other), strict=True)))
 
 
 def _burst_cpu(

@@ -120,7 +120,7 @@ def test_waiters_queue_in_the_kernel_and_one_at_a_time_looks(tmp_path: Path) -> 
         waiters = [_holder(folder, 1) for _ in range(4)]
         procs += waiters
         queue = folder / "queue"
-        asleep = wait_until(lambda: len(_queued(queue)) == 3 and _queued(queue), what="3 asleep")
+        asleep = wait_until(lambda: len(q := _queued(queue)) == 3 and q, what="3 asleep")
         assert set(asleep) < {w.pid for w in waiters}  # the fourth is the one that looks
         while waiters:
             os.killpg(holder.pid, signal.SIGKILL)  # the kernel drops its slot: one goes on
