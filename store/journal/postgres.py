@@ -183,8 +183,9 @@ _WRITE_COMMAND_3 = _WRITE_COMMAND.replace(  # schema 3 also wrote the outbox tab
 )
 
 # A command's statements, prepared once per connection (``EXECUTE`` then skips parsing and
-# planning them: a third of the server's work per command when sent as plain text). The
-# connection prepares nothing else (``prepare_threshold``), so DEALLOCATE ALL drops only these.
+# planning them: a third of the server's work per command when sent as plain text), and the
+# reads a follower makes on every commit (the events after its cursor, the Goals they touched).
+# The connection prepares nothing else (``prepare_threshold``), so DEALLOCATE ALL drops only these.
 _PREPARE = """
 DEALLOCATE ALL;
 PREPARE refine_lock (text[]) AS SELECT aggregate_id, version, state FROM {s}.aggregates
@@ -196,6 +197,10 @@ PREPARE refine_launches (text[]) AS SELECT count(pg_advisory_xact_lock_shared({l
     FROM unnest($1) AS a;
 PREPARE refine_write (text, text, text, double precision, text, jsonb) AS
     SELECT {s}.write_command($1, $2, $3, $4, $5, $6);
+PREPARE refine_events_after (bigint, bigint) AS SELECT {record} FROM {s}.events
+    WHERE sequence > $1 ORDER BY sequence LIMIT $2;
+PREPARE refine_load_many (text[]) AS SELECT aggregate_id, version, state FROM {s}.aggregates
+    WHERE aggregate_id = ANY($1);
 """
 
 # A launch's lock on its Run (``commits_held``): advisory, keyed by this class and the hash of
@@ -776,7 +781,7 @@ class PostgresJournal(Journal):
         if self._cursor is None or self._cursor.connection is not conn:
             cursor = psycopg.ClientCursor(conn)
             launch = _LAUNCH_KEY.format(launch_class=LAUNCH_CLASS, schema=self.schema)
-            cursor.execute(_PREPARE.format(s=self._s, launch=launch))
+            cursor.execute(_PREPARE.format(s=self._s, launch=launch, record=_RECORD))
             self._cursor = cursor
         return self._cursor
 
@@ -786,6 +791,14 @@ class PostgresJournal(Journal):
         """A read's rows (counted in ``reads``)."""
         self.reads += 1
         return self._query(query, args)
+
+    def _prepared_rows(self, execute: str, args: Sequence[Any]) -> list[tuple[Any, ...]]:
+        """A read by one of the connection's prepared statements (``_PREPARE``; counted in
+        ``reads``), with a command's retries: a lost connection, a session that lost them."""
+        self.reads += 1
+        return self._retrying(
+            lambda: self._command_cursor(self._connection()).execute(execute, args).fetchall()
+        )
 
     def _query(self, query: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         with self._in_use():
@@ -814,10 +827,7 @@ class PostgresJournal(Journal):
 
     def load_many(self, aggregate_ids: Sequence[str]) -> dict[str, Stored]:
         """The stored aggregates among ``aggregate_ids`` (missing ones are absent)."""
-        rows = self._rows(
-            "SELECT aggregate_id, version, state FROM {s}.aggregates WHERE aggregate_id = ANY(%s)",
-            (list(aggregate_ids),),
-        )
+        rows = self._prepared_rows("EXECUTE refine_load_many(%s::text[])", (list(aggregate_ids),))
         return {str(row[0]): stored_row(row) for row in rows}
 
     def aggregates(
@@ -889,26 +899,19 @@ class PostgresJournal(Journal):
 
     def events_after(self, sequence: int, limit: int = MAX_PAGE) -> list[Event]:
         """Every aggregate's events after ``sequence`` (an index range scan), oldest first."""
-        check_page(sequence, limit)
-        rows = self._rows(
-            "SELECT sequence, aggregate_id, version, type, data, committed_at FROM {s}.events"
-            " WHERE sequence > %s ORDER BY sequence LIMIT %s",
-            (sequence, limit),
-        )
-        return [event_row(row) for row in rows]
+        return [event_row(row) for row in self.event_records(sequence, limit)]
 
     def event_records(
         self, after_sequence: int, limit: int = MAX_PAGE, types: Sequence[str] | None = None
     ) -> list[EventRecord]:
         """Events after ``after_sequence`` as stored (data unparsed), maybe only of ``types``."""
         check_page(after_sequence, limit)
-        sql = f"SELECT {_RECORD} FROM {{s}}.events WHERE sequence > %s"
-        args = list[Any]([after_sequence])
-        if types is not None:
-            sql += " AND type = ANY(%s)"
-            args.append(list(types))
-        rows = self._rows(f"{sql} ORDER BY sequence LIMIT %s", [*args, limit])
-        return rows
+        if types is None:  # a follower's read on every commit
+            return self._prepared_rows(
+                "EXECUTE refine_events_after(%s, %s)", (after_sequence, limit)
+            )
+        sql = f"SELECT {_RECORD} FROM {{s}}.events WHERE sequence > %s AND type = ANY(%s)"
+        return self._rows(f"{sql} ORDER BY sequence LIMIT %s", (after_sequence, list(types), limit))
 
     def count_by_status_and_node(
         self, kind: str, statuses: Sequence[str] | None = None

@@ -142,6 +142,30 @@ def test_the_command_statements_outlive_rollbacks_and_a_deallocate(
     assert journal.load("run:a").version == 3  # type: ignore[union-attr]
 
 
+def test_a_followers_reads_are_prepared_once_per_session_and_outlive_a_deallocate(
+    journal: PostgresJournal,
+) -> None:
+    """The reads a follower makes on every commit (the events after its cursor, the aggregates
+    they touched) run as statements prepared once per connection; a session that lost them
+    prepares them again, and the answers are the same."""
+    add(journal, "run:a")
+    add(journal, "run:b")
+    records = journal.event_records(0)
+    assert [(r[0], r[1]) for r in records] == [(1, "run:a"), (2, "run:b")]
+    assert [e.aggregate_id for e in journal.events_after(1)] == ["run:b"]
+    assert journal._conn is not None
+    names = {
+        row[0]
+        for row in journal._conn.execute("SELECT name FROM pg_prepared_statements").fetchall()
+    }
+    assert {"refine_events_after", "refine_load_many"} <= names
+    journal._conn.execute("DEALLOCATE ALL")
+    assert journal.event_records(0) == records
+    assert journal.event_records(0, limit=1) == records[:1]
+    assert sorted(journal.load_many(["run:b", "run:a", "run:none"])) == ["run:a", "run:b"]
+    assert journal.load_many([]) == {}
+
+
 def test_a_database_without_a_journal_is_refused_and_nothing_is_created(
     postgres_url: str,
 ) -> None:

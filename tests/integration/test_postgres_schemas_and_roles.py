@@ -330,3 +330,8 @@ def test_a_writable_open_by_a_viewer_is_refused_in_type(viewer: str) -> None:
         PostgresJournal.connect(viewer, create=False)
     with PostgresJournal.connect(viewer, read_only=True) as journal:
         assert journal.last_sequence() >= 1
+        # A follower's reads are statements the viewer's session prepares (as a command's).
+        records = journal.event_records(0)
+        assert records and records[-1][0] == journal.last_sequence()
+        goal = records[0][1]
+        assert list(journal.load_many([goal, "goal:none"])) == [goal]
