@@ -68,7 +68,10 @@ from store.node.worker import EXIT_REFUSED, JOURNAL_ENV
 # the design before; also the fallback when no forkserver can start).
 FORKSERVER_ENV = "REFINE_FORKSERVER"
 EXIT_REPORT_S = 1.0  # how long to wait for the forkserver's word on a forked worker's exit
-SAFETY_POLL_S = 2.0  # ticks happen on journal changes, and at least this often
+# Ticks happen on journal changes, and at least this often after the last (a look at the journal
+# and housekeeping's rounds: what a wake-up missed, a time that came; a gone worker's grace ends
+# on time, see _next_look). Each look costs an idle node ≈ 0.5 ms of CPU.
+SAFETY_POLL_S = 5.0
 GONE_GRACE_S = 3.0  # while running, an exited worker is reconciled after this long (see tick)
 STOP_GRACE_S = 5.0
 # Housekeeping reads a running attempt's Run again when an event touched its Goal, and every
@@ -577,7 +580,8 @@ class Node:
         self.wakeups = watcher
         files = False  # a file watcher (SQLite); PostgreSQL notifies after the commit
         if isinstance(watcher, JournalWatcher):
-            files, watcher.step_ms = True, WAKE_STEP_MS
+            # Its stat poll (a folder replaced under the inotify watch) as seldom as our own.
+            files, watcher.step_ms, watcher.poll_interval_s = True, WAKE_STEP_MS, SAFETY_POLL_S
         pump = asyncio.create_task(relay(watcher, wake))
         ending = asyncio.create_task(_set_on(stop, wake))  # a caller's stop ends the wait at once
         heartbeat = Heartbeat(
@@ -589,28 +593,30 @@ class Node:
             # Housekeeping (its rounds over every record) takes at most about half the loop's
             # time: while commits keep waking us (1,000 claims), launches do not queue behind
             # one round after another.
-            due = now = 0.0  # when housekeeping may run again
+            due = 0.0  # when housekeeping may run again
+            ticked = 0.0  # when the last tick ended: the safety poll ticks SAFETY_POLL_S after
             keep = True
             settling = False  # after a file wake-up: commits may still become readable
             force = True  # tick whatever the journal says (first, safety poll, a commit seen)
             while not stop.is_set():
                 wake.clear()
                 # A file wake-up that shows no commit (yet: see _committed_meanwhile) needs no
-                # tick: a commit's writes, journal opens and checkpoints wake us several times.
+                # tick: a commit's writes, journal opens, checkpoints and this node's own beats
+                # wake us. The safety poll's tick is due all the same.
+                force = force or time.monotonic() >= ticked + SAFETY_POLL_S
                 if force or not settling or not self._nothing_new():
                     began = time.monotonic()
                     keep = began >= due
                     self._guarded(functools.partial(self.tick, housekeeping=keep))
-                    now = time.monotonic()
+                    ticked = time.monotonic()
                     if keep:
-                        due = now + (now - began)
+                        due = ticked + (ticked - began)
                 force = False
                 if settling and (seen := await self._committed_meanwhile(wake)):
                     force = seen == "commit"
                     continue
-                wait = SAFETY_POLL_S if keep else min(SAFETY_POLL_S, max(0.0, due - now))
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(wake.wait(), wait)
+                    await asyncio.wait_for(wake.wait(), self._next_look(ticked, keep, due))
                 settling = files and wake.is_set()
                 force = not settling
         finally:
@@ -627,6 +633,19 @@ class Node:
                     self.unwatch_fd(launch.pidfd)
             self.watch_fd = self.unwatch_fd = lambda fd: None
         return 0
+
+    def _next_look(self, ticked: float, keep: bool, due: float) -> float:
+        """Seconds until a tick is due with no wake-up: the safety poll's, housekeeping's when
+        the last tick skipped it, the end of a gone worker's grace (reconciled then, not at
+        the next poll)."""
+        now = time.monotonic()
+        at = ticked + SAFETY_POLL_S
+        if not keep:
+            at = min(at, due)
+        graces = [since + GONE_GRACE_S for since in self._gone_since.values()]
+        if (grace := min(graces, default=at)) > now:  # (one already past waits for the poll)
+            at = min(at, grace)
+        return max(0.0, at - now)
 
     def _nothing_new(self) -> bool:
         """Since the last look: no other connection committed, no worker exited, the journal's

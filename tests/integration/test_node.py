@@ -468,3 +468,21 @@ def test_the_node_launches_each_commit_from_its_wake_ups_alone(
 def _launched(goals: Goals, goal_id: str) -> bool:
     goal = goals.read(goal_id)
     return goal is not None and goal.status != "queued"
+
+
+def test_the_safety_poll_ticks_however_often_the_nodes_own_beats_wake_it(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A node's own heartbeats write the journal's file, and so wake its file watcher; a wake-up
+    that shows no commit runs no tick. The safety poll still ticks every SAFETY_POLL_S after the
+    last tick (it used to wait its whole period again after each wake-up: with beats more often
+    than it, a node never ran its safety tick, housekeeping included)."""
+    monkeypatch.setattr(scheduler, "SAFETY_POLL_S", 0.5)
+    loop = asyncio.new_event_loop()
+    stop = asyncio.Event()
+    with Node(env.path, "n1", heartbeat_s=0.1) as node:
+        loop.call_later(2.6, stop.set)
+        loop.run_until_complete(node.serve(stop))
+    loop.close()
+    # The first round, then one at least every 0.5 s of 2.6 (no commit woke it).
+    assert node.rounds >= 5, node.rounds
