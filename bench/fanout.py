@@ -1,6 +1,6 @@
 """The fan-out on PostgreSQL (issue 27 item 2): what a commit costs the server as listeners grow.
 
-    python -m bench.fanout [--rate 50] [--seconds 20] [--layouts 1x1 10x5]
+    python -m bench.fanout [--rate 50] [--seconds 20] [--layouts 1x1 10x5] [--rounds 1]
 
 For each layout NODESxFOLLOWERS the bench starts its own server (as ``bench.fleet``), that many
 real ``refine node`` processes (``n01`` …) and that many ``refine events --follow`` processes
@@ -10,7 +10,9 @@ add``s for a node that none of them is (``elsewhere``) at ``--rate`` per second 
 per commit (its processes' CPU over the window ÷ commits: the committer's backend, the
 NOTIFYs, and every listener's reads), the nodes' CPU (% of a core, each: commits not their own)
 and the followers'. The target: server CPU per commit at 10 nodes + 5 followers ≤ 2× that at
-1 + 1, a node's idle CPU ≤ 0.1 % while the commits are not its own.
+1 + 1, a node's idle CPU ≤ 0.1 % while the commits are not its own. ``--rounds N`` measures
+the layouts in turn N times and reports medians, and each round's ratio (DESIGN §9: ratios side
+by side, interleaved, medians).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from statistics import median
 from typing import Any
 
 import psutil
@@ -106,25 +109,38 @@ def measure(nodes: int, followers: int, rate: float, seconds: float) -> dict[str
 
 
 def rows(results: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
-    out = []
+    """A line per layout (the median of its rounds, each round's figure after it), then the
+    ratio of the largest layout's median server CPU per commit to the smallest's."""
+    layouts: dict[tuple[int, int], list[dict[str, Any]]] = {}
     for r in results:
+        layouts.setdefault((r["nodes"], r["followers"]), []).append(r)
+    out = []
+    for (nodes, followers), runs in layouts.items():
+        server = [r["server_ms_per_commit"] for r in runs]
+        each = f" ({', '.join(f'{v:.2f}' for v in server)})" if len(runs) > 1 else ""
+        rate, commits = median(r["rate"] for r in runs), runs[0]["commits"]
         out.append(
             (
-                f"fan-out {r['nodes']} nodes + {r['followers']} followers",
-                f"server {r['server_ms_per_commit']:.2f} ms CPU per commit ({r['server_pct']:.1f} %"
-                f" of a core at {r['rate']:.0f} commits/s, {r['commits']} commits); node"
-                f" {r['node_pct_each']:.2f} % each (none its own); follower"
-                f" {r['follower_pct_each']:.2f} % each",
+                f"fan-out {nodes} nodes + {followers} followers",
+                f"server {median(server):.2f} ms CPU per commit{each} ("
+                f"{median(r['server_pct'] for r in runs):.1f} % of a core at {rate:.0f}"
+                f" commits/s, {commits} commits); node"
+                f" {median(r['node_pct_each'] for r in runs):.2f} % each (none its own);"
+                f" follower {median(r['follower_pct_each'] for r in runs):.2f} % each",
                 "node ≤ 0.1 %",
             )
         )
-    if len(results) >= 2:
-        small, big = results[0], results[-1]
-        ratio = big["server_ms_per_commit"] / small["server_ms_per_commit"]
+    if len(layouts) >= 2:
+        small, *_, big = [[r["server_ms_per_commit"] for r in runs] for runs in layouts.values()]
+        ratio = median(big) / median(small)
+        rounds = ""
+        if len(small) == len(big) > 1:  # each round's own ratio, its layouts side by side
+            ratios = [b / a for a, b in zip(small, big, strict=True)]
+            rounds = f" (rounds: {', '.join(f'{v:.2f}×' for v in ratios)})"
         out.append(
             (
                 "fan-out: server CPU per commit, largest ÷ smallest layout",
-                f"{ratio:.2f}×",
+                f"{ratio:.2f}×{rounds}",
                 "≤ 2×",
             )
         )
@@ -136,11 +152,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate", type=float, default=50.0)
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--layouts", nargs="+", default=["1x1", "10x5"])
+    parser.add_argument(
+        "--rounds", type=int, default=1, help="the layouts one after another, this many times"
+    )
     args = parser.parse_args(argv)
     results = []
-    for layout in args.layouts:
-        nodes, followers = (int(part) for part in layout.split("x"))
-        results.append(measure(nodes, followers, args.rate, args.seconds))
+    for _ in range(args.rounds):  # interleaved: a drift of the machine falls on every layout
+        for layout in args.layouts:
+            nodes, followers = (int(part) for part in layout.split("x"))
+            results.append(measure(nodes, followers, args.rate, args.seconds))
     for row in rows(results):
         print(" | ".join(row), flush=True)
     return 0

@@ -264,6 +264,16 @@ def test_fanout_bench_commits_at_its_rate_beside_nodes_and_followers() -> None:
     assert small["commits"] == big["commits"] == 20
     assert small["server_ms_per_commit"] > 0 and big["node_pct_each"] >= 0
     assert fanout.rows([small, big])[-1][2] == "≤ 2×"
+    # Rounds (the layouts in turn): a line per layout with its median, then the ratio of the
+    # medians and each round's own.
+    again = {**small, "server_ms_per_commit": small["server_ms_per_commit"] * 3}
+    lines = fanout.rows([small, big, again, big])
+    assert len(lines) == 3 and lines[0][0] == "fan-out 1 nodes + 1 followers"
+    middle = (small["server_ms_per_commit"] + again["server_ms_per_commit"]) / 2
+    assert f"server {middle:.2f} ms CPU per commit (" in lines[0][1]
+    ratios = [big["server_ms_per_commit"] / a["server_ms_per_commit"] for a in (small, again)]
+    ratio = big["server_ms_per_commit"] / middle
+    assert lines[2][1] == f"{ratio:.2f}× (rounds: {ratios[0]:.2f}×, {ratios[1]:.2f}×)"
 
 
 def test_the_trees_bench_checks_and_indexes_a_journal_from_each_tree(
