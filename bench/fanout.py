@@ -18,6 +18,7 @@ by side, interleaved, medians).
 from __future__ import annotations
 
 import argparse
+import json
 import subprocess
 import sys
 import tempfile
@@ -43,14 +44,20 @@ from tests.helpers.postgres_server import PostgresServer  # noqa: E402
 SETTLE_S = 3.0  # after the listeners connect: their start-up reads end
 
 
-def measure(nodes: int, followers: int, rate: float, seconds: float) -> dict[str, Any]:
+def measure(
+    nodes: int, followers: int, rate: float, seconds: float, dashboards: bool = False
+) -> dict[str, Any]:
+    """``dashboards``: the followers are real dashboards (``bench.fanout_dashboard``), and each
+    one's commit → row painted is measured for every commit."""
     pg = PostgresServer.start_new(max_connections=100)
-    started: list[subprocess.Popen[bytes]] = []
+    started: list[subprocess.Popen[Any]] = []
     try:
         url = pg.create_database()
         with tempfile.TemporaryDirectory(prefix="refine-fanout-") as scratch:
             env = _env(url, Path(scratch), None)
             _refine(url, env, "init")
+            if dashboards:  # a dashboard is ready once it lists a Goal
+                _refine(url, env, "goal", "add", "--title", "seed", "--node", "elsewhere", "true")
             names = [f"n{k:02d}" for k in range(1, nodes + 1)]
             base = [sys.executable, "-m", "refine_tui.cli", "--journal", _bare(url)]
             quiet = subprocess.DEVNULL
@@ -61,13 +68,21 @@ def measure(nodes: int, followers: int, rate: float, seconds: float) -> dict[str
                         argv, env=env, start_new_session=True, stdout=quiet, stderr=quiet
                     )
                 )
-            readers = [
-                subprocess.Popen(
-                    [*base, "events", "--follow"], env=env, start_new_session=True, stdout=quiet
-                )
-                for _ in range(followers)
-            ]
+            readers: list[subprocess.Popen[Any]]
+            if dashboards:
+                board = [sys.executable, "-m", "bench.fanout_dashboard", "--journal", _bare(url)]
+                readers = [_dashboard(board, env) for _ in range(followers)]
+            else:
+                follow = [*base, "events", "--follow"]
+                readers = [
+                    subprocess.Popen(follow, env=env, start_new_session=True, stdout=quiet)
+                    for _ in range(followers)
+                ]
             started += readers
+            for reader in readers if dashboards else ():
+                assert reader.stdout is not None
+                if reader.stdout.readline().strip() != "ready":
+                    raise RuntimeError("a dashboard did not start")
             node_procs = [psutil.Process(p.pid) for p in started[:nodes]]
             reader_procs = [psutil.Process(p.pid) for p in readers]
             with ConnectionSampler(url) as sampler:
@@ -80,12 +95,14 @@ def measure(nodes: int, followers: int, rate: float, seconds: float) -> dict[str
                 server_before = server_cpu(pg)
                 began = time.monotonic()
                 commits = 0
+                committed: dict[str, float] = {}  # goal → when its create returned
                 while (due := commits / rate) < seconds:  # rate × seconds commits, paced
                     time.sleep(max(0.0, began + due - time.monotonic()))
                     goals.create(
                         goal_id=f"g{commits}", title="elsewhere", node_id="elsewhere",
                         argv=["true"],
                     )  # fmt: skip
+                    committed[f"g{commits}"] = time.monotonic()
                     commits += 1
                 committed_s = time.monotonic() - began
                 time.sleep(1.0)  # the last notifications are read
@@ -93,9 +110,12 @@ def measure(nodes: int, followers: int, rate: float, seconds: float) -> dict[str
                 server = server_cpu(pg) - server_before
                 node_cpu = _cpu(families) - node_before
                 readers_cpu = _cpu(reader_procs) - readers_before
+            rows_ms = [_painted(reader, committed) for reader in readers] if dashboards else []
             return {
                 "nodes": nodes,
                 "followers": followers,
+                "dashboards": dashboards,
+                "rows_ms": rows_ms,  # each dashboard's commit → row painted, ms (None: missed)
                 "commits": commits,
                 "rate": commits / committed_s,
                 "server_ms_per_commit": server / commits * 1000,
@@ -106,6 +126,35 @@ def measure(nodes: int, followers: int, rate: float, seconds: float) -> dict[str
     finally:
         _end(started)
         pg.destroy()
+
+
+def _dashboard(argv: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        argv, env=env, cwd=_ROOT, start_new_session=True, text=True,
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+    )  # fmt: skip
+
+
+def _painted(reader: subprocess.Popen[str], committed: dict[str, float]) -> list[float | None]:
+    """A dashboard's commit → row painted for each commit, in ms (its stdin closed: it says)."""
+    out, _ = reader.communicate(timeout=60)
+    painted = json.loads(out.splitlines()[-1])
+    return [
+        (painted[goal] - at) * 1000 if goal in painted else None for goal, at in committed.items()
+    ]
+
+
+def _latency(result: dict[str, Any]) -> str:
+    """The dashboards' commit → row: the worst dashboard's p95, and every one's."""
+    per = []
+    for samples in result["rows_ms"]:
+        shown = sorted(v for v in samples if v is not None)
+        missed = len(samples) - len(shown)
+        per.append((shown[int(0.95 * (len(shown) - 1))] if shown else float("inf"), missed))
+    worst = max(p95 for p95, _ in per)
+    each = ", ".join(f"{p95:.0f}" for p95, _ in per)
+    missed = sum(m for _, m in per)
+    return f"p95 {worst:.0f} ms at the slowest dashboard (each: {each} ms); missed {missed}"
 
 
 def rows(results: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
@@ -119,17 +168,26 @@ def rows(results: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
         server = [r["server_ms_per_commit"] for r in runs]
         each = f" ({', '.join(f'{v:.2f}' for v in server)})" if len(runs) > 1 else ""
         rate, commits = median(r["rate"] for r in runs), runs[0]["commits"]
+        readers = "dashboards" if runs[0].get("dashboards") else "followers"
         out.append(
             (
-                f"fan-out {nodes} nodes + {followers} followers",
+                f"fan-out {nodes} nodes + {followers} {readers}",
                 f"server {median(server):.2f} ms CPU per commit{each} ("
                 f"{median(r['server_pct'] for r in runs):.1f} % of a core at {rate:.0f}"
                 f" commits/s, {commits} commits); node"
                 f" {median(r['node_pct_each'] for r in runs):.2f} % each (none its own);"
-                f" follower {median(r['follower_pct_each'] for r in runs):.2f} % each",
+                f" {readers[:-1]} {median(r['follower_pct_each'] for r in runs):.2f} % each",
                 "node ≤ 0.1 %",
             )
         )
+        for k, r in enumerate(runs if runs[0].get("dashboards") and followers else ()):
+            out.append(
+                (
+                    f"fan-out {nodes} + {followers}, commit → row painted (round {k + 1})",
+                    _latency(r),
+                    "≤ 50 ms",
+                )
+            )
     if len(layouts) >= 2:
         small, *_, big = [[r["server_ms_per_commit"] for r in runs] for runs in layouts.values()]
         ratio = median(big) / median(small)
@@ -155,12 +213,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--rounds", type=int, default=1, help="the layouts one after another, this many times"
     )
+    parser.add_argument(
+        "--dashboards", action="store_true", help="real dashboards (headless) as the followers"
+    )
     args = parser.parse_args(argv)
     results = []
     for _ in range(args.rounds):  # interleaved: a drift of the machine falls on every layout
         for layout in args.layouts:
             nodes, followers = (int(part) for part in layout.split("x"))
-            results.append(measure(nodes, followers, args.rate, args.seconds))
+            results.append(measure(nodes, followers, args.rate, args.seconds, args.dashboards))
     for row in rows(results):
         print(" | ".join(row), flush=True)
     return 0

@@ -276,6 +276,21 @@ def test_fanout_bench_commits_at_its_rate_beside_nodes_and_followers() -> None:
     assert lines[2][1] == f"{ratio:.2f}× (rounds: {ratios[0]:.2f}×, {ratios[1]:.2f}×)"
 
 
+def test_fanout_bench_times_each_commit_to_its_row_at_real_dashboards() -> None:
+    """``--dashboards``: the followers are the real app (headless, a process each); every
+    commit's row is painted at every dashboard, timed on the machine's monotonic clock."""
+    from bench import fanout
+
+    result = fanout.measure(nodes=1, followers=2, rate=10.0, seconds=1.0, dashboards=True)
+    assert result["commits"] == 10 and len(result["rows_ms"]) == 2
+    for samples in result["rows_ms"]:
+        assert len(samples) == 10 and all(v is not None and 0 < v < 30_000 for v in samples)
+    lines = fanout.rows([result])
+    assert lines[0][0] == "fan-out 1 nodes + 2 dashboards"
+    assert lines[1][0] == "fan-out 1 + 2, commit → row painted (round 1)"
+    assert lines[1][1].endswith("missed 0") and lines[1][2] == "≤ 50 ms"
+
+
 def test_the_trees_bench_checks_and_indexes_a_journal_from_each_tree(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
