@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import select
 import subprocess
 import sys
 import tempfile
@@ -80,9 +81,7 @@ def measure(
                 ]
             started += readers
             for reader in readers if dashboards else ():
-                assert reader.stdout is not None
-                if reader.stdout.readline().strip() != "ready":
-                    raise RuntimeError("a dashboard did not start")
+                _ready(reader)
             node_procs = [psutil.Process(p.pid) for p in started[:nodes]]
             reader_procs = [psutil.Process(p.pid) for p in readers]
             with ConnectionSampler(url) as sampler:
@@ -133,6 +132,14 @@ def _dashboard(argv: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
         argv, env=env, cwd=_ROOT, start_new_session=True, text=True,
         stdin=subprocess.PIPE, stdout=subprocess.PIPE,
     )  # fmt: skip
+
+
+def _ready(reader: subprocess.Popen[str], timeout_s: float = 180.0) -> None:
+    """Until the dashboard says it lists every Goal; RuntimeError if it does not."""
+    assert reader.stdout is not None
+    said, _, _ = select.select([reader.stdout], [], [], timeout_s)
+    if not said or reader.stdout.readline().strip() != "ready":
+        raise RuntimeError(f"a dashboard did not start within {timeout_s:g} s")
 
 
 def _painted(reader: subprocess.Popen[str], committed: dict[str, float]) -> list[float | None]:

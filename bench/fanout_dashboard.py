@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -53,7 +54,8 @@ async def _serve(journal: str) -> dict[str, float]:
         await ready(app)
         await listed(app)
         app.known = set(app.goal_rows)
-        print("ready", flush=True)
+        # Straight to the pipe: a headless app's print goes to a buffered copy of stdout.
+        os.write(sys.__stdout__.fileno() if sys.__stdout__ else 1, b"ready\n")
         await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)  # until EOF
     return app.painted
 
