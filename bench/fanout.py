@@ -1,6 +1,7 @@
 """The fan-out on PostgreSQL (issue 27 item 2): what a commit costs the server as listeners grow.
 
     python -m bench.fanout [--rate 50] [--seconds 20] [--layouts 1x1 10x5] [--rounds 1]
+                           [--dashboards]
 
 For each layout NODESxFOLLOWERS the bench starts its own server (as ``bench.fleet``), that many
 real ``refine node`` processes (``n01`` …) and that many ``refine events --follow`` processes
@@ -12,7 +13,9 @@ NOTIFYs, and every listener's reads), the nodes' CPU (% of a core, each: commits
 and the followers'. The target: server CPU per commit at 10 nodes + 5 followers ≤ 2× that at
 1 + 1, a node's idle CPU ≤ 0.1 % while the commits are not its own. ``--rounds N`` measures
 the layouts in turn N times and reports medians, and each round's ratio (DESIGN §9: ratios side
-by side, interleaved, medians).
+by side, interleaved, medians). ``--dashboards``: the followers are real dashboards (the app,
+headless, ``bench.fanout_dashboard``), and each commit's row painted is timed at every one
+(target: p95 ≤ 50 ms at every dashboard).
 """
 
 from __future__ import annotations
