@@ -38,6 +38,7 @@ if str(_ROOT) not in sys.path:  # tests/helpers lives beside the package, not in
     sys.path.insert(0, str(_ROOT))
 
 from bench.attempts import _cpu  # noqa: E402
+from bench.common import percentile  # noqa: E402
 from bench.fleet import _bare, _end, _env, _refine, _wait  # noqa: E402
 from bench.postgres import server_cpu  # noqa: E402
 from store.journal.api import Journal  # noqa: E402
@@ -161,9 +162,9 @@ def _latency(result: dict[str, Any]) -> str:
     """The dashboards' commit → row: the worst dashboard's p95, and every one's."""
     per = []
     for samples in result["rows_ms"]:
-        shown = sorted(v for v in samples if v is not None)
+        shown = [v for v in samples if v is not None]
         missed = len(samples) - len(shown)
-        per.append((shown[int(0.95 * (len(shown) - 1))] if shown else float("inf"), missed))
+        per.append((percentile(shown, 95) if shown else float("inf"), missed))
     worst = max(p95 for p95, _ in per)
     each = ", ".join(f"{p95:.0f}" for p95, _ in per)
     missed = sum(m for _, m in per)

@@ -642,9 +642,8 @@ class Node:
         at = ticked + SAFETY_POLL_S
         if not keep:
             at = min(at, due)
-        graces = [since + GONE_GRACE_S for since in self._gone_since.values()]
-        if (grace := min(graces, default=at)) > now:  # (one already past waits for the poll)
-            at = min(at, grace)
+        graces = (since + GONE_GRACE_S for since in self._gone_since.values())
+        at = min([at, *(grace for grace in graces if grace > now)])  # past ones: the poll's
         return max(0.0, at - now)
 
     def _nothing_new(self) -> bool:
