@@ -85,6 +85,7 @@ def test_datatable_private_methods_keep_their_signatures() -> None:
         "hover",
     ]
     assert params("_clear_caches") == ["self"]
+    assert params("_update_dimensions") == ["self", "new_rows"]
     assert params("_get_row_renderables") == ["self", "row_index"]
     assert params("_get_row_style") == ["self", "row_index", "base_style"]
     assert params("_should_highlight") == ["self", "cursor", "target_cell", "type_of_cursor"]
