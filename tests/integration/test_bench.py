@@ -305,3 +305,17 @@ def test_the_trees_bench_checks_and_indexes_a_journal_from_each_tree(
     indexes = [line for line in said if line.startswith("index build, 30 goals, SQLite")]
     assert len(checks) == 2 and all("checked 20 goals" in c and "clean" in c for c in checks)
     assert len(indexes) == 2 and all("peak RSS" in i for i in indexes)
+
+
+def test_the_new_rows_bench_times_each_new_goal_at_a_real_dashboard() -> None:
+    """A dashboard of this tree, 5 new Goals: its CPU per Goal, every row painted."""
+    from bench import new_rows
+
+    root = str(Path(__file__).parents[2])
+    result = new_rows.measure(root, rate=10.0, goals=5)
+    assert result["cpu_ms"] > 0 and result["missed"] == 0
+    assert 0 < result["p50_ms"] <= result["p95_ms"] < 30_000
+    (line,) = new_rows.rows([result, {**result, "cpu_ms": 3 * result["cpu_ms"]}], 10.0)
+    assert line[0] == f"dashboard, new Goals at 10/s (SQLite), {root}"
+    assert f"CPU {2 * result['cpu_ms']:.1f} ms per new Goal (rounds: " in line[1]
+    assert line[1].endswith("missed 0")

@@ -1,0 +1,117 @@
+"""What a new Goal costs a dashboard: its CPU per new row, and commit → row, on SQLite.
+
+    python -m bench.new_rows [--trees DIR ...] [--rate 10] [--goals 150] [--rounds 2]
+
+A journal of one Goal; the real dashboard (``bench.fanout_dashboard``, headless, 120×40) on it,
+in a process of its own run from each tree in turn (that tree's directory first on
+``sys.path``); then ``--goals`` new Goals at ``--rate`` a second from this process, each sorting
+above the one the cursor is on, so each moves every row on the screen, as a stream of new
+Goals does. Reported per tree: the dashboard's CPU per new Goal (user + system over the stream,
+divided by the Goals) and commit → row painted p50 / p95, the median of the rounds and each
+round's. At a low rate each Goal is a frame of its own; at a high rate frames take several.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import select
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from statistics import median
+from typing import Any
+
+import psutil
+
+_ROOT = Path(__file__).resolve().parent.parent
+if str(_ROOT) not in sys.path:  # tests/helpers lives beside the package, not in it
+    sys.path.insert(0, str(_ROOT))
+
+from bench.common import percentile  # noqa: E402
+from store.journal.api import Journal  # noqa: E402
+from store.model.goals import Goals  # noqa: E402
+
+READY_S = 180.0
+
+
+def measure(tree: str, rate: float, goals: int) -> dict[str, Any]:
+    """One round: the dashboard of ``tree`` while ``goals`` Goals are added at ``rate``."""
+    env = {**os.environ, "PYTHONPATH": tree}
+    with tempfile.TemporaryDirectory(prefix="refine-new-rows-") as scratch:
+        path = f"{scratch}/journal.db"
+        with Journal.open(path) as journal:
+            Goals(journal).create(goal_id="seed", title="seed", node_id="elsewhere", argv=["true"])
+        board = subprocess.Popen(
+            [sys.executable, "-m", "bench.fanout_dashboard", "--journal", path],
+            cwd=tree, env=env, text=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        )  # fmt: skip
+        try:
+            assert board.stdout is not None
+            said, _, _ = select.select([board.stdout], [], [], READY_S)
+            if not said or board.stdout.readline().strip() != "ready":
+                raise RuntimeError(f"the dashboard did not start within {READY_S:g} s")
+            time.sleep(1.0)  # its start-up reads end
+            process = psutil.Process(board.pid)
+            committed: dict[str, float] = {}
+            with Journal.open(path) as journal:
+                new = Goals(journal)
+                before = sum(process.cpu_times()[:2])
+                began = time.monotonic()
+                for k in range(goals):  # "g…" sorts above "seed": every row on screen moves
+                    time.sleep(max(0.0, began + k / rate - time.monotonic()))
+                    committed[f"g{k:05d}"] = time.monotonic()
+                    new.create(goal_id=f"g{k:05d}", title="new", node_id="elsewhere", argv=["true"])
+                time.sleep(1.0)  # the last rows are painted
+                cpu = sum(process.cpu_times()[:2]) - before
+            out, _ = board.communicate(timeout=60)
+        finally:
+            if board.poll() is None:
+                board.kill()
+                board.wait()
+    painted = json.loads(out.splitlines()[-1])
+    latency = [(painted[g] - at) * 1000 for g, at in committed.items() if g in painted]
+    return {
+        "tree": tree,
+        "cpu_ms": cpu / goals * 1000,
+        "p50_ms": percentile(latency, 50) if latency else float("inf"),
+        "p95_ms": percentile(latency, 95) if latency else float("inf"),
+        "missed": goals - len(latency),
+    }
+
+
+def rows(results: list[dict[str, Any]], rate: float) -> list[tuple[str, str, str]]:
+    """A line per tree: the medians of its rounds, each round's CPU after them."""
+    lines = []
+    for tree in dict.fromkeys(r["tree"] for r in results):
+        mine = [r for r in results if r["tree"] == tree]
+        rounds = ", ".join(f"{r['cpu_ms']:.1f}" for r in mine)
+        missed = sum(r["missed"] for r in mine)
+        figure = (
+            f"CPU {median(r['cpu_ms'] for r in mine):.1f} ms per new Goal (rounds: {rounds}); "
+            f"commit → row p50 {median(r['p50_ms'] for r in mine):.0f} ms, "
+            f"p95 {median(r['p95_ms'] for r in mine):.0f} ms; missed {missed}"
+        )
+        lines.append((f"dashboard, new Goals at {rate:g}/s (SQLite), {tree}", figure, "—"))
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trees", nargs="+", default=[str(_ROOT)])
+    parser.add_argument("--rate", type=float, default=10.0)
+    parser.add_argument("--goals", type=int, default=150)
+    parser.add_argument("--rounds", type=int, default=2)
+    args = parser.parse_args(argv)
+    trees = [str(Path(t).resolve()) for t in args.trees]
+    results = [measure(tree, args.rate, args.goals) for _ in range(args.rounds) for tree in trees]
+    for name, figure, target in rows(results, args.rate):
+        print(f"{name} | {figure} | {target}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
