@@ -1,14 +1,15 @@
 """What a new Goal costs a dashboard: its CPU per new row, and commit → row, on SQLite.
 
-    python -m bench.new_rows [--trees DIR ...] [--rate 10] [--goals 150] [--rounds 2]
+    python -m bench.new_rows [--trees DIR ...] [--rate 10] [--goals 150] [--rounds 2] [--size 0]
 
-A journal of one Goal; the real dashboard (``bench.fanout_dashboard``, headless, 120×40) on it,
-in a process of its own run from each tree in turn (that tree's directory first on
-``sys.path``); then ``--goals`` new Goals at ``--rate`` a second from this process, each sorting
-above the one the cursor is on, so each moves every row on the screen, as a stream of new
-Goals does. Reported per tree: the dashboard's CPU per new Goal (user + system over the stream,
-divided by the Goals) and commit → row painted p50 / p95, the median of the rounds and each
-round's. At a low rate each Goal is a frame of its own; at a high rate frames take several.
+A journal of ``--size`` Goals and one more; the real dashboard (``bench.fanout_dashboard``,
+headless, 120×40) on it, in a process of its own run from each tree in turn (that tree's
+directory first on ``sys.path``); then ``--goals`` new Goals at ``--rate`` a second from this
+process, each sorting above the one the cursor is on, so each moves every row on the screen, as
+a stream of new Goals does. Reported per tree: the dashboard's CPU per new Goal (user + system
+over the stream, divided by the Goals) and commit → row painted p50 / p95, the median of the
+rounds and each round's. At a low rate each Goal is a frame of its own; at a high rate frames
+take several.
 """
 
 from __future__ import annotations
@@ -38,13 +39,19 @@ from store.model.goals import Goals  # noqa: E402
 READY_S = 180.0
 
 
-def measure(tree: str, rate: float, goals: int) -> dict[str, Any]:
-    """One round: the dashboard of ``tree`` while ``goals`` Goals are added at ``rate``."""
+def measure(tree: str, rate: float, goals: int, size: int = 0) -> dict[str, Any]:
+    """One round: the dashboard of ``tree`` on ``size`` + 1 Goals while ``goals`` Goals are
+    added at ``rate``."""
     env = {**os.environ, "PYTHONPATH": tree}
     with tempfile.TemporaryDirectory(prefix="refine-new-rows-") as scratch:
         path = f"{scratch}/journal.db"
         with Journal.open(path) as journal:
-            Goals(journal).create(goal_id="seed", title="seed", node_id="elsewhere", argv=["true"])
+            earlier = Goals(journal)
+            for k in range(size):  # "p…": below the new ones, above the cursor's "seed"
+                earlier.create(
+                    goal_id=f"p{k:07d}", title="earlier", node_id="elsewhere", argv=["true"]
+                )
+            earlier.create(goal_id="seed", title="seed", node_id="elsewhere", argv=["true"])
         board = subprocess.Popen(
             [sys.executable, "-m", "bench.fanout_dashboard", "--journal", path],
             cwd=tree, env=env, text=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -76,6 +83,7 @@ def measure(tree: str, rate: float, goals: int) -> dict[str, Any]:
     latency = [(painted[g] - at) * 1000 for g, at in committed.items() if g in painted]
     return {
         "tree": tree,
+        "size": size,
         "cpu_ms": cpu / goals * 1000,
         "p50_ms": percentile(latency, 50) if latency else float("inf"),
         "p95_ms": percentile(latency, 95) if latency else float("inf"),
@@ -95,7 +103,9 @@ def rows(results: list[dict[str, Any]], rate: float) -> list[tuple[str, str, str
             f"commit → row p50 {median(r['p50_ms'] for r in mine):.0f} ms, "
             f"p95 {median(r['p95_ms'] for r in mine):.0f} ms; missed {missed}"
         )
-        lines.append((f"dashboard, new Goals at {rate:g}/s (SQLite), {tree}", figure, "—"))
+        size = f"{mine[0]['size'] + 1:,} Goals"
+        name = f"dashboard, new Goals at {rate:g}/s (SQLite, {size} before), {tree}"
+        lines.append((name, figure, "—"))
     return lines
 
 
@@ -105,6 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate", type=float, default=10.0)
     parser.add_argument("--goals", type=int, default=150)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--size", type=int, default=0, help="Goals in the journal before")
     args = parser.parse_args(argv)
     trees = [str(Path(t).resolve()) for t in args.trees]
     results = [measure(tree, args.rate, args.goals) for _ in range(args.rounds) for tree in trees]

@@ -312,10 +312,10 @@ def test_the_new_rows_bench_times_each_new_goal_at_a_real_dashboard() -> None:
     from bench import new_rows
 
     root = str(Path(__file__).parents[2])
-    result = new_rows.measure(root, rate=10.0, goals=5)
+    result = new_rows.measure(root, rate=10.0, goals=5, size=3)
     assert result["cpu_ms"] > 0 and result["missed"] == 0
     assert 0 < result["p50_ms"] <= result["p95_ms"] < 30_000
     (line,) = new_rows.rows([result, {**result, "cpu_ms": 3 * result["cpu_ms"]}], 10.0)
-    assert line[0] == f"dashboard, new Goals at 10/s (SQLite), {root}"
+    assert line[0] == f"dashboard, new Goals at 10/s (SQLite, 4 Goals before), {root}"
     assert f"CPU {2 * result['cpu_ms']:.1f} ms per new Goal (rounds: " in line[1]
     assert line[1].endswith("missed 0")
