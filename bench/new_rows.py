@@ -103,7 +103,8 @@ def rows(results: list[dict[str, Any]], rate: float) -> list[tuple[str, str, str
             f"commit → row p50 {median(r['p50_ms'] for r in mine):.0f} ms, "
             f"p95 {median(r['p95_ms'] for r in mine):.0f} ms; missed {missed}"
         )
-        size = f"{mine[0]['size'] + 1:,} Goals"
+        listed = mine[0]["size"] + 1
+        size = f"{listed:,} Goal{'s' if listed != 1 else ''}"
         name = f"dashboard, new Goals at {rate:g}/s (SQLite, {size} before), {tree}"
         lines.append((name, figure, "—"))
     return lines
@@ -118,7 +119,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--size", type=int, default=0, help="Goals in the journal before")
     args = parser.parse_args(argv)
     trees = [str(Path(t).resolve()) for t in args.trees]
-    results = [measure(tree, args.rate, args.goals) for _ in range(args.rounds) for tree in trees]
+    results = [
+        measure(tree, args.rate, args.goals, args.size)
+        for _ in range(args.rounds)
+        for tree in trees
+    ]
     for name, figure, target in rows(results, args.rate):
         print(f"{name} | {figure} | {target}", flush=True)
     return 0

@@ -319,3 +319,14 @@ def test_the_new_rows_bench_times_each_new_goal_at_a_real_dashboard() -> None:
     assert line[0] == f"dashboard, new Goals at 10/s (SQLite, 4 Goals before), {root}"
     assert f"CPU {2 * result['cpu_ms']:.1f} ms per new Goal (rounds: " in line[1]
     assert line[1].endswith("missed 0")
+
+
+def test_the_new_rows_bench_lists_its_size_before_the_stream(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from bench import new_rows
+
+    root = str(Path(__file__).parents[2])
+    assert new_rows.main(["--trees", root, "--goals", "2", "--size", "2", "--rounds", "1"]) == 0
+    (line,) = capsys.readouterr().out.splitlines()
+    assert line.startswith(f"dashboard, new Goals at 10/s (SQLite, 3 Goals before), {root} | CPU ")
