@@ -134,9 +134,11 @@ def measure(
         pg.destroy()
 
 
-def _dashboard(argv: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
+def _dashboard(
+    argv: list[str], env: dict[str, str], cwd: Path | str = _ROOT
+) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        argv, env=env, cwd=_ROOT, start_new_session=True, text=True,
+        argv, env=env, cwd=cwd, start_new_session=True, text=True,
         stdin=subprocess.PIPE, stdout=subprocess.PIPE,
     )  # fmt: skip
 

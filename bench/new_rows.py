@@ -15,10 +15,7 @@ take several.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import select
-import subprocess
 import sys
 import tempfile
 import time
@@ -32,11 +29,11 @@ _ROOT = Path(__file__).resolve().parent.parent
 if str(_ROOT) not in sys.path:  # tests/helpers lives beside the package, not in it
     sys.path.insert(0, str(_ROOT))
 
+from bench.attempts import _cpu  # noqa: E402
 from bench.common import percentile  # noqa: E402
+from bench.fanout import _dashboard, _painted, _ready  # noqa: E402
 from store.journal.api import Journal  # noqa: E402
 from store.model.goals import Goals  # noqa: E402
-
-READY_S = 180.0
 
 
 def measure(tree: str, rate: float, goals: int, size: int = 0) -> dict[str, Any]:
@@ -52,35 +49,30 @@ def measure(tree: str, rate: float, goals: int, size: int = 0) -> dict[str, Any]
                     goal_id=f"p{k:07d}", title="earlier", node_id="elsewhere", argv=["true"]
                 )
             earlier.create(goal_id="seed", title="seed", node_id="elsewhere", argv=["true"])
-        board = subprocess.Popen(
-            [sys.executable, "-m", "bench.fanout_dashboard", "--journal", path],
-            cwd=tree, env=env, text=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-        )  # fmt: skip
+        board = _dashboard(
+            [sys.executable, "-m", "bench.fanout_dashboard", "--journal", path], env, cwd=tree
+        )
         try:
-            assert board.stdout is not None
-            said, _, _ = select.select([board.stdout], [], [], READY_S)
-            if not said or board.stdout.readline().strip() != "ready":
-                raise RuntimeError(f"the dashboard did not start within {READY_S:g} s")
+            _ready(board)
             time.sleep(1.0)  # its start-up reads end
-            process = psutil.Process(board.pid)
+            process = [psutil.Process(board.pid)]
             committed: dict[str, float] = {}
             with Journal.open(path) as journal:
                 new = Goals(journal)
-                before = sum(process.cpu_times()[:2])
+                before = _cpu(process)
                 began = time.monotonic()
                 for k in range(goals):  # "g…" sorts above "seed": every row on screen moves
                     time.sleep(max(0.0, began + k / rate - time.monotonic()))
                     committed[f"g{k:05d}"] = time.monotonic()
                     new.create(goal_id=f"g{k:05d}", title="new", node_id="elsewhere", argv=["true"])
                 time.sleep(1.0)  # the last rows are painted
-                cpu = sum(process.cpu_times()[:2]) - before
-            out, _ = board.communicate(timeout=60)
+                cpu = _cpu(process) - before
+            painted = _painted(board, committed)
         finally:
             if board.poll() is None:
                 board.kill()
                 board.wait()
-    painted = json.loads(out.splitlines()[-1])
-    latency = [(painted[g] - at) * 1000 for g, at in committed.items() if g in painted]
+    latency = [ms for ms in painted if ms is not None]
     return {
         "tree": tree,
         "size": size,
