@@ -48,6 +48,7 @@ from refine_tui.paint_hold import PaintHold
 from refine_tui.rows import GoalRow
 from refine_tui.screens.help import HelpScreen
 from refine_tui.screens.timeline import TimelineScreen
+from refine_tui.textual_private import crop_renders
 from refine_tui.views import (
     AttemptsView,
     GoalsView,
@@ -90,6 +91,7 @@ class Dashboard(Screen[None]):
         quiet: bool = False,
     ) -> None:
         super().__init__()
+        crop_renders(self)  # a tick's frame renders the lines it changes, not every widget
         self.alerts, self.quiet = Alerts(), quiet  # quiet: alerts ring no bell
         self.node, self.read_only = header.node, header.read_only
         self.journal_label = header.journal

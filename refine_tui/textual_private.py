@@ -29,14 +29,18 @@ from typing import Any
 from rich.console import RenderableType
 from rich.segment import Segment
 from rich.style import Style
+from rich.text import Text
+from textual._compositor import Compositor
 from textual._parser import ParseError
 from textual._time import get_time
 from textual._xterm_parser import XTermParser
 from textual.app import App
 from textual.coordinate import Coordinate
 from textual.driver import Driver
+from textual.geometry import Region
 from textual.notifications import Notification
 from textual.screen import Screen
+from textual.strip import Strip
 from textual.widgets import DataTable, Footer
 from textual.widgets._data_table import TwoWayDict  # type: ignore[attr-defined]  # not in its __all__
 from textual.widgets._footer import FooterKey
@@ -48,6 +52,7 @@ __all__ = [
     "ParseError",
     "XTermParser",
     "batch_depth",
+    "crop_renders",
     "driver_app",
     "driver_debug",
     "driver_loop",
@@ -60,6 +65,42 @@ __all__ = [
 ]
 
 Lines = list[list[Segment]]
+
+
+# --- the screen's compositor (crop_renders) -------------------------------------------------------
+
+
+class CroppedCompositor(Compositor):
+    """Textual's compositor, asking each widget only for the lines of an update it shows.
+
+    For a partial update (a few dirty regions) Textual asks every widget whose *clip* (its
+    container's region: for most, the screen) meets the update for *all* its lines, though
+    only the dirty lines are used: a ticking elapsed cell's frame rendered the table's every
+    line and 10 other widgets that lie nowhere near it. Here a widget whose own visible region
+    misses the update is skipped, and the others render only the update's lines (its clip is
+    cut to them, so ``_render_chops`` places the lines where they were).
+    """
+
+    def _get_renders(
+        self, crop: Region | None = None
+    ) -> Iterable[tuple[Region, Region, list[Strip]]]:
+        if crop is None:
+            yield from super()._get_renders(crop)
+            return
+        rows = Region(0, crop.y, self.size.width, crop.height)
+        for widget, (region, clip) in self.visible_widgets.items():
+            shown = region.intersection(clip)
+            if not crop.overlaps(shown):
+                continue
+            clip = clip.intersection(rows)
+            lines = region.intersection(clip)
+            if lines.width and lines.height:
+                yield region, clip, widget.render_lines(lines.translate(-region.offset))
+
+
+def crop_renders(screen: Screen[Any]) -> None:
+    """Let ``screen`` render updates with ``CroppedCompositor`` (call before it is mounted)."""
+    screen._compositor = CroppedCompositor()
 
 
 class DataTableDoor(DataTable[RenderableType]):
@@ -163,7 +204,17 @@ class DataTableDoor(DataTable[RenderableType]):
         return (self._show_hover_cursor, self._pseudo_class_state, self.show_cursor)
 
     def row_cell(self, row_index: int, column_index: int) -> RenderableType:
-        """The renderable DataTable shows in a cell (its own cache)."""
+        """The renderable DataTable shows in a cell.
+
+        A non-empty Text is shown as it is stored (DataTable's ``default_cell_formatter``
+        returns a renderable unchanged), read without DataTable's render of the whole row
+        (≈ 0.1 ms, for each ticking cell's frame); anything else as DataTable formats it.
+        """
+        row_key = self._row_locations.get_key(row_index)
+        column_key = self._column_locations.get_key(column_index)
+        datum = self._data.get(row_key, {}).get(column_key) if row_key and column_key else None
+        if isinstance(datum, Text) and datum:  # an empty one is DataTable's _EMPTY_TEXT
+            return datum
         return self._get_row_renderables(row_index).cells[column_index]
 
     def cell_styles(

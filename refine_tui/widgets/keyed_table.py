@@ -29,7 +29,6 @@ from rich.style import Style
 from rich.text import Text
 from textual.cache import LRUCache
 from textual.color import Color
-from textual.coordinate import Coordinate
 from textual.css.styles import RenderStyles
 from textual.geometry import Region
 from textual.strip import Strip
@@ -88,8 +87,8 @@ class KeyedTable(DataTableDoor):
             return []
         top = int(self.scroll_y)
         end = min(self.row_count, top + self.size.height)
-        keys = (self.coordinate_to_cell_key(Coordinate(i, 0)).row_key for i in range(top, end))
-        return [k.value for k in keys if k.value is not None]
+        keys = (self.row_key_at(i) for i in range(top, end))
+        return [k.value for k in keys if k is not None and k.value is not None]
 
     def select(self, key: str) -> None:
         with contextlib.suppress(RowDoesNotExist):
@@ -253,11 +252,11 @@ class KeyedTable(DataTableDoor):
         ]
 
     def render_lines(self, crop: Region) -> list[Strip]:
-        if self._stale:  # cells written since the last frame: their renders are old
-            stale, self._stale = self._stale, {}
-            self.forget_cell_renders(stale)
         self._frame = {}
         try:
+            if self._stale:  # cells written since the last frame: their renders are old
+                stale, self._stale = self._stale, {}
+                self.forget_cell_renders(stale)
             return super().render_lines(crop)
         finally:
             self._frame = None

@@ -11,15 +11,19 @@ import ast
 import asyncio
 import inspect
 from pathlib import Path
+from typing import Any
 
 from rich.style import Style
 from rich.text import Text
 from textual.app import App, ComposeResult
 from textual.cache import LRUCache
+from textual.containers import Horizontal
 from textual.coordinate import Coordinate
 from textual.drivers.linux_driver import LinuxDriver
+from textual.geometry import Region
+from textual.screen import Screen
 from textual.widget import Widget
-from textual.widgets import DataTable, Footer
+from textual.widgets import DataTable, Footer, Static
 from textual.widgets.data_table import ColumnKey, RowKey
 
 from refine_tui import textual_private as door
@@ -126,6 +130,27 @@ async def test_a_cell_written_in_place_is_rendered_from_the_table_data() -> None
         assert str(table.get_cell("r1", "status")) == "running"
         table.forget_cell_renders({RowKey("r1"): {ColumnKey("status")}})
         assert str(table.row_cell(1, 1)) == "running"
+
+
+async def test_a_cell_is_shown_as_datatable_formats_it() -> None:
+    """``row_cell`` reads a non-empty Text as stored; anything else as DataTable formats its row
+    (a str, an empty Text, a number): the same renderable ``_get_row_renderables`` gives."""
+    app = TableApp()
+    async with app.run_test(size=SIZE) as pilot:
+        table = app.query_one(DataTableDoor)
+        await pilot.pause()
+        table.add_row("plain [b]str[/b]", Text(""), key="odd")
+        table.add_row(Text("text", style="red"), 3.14159, key="more")
+        await pilot.pause()
+        for row in (5, 6):
+            formatted = table._get_row_renderables(row).cells
+            for column in (0, 1):
+                shown = table.row_cell(row, column)
+                assert type(shown) is type(formatted[column]), (row, column)
+                assert str(shown) == str(formatted[column]), (row, column)
+                if isinstance(shown, Text):
+                    assert shown.spans == formatted[column].spans, (row, column)
+        assert table.row_cell(6, 0) is table.get_cell("more", "id")  # stored, not copied
 
 
 async def test_the_render_caches_have_the_key_shapes_the_door_reads() -> None:
@@ -282,3 +307,99 @@ def test_only_the_door_imports_textuals_private_modules() -> None:
     }
     assert offenders == {}
     assert private_textual_imports(door_file)  # the check itself sees them
+
+
+# --- the screen's compositor (crop_renders) ---
+
+
+class TickScreen(Screen[None]):
+    def __init__(self, *, cropped: bool) -> None:
+        super().__init__()
+        if cropped:
+            door.crop_renders(self)
+
+    def compose(self) -> ComposeResult:
+        yield Static("top line", id="top")
+        with Horizontal():
+            yield DataTableDoor(cursor_type="row")
+            yield Static("side\npanel", id="side")
+        yield Static("bottom line", id="bottom")
+
+    def on_mount(self) -> None:
+        table = self.query_one(DataTableDoor)
+        table.add_column("Id", key="id", width=4)
+        table.add_column("Elapsed", key="elapsed", width=8)
+        for n in range(12):
+            table.add_row(f"r{n}", Text(f"{n}s"), key=f"r{n}")
+
+
+class TickApp(App[None]):
+    CSS = """
+    #top, #bottom { height: 1; }
+    Horizontal { height: 1fr; }
+    DataTableDoor { width: 1fr; }
+    #side { width: 8; }
+    """
+
+    def __init__(self, *, cropped: bool) -> None:
+        super().__init__()
+        self.cropped = cropped
+
+    def get_default_screen(self) -> Screen[None]:
+        return TickScreen(cropped=self.cropped)
+
+
+def test_a_screen_has_a_compositor_whose_renders_the_cropped_one_replaces() -> None:
+    (textuals,) = door.CroppedCompositor.__bases__
+    assert isinstance(Screen()._compositor, textuals)
+    assert list(inspect.signature(textuals._get_renders).parameters) == ["self", "crop"]
+    assert list(inspect.signature(textuals._render_chops).parameters) == [
+        "self",
+        "crop",
+        "is_rendered_line",
+    ]
+    assert isinstance(textuals().visible_widgets, dict)
+
+
+async def tick_frame(*, cropped: bool) -> tuple[list[str], set[str]]:
+    """Three elapsed cells written in place under a toast: what the frame sends the terminal,
+    and which of the widgets away from them rendered for it."""
+    app = TickApp(cropped=cropped)
+    async with app.run_test(size=(40, 14), notifications=True) as pilot:
+        app.notify("a toast over the rows")
+        await pilot.pause()
+        screen, sent, rendered = app.screen, [], set()
+        assert isinstance(screen._compositor, door.CroppedCompositor) == cropped
+        render_update = screen._compositor.render_update
+
+        def sending(*args: Any, **kwargs: Any) -> Any:
+            update = render_update(*args, **kwargs)
+            sent.append(update.render_segments(app.console) if update else "")
+            return update
+
+        screen._compositor.render_update = sending  # type: ignore[method-assign]
+        for widget in (screen.query_one("#top"), screen.query_one("#side")):
+            lines = widget.render_lines
+            widget.render_lines = (  # type: ignore[method-assign]
+                lambda crop, w=widget, f=lines: rendered.add(str(w.id)) or f(crop)
+            )
+        table = screen.query_one(DataTableDoor)
+        toast = screen.query_one("Toast").region
+        for row in (2, 5, 9):
+            table.write_cell_in_place(RowKey(f"r{row}"), ColumnKey("elapsed"), Text("1m05s"))
+            table.forget_cell_renders({RowKey(f"r{row}"): {ColumnKey("elapsed")}})
+            line = Region(0, row + 1, table.size.width, 1)  # the row's line, under the header
+            table.refresh(line)
+        assert toast.overlaps(line.translate(table.region.offset))  # the toast covers row 9's
+        await pilot.pause()
+        return sent, rendered
+
+
+async def test_a_cropped_frame_sends_what_textuals_sends_and_skips_the_widgets_it_misses() -> None:
+    """``crop_renders``: a frame of a few cells (a toast over the table) sends the terminal the
+    same bytes as Textual's own compositor; the widgets away from the cells render nothing."""
+    sent, rendered = await tick_frame(cropped=True)
+    textuals, textuals_rendered = await tick_frame(cropped=False)
+    assert len(sent) == 1 and "1m05s" in sent[0]
+    assert sent == textuals
+    assert rendered == set() and textuals_rendered == {"top", "side"}
