@@ -152,8 +152,9 @@ def _ready(reader: subprocess.Popen[str], timeout_s: float = 180.0) -> None:
 
 
 def _painted(reader: subprocess.Popen[str], committed: dict[str, float]) -> list[float | None]:
-    """A dashboard's commit → row painted for each commit, in ms (its stdin closed: it says)."""
-    out, _ = reader.communicate(timeout=60)
+    """A dashboard's commit → row painted for each commit, in ms (told the Goals committed, its
+    stdin closed: it says, once it has painted them or given up on them)."""
+    out, _ = reader.communicate(input="\n".join(committed), timeout=90)
     painted = json.loads(out.splitlines()[-1])
     return [
         (painted[goal] - at) * 1000 if goal in painted else None for goal, at in committed.items()
