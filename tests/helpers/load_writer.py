@@ -2,8 +2,9 @@
 
 Commits COMMANDS Goal commands (create, start, settle, interrupt, cancel, release, reassign) on
 its own Goals at about RATE commands/s, as a node, a worker and an operator would, then
-prints one JSON line: {"commands", "refused", "locked"}. Goals are kept alive by failures and
-reassignment (a fresh round each time) so the set stays small while the commands keep coming.
+prints one JSON line: {"commands", "refused", "locked", "first_locked"} (the first storage
+refusal's words, or null). Goals are kept alive by failures and reassignment (a fresh round
+each time) so the set stays small while the commands keep coming.
 """
 
 from __future__ import annotations
@@ -110,6 +111,7 @@ def main(path: str, index: int, quota: int, rate: float, seed: int) -> None:
     """A count of commands, not a duration: on a busy machine the load takes longer, it is not
     smaller (the test asserts how many commands ran)."""
     counts = {"commands": 0, "refused": 0, "locked": 0}
+    first_locked = None  # the first storage refusal's words, for the test's report
     with Journal.open(path, create=False, busy_timeout_ms=10_000) as journal:
         writer = Writer(Goals(journal), index, random.Random(seed))
         start = time.monotonic()
@@ -119,14 +121,15 @@ def main(path: str, index: int, quota: int, rate: float, seed: int) -> None:
                 if not writer.step():
                     break
                 counts["commands"] += 1
-            except StorageError:
+            except StorageError as exc:
                 counts["locked"] += 1
+                first_locked = first_locked or f"{exc.code}: {exc.message}"
             except RefineError:
                 counts["refused"] += 1
             due = start + counts["commands"] / rate
             if due > now:
                 time.sleep(due - now)
-    print(json.dumps(counts), flush=True)
+    print(json.dumps({**counts, "first_locked": first_locked}), flush=True)
 
 
 if __name__ == "__main__":
