@@ -12,7 +12,7 @@ from typing import Any
 
 from rich.text import Text
 
-from refine_tui.visible import CONTROL as _CONTROL
+from refine_tui.visible import has_control
 from refine_tui.visible import clip as clip  # re-exported: the dashboard reads them here
 from refine_tui.visible import visible as visible
 
@@ -24,7 +24,7 @@ def literal(text: str, style: str = "") -> Text:
 
 def literal_text(text: Text) -> Text:
     """A Rich Text with its control characters made visible, its styles kept."""
-    if not _CONTROL.search(text.plain):
+    if not has_control(text.plain):
         return text
     out = Text(style=text.style, justify=text.justify, overflow=text.overflow, end=text.end)
     out.no_wrap = text.no_wrap

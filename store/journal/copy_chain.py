@@ -10,9 +10,10 @@ journal's size: per batch, one lookup of the batch's aggregates and one upsert o
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Iterable, Sequence
 from typing import Any
+
+from store.speedups.sqlite import sqlite3
 
 # The scratch table's page cache, its memory at any size: it holds the b-tree's interior pages
 # (≈ 50 at 2M aggregates), so a lookup reads at most its leaf from the file (the OS's cache).

@@ -13,7 +13,6 @@ backends build alike is in ``store.journal.core`` and ``store.journal.queries``)
 from __future__ import annotations
 
 import os
-import sqlite3
 import threading
 import urllib.parse
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -64,6 +63,7 @@ from store.journal.core import (
 from store.journal.locations import journal_file_exists, resolve_journal_path
 from store.journal.queries import ACTIVE_STATUSES as ACTIVE_STATUSES  # the tests' old name
 from store.journal.queries import ACTIVE_TERM, GOAL_TERM, SQLITE, filtered_page, of_kind
+from store.speedups.sqlite import sqlite3
 
 # A command, a read or a node's beat needs neither: `refine goals` does not import them.
 if TYPE_CHECKING:

@@ -19,6 +19,7 @@ from store.journal.api import Event, Stored
 from store.journal.core import register_fold
 from store.model import run_rules
 from store.model.run_rules import EXECUTION_LIMITS
+from store.names import ALNUM, spelled
 from store.names import MAX_NAME as MAX_NAME  # re-exported: the model names its ids
 from store.names import check_name as check_name
 from store.records import dataclass
@@ -42,8 +43,8 @@ PROCESS_GONE_METHOD = "process-exited"
 
 # Patterns as text, compiled by `re` on first use (and cached there): a command that never
 # checks one does not pay for compiling it at start-up (DESIGN §9, CLI start-up).
-_IDENT = r"[A-Za-z0-9][A-Za-z0-9._:/-]*"
-_ACTOR = r"[A-Za-z0-9][A-Za-z0-9._:/@-]*"  # "<operator>@<node>"
+_IDENT = ALNUM | frozenset("._:/-")  # checked as a set of characters (store.names.spelled)
+_ACTOR = _IDENT | {"@"}  # "<operator>@<node>"
 # Unicode categories Cc (C0, DEL, C1) and Cs (surrogates), as unicodedata.category names them;
 # both are fixed by the standard, so the ranges never change.
 _CONTROL = "[\x00-\x1f\x7f-\x9f\ud800-\udfff]"
@@ -259,7 +260,7 @@ def goal_view(state: Mapping[str, Any], version: int) -> Goal:
 
 
 def check_identifier(value: Any, name: str) -> str:
-    if type(value) is not str or len(value) > 128 or not re.fullmatch(_IDENT, value):
+    if type(value) is not str or len(value) > 128 or not spelled(value, _IDENT):
         raise InvalidInputError(
             f"{name} must be 1–128 characters of A-Z a-z 0-9 . _ : / -,"
             " starting with a letter or digit"
@@ -270,7 +271,7 @@ def check_identifier(value: Any, name: str) -> str:
 def check_actor(value: Any) -> str | None:
     """Who did it (e.g. "dana@n1"), or None."""
     if value is not None and (
-        type(value) is not str or len(value) > 128 or not re.fullmatch(_ACTOR, value)
+        type(value) is not str or len(value) > 128 or not spelled(value, _ACTOR)
     ):
         raise InvalidInputError("by must be 1–128 characters of A-Z a-z 0-9 . _ : / @ -")
     return value
@@ -278,13 +279,15 @@ def check_actor(value: Any) -> str | None:
 
 def _storable(value: str) -> bool:
     """UTF-8 encodable (no lone surrogates) and without NUL: SQLite and exec accept it."""
+    if value.isascii():  # the common case, without the pattern
+        return "\x00" not in value
     return re.search(_UNSTORABLE, value) is None
 
 
 def check_title(value: Any) -> str:
     if type(value) is not str or not value.strip() or len(value) > MAX_TITLE:
         raise InvalidInputError(f"title must be non-empty text of at most {MAX_TITLE} characters")
-    if re.search(_CONTROL, value):
+    if not value.isprintable() and re.search(_CONTROL, value):  # Cc and Cs are unprintable
         raise InvalidInputError("title must not contain control characters")
     return value
 

@@ -6,12 +6,12 @@ holds (CorruptRunError): a rule raises the private ``Invalid`` and each caller m
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any
 
 from store.errors import InvalidInputError
+from store.names import ALNUM, spelled
 from store.records import dataclass
 
 MAX_SAFE_INTEGER = 2**53 - 1
@@ -44,10 +44,11 @@ EXECUTION_LIMITS = ExecutionLimits()
 
 # Patterns as text, compiled by `re` on first use (and cached there): a command that never
 # checks one does not pay for compiling it at start-up (DESIGN §9, CLI start-up).
-_ID = r"[A-Za-z0-9][A-Za-z0-9._:/-]*"
+_ID = ALNUM | frozenset("._:/-")
 # DESIGN §5 names who confirmed a cleanup "<operator>@<node>": the seed's alphabet plus "@".
-_CONFIRMER = r"[A-Za-z0-9][A-Za-z0-9._:/@-]*"
-_DIGEST = r"sha256:[0-9a-f]{64}"
+_CONFIRMER = _ID | {"@"}
+_DIGEST_PREFIX = "sha256:"
+_HEX = frozenset("0123456789abcdef")
 _RECORD_TYPES = (dict, MappingProxyType)
 
 
@@ -62,10 +63,10 @@ def identifier(
     value: Any,
     name: str,
     max_length: int = EXECUTION_LIMITS.max_id_length,
-    pattern: str = _ID,
+    chars: frozenset[str] = _ID,
 ) -> str:
-    if type(value) is not str or len(value) > max_length or not re.fullmatch(pattern, value):
-        extra = " @" if pattern == _CONFIRMER else ""
+    if type(value) is not str or len(value) > max_length or not spelled(value, chars):
+        extra = " @" if "@" in chars else ""
         raise Invalid(
             f"{name} must be 1–{max_length} characters of A-Z a-z 0-9 . _ : /{extra} -,"
             " starting with a letter or digit"
@@ -74,7 +75,7 @@ def identifier(
 
 
 def confirmer(value: Any, name: str) -> str:
-    return identifier(value, name, pattern=_CONFIRMER)
+    return identifier(value, name, chars=_CONFIRMER)
 
 
 def run_id_rule(value: Any, name: str = "run_id") -> str:
@@ -82,7 +83,12 @@ def run_id_rule(value: Any, name: str = "run_id") -> str:
 
 
 def digest(value: Any, name: str) -> str:
-    if type(value) is not str or not re.fullmatch(_DIGEST, value):
+    if (
+        type(value) is not str
+        or len(value) != len(_DIGEST_PREFIX) + 64
+        or not value.startswith(_DIGEST_PREFIX)
+        or not _HEX.issuperset(value[len(_DIGEST_PREFIX) :])
+    ):
         raise Invalid(f"{name} must be sha256: followed by 64 lowercase hex characters")
     return value
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import getpass
 import os
-import re
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -47,6 +46,7 @@ from store.model.goals import (
     check_name,
     goal_id_of_run,
 )
+from store.names import NAME_CHARS
 from store.ops.reads import claimed_at, launching
 from store.records import dataclass
 
@@ -94,7 +94,8 @@ def default_operator() -> str:
         name = getpass.getuser()
     except (KeyError, OSError):
         name = ""
-    return re.sub(r"[^A-Za-z0-9._-]", "-", name).strip("-._")[:64] or "operator"
+    name = "".join(c if c in NAME_CHARS else "-" for c in name)
+    return name.strip("-._")[:64] or "operator"
 
 
 # --- what a command acts on ------------------------------------------------------------------

@@ -7,6 +7,8 @@ replaces on every supported Python (3.11, 3.12, 3.13; `.ci/run` runs the unit ti
   importing ``inspect`` (``bench/cli.py``: every command's start-up).
 - ``sha256``: CPython's built-in SHA-256, without importing ``hashlib`` and OpenSSL
   (``bench/cli.py``: a write command's start-up).
+- ``sqlite``: the C module ``_sqlite3`` without the ``sqlite3`` wrapper, which imports
+  ``datetime`` for adapters the store never uses (``bench/cli.py``: every command's start-up).
 - ``inotify``: the kernel's directory events on the event loop instead of watchfiles' polling
   thread (``bench/idle.py``: an idle node's and dashboard's CPU).
 
@@ -16,4 +18,4 @@ JSON encoder of ``store.canonical``: ≈ 1 µs of a ≈ 300 µs command).
 
 # The public surface: these modules (other packages import from them, never from a
 # private ``_name``).
-__all__ = ["frozen_dataclass", "inotify", "json_scan", "sha256"]
+__all__ = ["frozen_dataclass", "inotify", "json_scan", "sha256", "sqlite"]

@@ -16,11 +16,13 @@ import store.speedups
 ROOT = Path(store.__file__).parent.parent
 MODULES = [m.name for m in pkgutil.iter_modules(store.speedups.__path__)]
 # What each speed-up wraps: found nowhere else in the store or the dashboard.
-INTERNALS = re.compile(r"c_make_encoder|\b_sha2\b|\b_sha256\b|json\.scanner|inotify_init1")
+INTERNALS = re.compile(
+    r"c_make_encoder|\b_sha2\b|\b_sha256\b|json\.scanner|inotify_init1|\b_sqlite3\b"
+)
 
 
 def test_there_are_speedups() -> None:
-    assert {"frozen_dataclass", "inotify", "json_scan", "sha256"} <= set(MODULES)
+    assert {"frozen_dataclass", "inotify", "json_scan", "sha256", "sqlite"} <= set(MODULES)
 
 
 @pytest.mark.parametrize("name", MODULES)
