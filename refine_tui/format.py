@@ -12,8 +12,8 @@ from typing import Any
 
 from rich.text import Text
 
-from refine_tui.visible import has_control
 from refine_tui.visible import clip as clip  # re-exported: the dashboard reads them here
+from refine_tui.visible import has_control
 from refine_tui.visible import visible as visible
 
 

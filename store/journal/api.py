@@ -216,6 +216,21 @@ class Journal(Protocol):
         """
         ...
 
+    def state_fields(
+        self,
+        kind: str,
+        names: Sequence[str],
+        *,
+        limit: int | None = None,
+        before: tuple[int, str] | None = None,
+    ) -> list[tuple[str, int, tuple[Any, ...]]]:
+        """Aggregates of one kind newest first, as ``aggregates(kind, newest_first=True)``
+        orders and pages them (``before``: a row's ``(last_sequence, aggregate_id)``), each as
+        its id, its last commit's sequence and the named top-level fields of its stored state
+        (None where absent, or where the state is not a JSON object). The database reads the
+        fields, so no state is parsed here: the dashboard's filter index of every Goal."""
+        ...
+
     def count(self, kind: str, status: str | None = None) -> int: ...
 
     def history(self, aggregate_id: str, after_sequence: int = 0, limit: int = 100) -> list[Event]:

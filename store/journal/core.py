@@ -346,6 +346,18 @@ def text_field(state: Mapping[str, Any], name: str) -> str | None:
     return value if isinstance(value, str) else None
 
 
+def fields_of(text: Any, names: Sequence[str]) -> tuple[Any, ...]:
+    """The named top-level fields of a stored state's text, parsed here (None where absent, or
+    where the text is not a JSON object): what ``Journal.state_fields`` reads in the database."""
+    try:
+        state = loads(text)
+    except ValueError:
+        state = None
+    if type(state) is not dict:
+        return (None,) * len(names)
+    return tuple(state.get(name) for name in names)
+
+
 def stored_row(row: Sequence[Any]) -> Stored:
     """``(aggregate_id, version, state text[, last_sequence])`` → Stored; text that is not JSON
     stays Unreadable."""

@@ -45,6 +45,17 @@ SQLITE = Dialect("?", "instr", many=False)
 POSTGRES = Dialect("%s", "strpos", many=True, ascii=' COLLATE "C"')
 
 
+def field_literals(names: Sequence[str]) -> list[str]:
+    """Top-level field names of a stored state as SQL string literals (``'title'``): each is
+    ASCII letters, digits and ``_``, not first a digit, so it is safe written into a query."""
+    if not names or not all(n and not n[0].isdigit() and _FIELD.issuperset(n) for n in names):
+        raise ValueError(f"field names are letters, digits and _: {list(names)!r}")
+    return [f"'{name}'" for name in names]
+
+
+_FIELD = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
+
+
 def of_kind(
     dialect: Dialect, select: str, kind: str, statuses: Sequence[str] | None
 ) -> tuple[str, list[Any]]:

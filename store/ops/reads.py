@@ -89,6 +89,22 @@ def goal_states(
         after = {"before": last.recency} if newest_first else {"after_id": last.aggregate_id}
 
 
+def goal_fields(
+    journal: Journal, names: Sequence[str], *, page: int
+) -> Iterator[tuple[str, tuple[Any, ...]]]:
+    """(goal id, the named fields of its stored state) of every Goal, newest first, ``page`` at
+    a time (call under ``journal.snapshot()``): the database reads the fields, so no state is
+    parsed here (see ``Journal.state_fields``)."""
+    before: tuple[int, str] | None = None
+    while True:
+        batch = journal.state_fields("goal", names, limit=page, before=before)
+        for aggregate_id, _, values in batch:
+            yield aggregate_id.partition(":")[2], values
+        if len(batch) < page:
+            return
+        before = (batch[-1][1], batch[-1][0])
+
+
 def goals_with_runs(journal: Journal, ids: Sequence[str]) -> dict[str, GoalAndRun | None]:
     """These Goals with their current Runs, in one snapshot (None: no such Goal)."""
     with journal.snapshot():

@@ -13,6 +13,7 @@ from refine_tui import goal_index, rows
 from refine_tui.goal_index import GoalIndex
 from refine_tui.rows import ACTIVE, TERMINAL, GoalRow, Reader
 from store.journal.api import Journal, Stored
+from store.journal.core import fields_of
 from store.model.goals import Goals
 from store.ops import reads
 
@@ -126,6 +127,59 @@ def test_pages_newest_first_neither_skip_nor_repeat_goals_of_equal_recency(
         journal.aggregates("goal", limit=2, before=(0, "goal:g6"))
     with pytest.raises(ValueError, match="only a row read newest first"):
         journal.aggregates("goal", limit=1)[0].recency  # noqa: B018  # read in id order
+
+
+def test_state_fields_are_what_parsing_each_state_finds_damaged_states_included(
+    journal: Journal, journal_location: str, backend: str
+) -> None:
+    """The index's build reads three fields of each state in the database: the same values,
+    order and pages as reading and parsing every state, for states that are not JSON objects
+    too (each page holding one is parsed here instead, the snapshot going on)."""
+    goals = Goals(journal)
+    for n in range(8):
+        goals.create(goal_id=f"g{n}", title=f"café ☕ {n}", node_id=f"n{n % 3}", argv=["true"])
+    settle(goals, "g4")
+    damaged = {
+        "goal:g1": "not json {",  # no parser reads it
+        "goal:g2": "[1, 2]",  # JSON, not an object
+        "goal:g5": '{"title": {"a": [1, true]}, "status": null, "node_id": 5}',
+        "goal:g6": '{"title": "a\\u0000b", "status": "queued", "node_id": "n0"}',  # no jsonb
+    }
+    if backend == "sqlite":
+        with sqlite3.connect(journal_location) as raw:
+            for aggregate_id, state in damaged.items():
+                raw.execute(
+                    "UPDATE aggregates SET state = ? WHERE aggregate_id = ?", (state, aggregate_id)
+                )
+    else:
+        with psycopg.connect(journal_location, autocommit=True) as raw:
+            for aggregate_id, state in damaged.items():
+                raw.execute(
+                    "UPDATE refine.aggregates SET state = %s WHERE aggregate_id = %s",
+                    (state, aggregate_id),
+                )
+    names = ("title", "status", "node_id")
+    parsed = [
+        (s.aggregate_id, s.last_sequence, fields_of(s.text or str(s.state), names))
+        for s in journal.aggregates("goal", newest_first=True)
+    ]
+    assert journal.state_fields("goal", names) == parsed
+    with journal.snapshot():
+        paged = list(reads.goal_fields(journal, names, page=3))
+        assert journal.last_sequence() > 0  # the snapshot outlived a page that fell back
+    assert paged == [(a.partition(":")[2], values) for a, _, values in parsed]
+    by_id = dict(paged)
+    assert by_id["g0"] == ("café ☕ 0", "queued", "n0")
+    assert by_id["g4"] == ("café ☕ 4", "completed", "n1")
+    assert by_id["g1"] == by_id["g2"] == (None, None, None)
+    assert by_id["g5"] == ({"a": [1, True]}, None, 5)
+    assert by_id["g6"] == ("a\x00b", "queued", "n0")
+    assert journal.state_fields("goal", ["status"], limit=2) == [
+        (*r[:2], r[2][1:2]) for r in parsed[:2]
+    ]
+    for bad in ([], ["title'; --"], ["1st"], ["é"]):
+        with pytest.raises(ValueError, match="field names"):
+            journal.state_fields("goal", bad)
 
 
 def test_searching_by_chunks_finds_what_a_scan_of_every_line_finds(
