@@ -550,8 +550,8 @@ class SqliteJournal(Journal):
         before: tuple[int, str] | None = None,
     ) -> list[tuple[str, int, tuple[Any, ...]]]:
         """Aggregates newest first with some fields of each state (see ``Journal``), found by
-        SQLite's ``json_extract``: at a million Goals 4 s against 22 s for reading and parsing
-        every state here (bench/million.py, the dashboard's filter index)."""
+        SQLite's ``json_extract``, in C: the dashboard's filter index of a million Goals was
+        built in 9–11 s instead of 22–34 s of reading and parsing every state here."""
         paths = [f"'$.' || {literal}" for literal in field_literals(names)]
         # Two or more paths give a JSON array of the values (one path gives the bare value).
         extract = f"json_extract(state, {', '.join(paths if len(paths) > 1 else paths * 2)})"
