@@ -24,13 +24,16 @@ ACTIVE_TERM = f"status IN ({', '.join(repr(s) for s in ACTIVE_STATUSES)})"
 class Dialect:
     """What differs between the backends' SQL for these reads."""
 
-    __slots__ = ("ascii", "find", "many", "mark")
+    __slots__ = ("ascii", "find", "like", "many", "mark")
 
-    def __init__(self, mark: str, find: str, *, many: bool, ascii: str = "") -> None:
+    def __init__(
+        self, mark: str, find: str, *, many: bool, ascii: str = "", like: bool = False
+    ) -> None:
         self.mark = mark  # a parameter's placeholder
         self.find = find  # the 1-based position of a substring, 0 when absent
         self.many = many  # a list may be one parameter (``= ANY(%s)``)
         self.ascii = ascii  # after a text: its ``lower()`` folds ASCII letters only
+        self.like = like  # LIKE folds ASCII letters itself: an ASCII needle needs no lower()
 
     def one_of(self, column: str, values: Sequence[str]) -> tuple[str, list[Any]]:
         """``column`` is one of ``values``: the term and its parameters."""
@@ -39,7 +42,10 @@ class Dialect:
         return f"{column} IN ({','.join(self.mark * len(values))})", list(values)
 
 
-SQLITE = Dialect("?", "instr", many=False)
+# SQLite's LIKE folds ASCII letters as its lower() does, without making a lowered copy of each
+# state: a million states searched in 0.8–0.9 s instead of 1.5–1.7 s (the filter before the
+# dashboard's index is built). Its lower() folds nothing else: a needle "é" missed "É".
+SQLITE = Dialect("?", "instr", many=False, like=True)
 # A database's collation (C.UTF-8, en_US.UTF-8) makes lower() fold every letter, one wide
 # character at a time: twice the time of "C"'s ASCII folding over a scan of every state.
 POSTGRES = Dialect("%s", "strpos", many=True, ascii=' COLLATE "C"')
@@ -54,6 +60,21 @@ def field_literals(names: Sequence[str]) -> list[str]:
 
 
 _FIELD = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
+
+
+_LIKE_ESCAPES = str.maketrans({"\\": "\\\\", "%": "\\%", "_": "\\_"})  # LIKE's wildcards, literal
+
+
+def _like(needle: str) -> str:
+    """``needle`` as a LIKE pattern that finds it in any case: LIKE folds ASCII letters, and
+    any other letter with a case stands for any one character (the caller's refinement on the
+    parsed state decides), so a coarse search never misses a state with ``Ü`` for ``ü``."""
+    if needle.isascii():
+        return needle.translate(_LIKE_ESCAPES)
+    return "".join(
+        "_" if not c.isascii() and c.lower() != c.upper() else c.translate(_LIKE_ESCAPES)
+        for c in needle
+    )
 
 
 def of_kind(
@@ -91,8 +112,12 @@ def filtered_page(
     (in id order only: ValueError with ``newest_first``), older than ``before`` (a row's
     ``(last_sequence, aggregate_id)``, newest first only), then ordered and cut to a page."""
     mark = dialect.mark
-    if contains:
-        # An ASCII needle is found by ASCII folding alone (SQLite's lower() never does more).
+    if contains and dialect.like:
+        pattern = f"%{_like(contains)}%"
+        sql += f" AND (aggregate_id LIKE {mark} ESCAPE '\\' OR state LIKE {mark} ESCAPE '\\')"
+        args = [*args, pattern, pattern]
+    elif contains:
+        # An ASCII needle is found by ASCII folding alone, faster than by the collation's.
         state = f"state{dialect.ascii}" if contains.isascii() else "state"
         sql += (
             f" AND ({dialect.find}(lower(aggregate_id), {mark}) > 0"

@@ -152,6 +152,21 @@ def test_reads_by_id_kind_status_node_and_recency(journal: Journal) -> None:
     assert journal.load("goal:a").state["node_id"] == "n2"
 
 
+def test_a_search_takes_every_character_of_its_needle_literally(journal: Journal) -> None:
+    """SQLite looks for a needle with LIKE (it folds ASCII letters itself): its wildcards and
+    escape character in the needle are plain characters, as in a substring."""
+    for n, note in enumerate(["Up 50% today", "up 50x today", "a_b", "axb", "c\\d", "cd", "é_Ü"]):
+        make(journal, f"goal:g{n}", node_id=note)
+    found = lambda needle: [s.aggregate_id for s in journal.aggregates("goal", contains=needle)]  # noqa: E731
+    assert found("UP 50%") == ["goal:g0"]
+    assert found("a_b") == ["goal:g2"]
+    assert found("c\\\\d") == ["goal:g4"]  # the state's JSON text holds the backslash escaped
+    assert found("%") == ["goal:g0"] and found("b_") == []  # not b then any character
+    for needle in ("é_Ü", "É_ü"):  # the coarse search finds it in any case (and maybe more)
+        assert "goal:g6" in found(needle)
+    assert found("G3") == ["goal:g3"]  # the id too, ASCII letters folded
+
+
 def test_history_events_after_and_last_commit(journal: Journal) -> None:
     assert journal.last_commit() == (0, None) and journal.last_sequence() == 0
     assert journal.events_after(0) == []

@@ -24,17 +24,29 @@ def test_the_filtered_page_differs_only_in_the_dialect() -> None:
     given = {"contains": "AbC", "node_id": "n1", "after_id": "g9", "limit": 10, "offset": 0}
     sqlite, s_args = filtered_page(SQLITE, "Q", ["k"], newest_first=False, **given)
     postgres, p_args = filtered_page(POSTGRES, "Q", ["k"], newest_first=False, **given)
+    # An ASCII needle: SQLite's LIKE folds ASCII letters itself (no lowered copy of each state),
+    # its wildcards in the needle escaped, any other letter with a case any one character;
+    # PostgreSQL folds an ASCII needle's letters only (faster than the database's collation
+    # would), any other needle's by the collation.
     assert sqlite == (
+        "Q AND (aggregate_id LIKE ? ESCAPE '\\' OR state LIKE ? ESCAPE '\\')"
+        " AND node_id = ? AND aggregate_id > ? ORDER BY aggregate_id LIMIT ? OFFSET ?"
+    )
+    assert s_args == ["k", "%AbC%", "%AbC%", "n1", "g9", 10, 0]  # LIKE folds ASCII letters
+    plain = (
         "Q AND (instr(lower(aggregate_id), ?) > 0 OR instr(lower(state), ?) > 0)"
         " AND node_id = ? AND aggregate_id > ? ORDER BY aggregate_id LIMIT ? OFFSET ?"
     )
-    # An ASCII needle: PostgreSQL folds ASCII letters only, as SQLite does (and faster than
-    # the database's collation would); any other needle keeps the collation's folding.
-    same = sqlite.replace("instr", "strpos").replace("?", "%s")
+    same = plain.replace("instr", "strpos").replace("?", "%s")
     assert postgres == same.replace("lower(state)", 'lower(state COLLATE "C")')
-    assert s_args == p_args == ["k", "abc", "abc", "n1", "g9", 10, 0]
+    assert p_args == ["k", "abc", "abc", "n1", "g9", 10, 0]
     unicode = given | {"contains": "Über"}
     assert filtered_page(POSTGRES, "Q", ["k"], newest_first=False, **unicode)[0] == same
+    assert filtered_page(SQLITE, "Q", ["k"], newest_first=False, **unicode)[1][1] == "%_ber%"
+    cjk = filtered_page(SQLITE, "Q", ["k"], newest_first=False, **(given | {"contains": "東京"}))
+    assert cjk[1][1] == "%東京%"  # no case: itself
+    wild = filtered_page(SQLITE, "Q", [], **(given | {"contains": "5%_\\"}), newest_first=False)
+    assert wild[1][:2] == ["%5\\%\\_\\\\%"] * 2
     assert filtered_page(
         SQLITE, "Q", [], contains=None, node_id=None, after_id=None, newest_first=True,
         limit=None, offset=0,
