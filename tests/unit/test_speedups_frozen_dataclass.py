@@ -12,9 +12,11 @@ import copy
 import dataclasses
 import inspect
 import math
+import os
 import pickle
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -231,3 +233,45 @@ def test_a_records_init_is_compiled_when_the_record_is_first_built() -> None:
     )
     with pytest.raises(TypeError, match=r"missing 1 required positional argument: 'a'"):
         Lazy()  # type: ignore[call-arg]
+
+
+# Builds two records in a fresh interpreter and counts the compiles of text (not of a module's
+# source file, which the import system compiles when it has no bytecode: the audit sees both).
+COMPILES = """
+import sys
+seen = []
+sys.addaudithook(lambda e, args: seen.append(1) if e == "compile" and args[1] == "<string>" else 0)
+from store.journal.core import Event
+from store.model.run_rules import EXECUTION_LIMITS  # built at import
+Event(1, "goal:g", 1, "made", {}, 0.0)
+print(len(seen))
+"""
+
+
+def compiles(env: dict[str, str], *flags: str) -> int:
+    done = subprocess.run(
+        [sys.executable, *flags, "-c", COMPILES], env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    return int(done.stdout)
+
+
+def test_a_records_init_is_compiled_once_per_interpreter_not_once_per_run(tmp_path: Path) -> None:
+    """Kept beside the bytecode as the interpreter keeps its own, read by every later run."""
+    env = {**os.environ, "PYTHONPYCACHEPREFIX": str(tmp_path / "pyc")}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    assert compiles(env) == 2
+    [kept] = (tmp_path / "pyc").rglob("frozen_dataclass.*.inits")
+    assert compiles(env) == 0
+    kept.write_bytes(kept.read_bytes()[:-7])  # cut short: read as no file at all
+    assert compiles(env) == 2
+    assert compiles(env) == 0  # written whole again
+    kept.write_bytes(b"refine record inits 2.7.18\n" + kept.read_bytes().partition(b"\n")[2])
+    assert compiles(env) == 2  # another interpreter's code objects are not taken
+
+
+def test_without_bytecode_files_nothing_is_written(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPYCACHEPREFIX": str(tmp_path / "pyc")}
+    assert compiles(env, "-B") == 2
+    assert compiles(env, "-B") == 2
+    assert list(tmp_path.rglob("*.inits")) == []
