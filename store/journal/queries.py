@@ -51,12 +51,12 @@ SQLITE = Dialect("?", "instr", many=False, like=True)
 POSTGRES = Dialect("%s", "strpos", many=True, ascii=' COLLATE "C"')
 
 
-def field_literals(names: Sequence[str]) -> list[str]:
-    """Top-level field names of a stored state as SQL string literals (``'title'``): each is
-    ASCII letters, digits and ``_``, not first a digit, so it is safe written into a query."""
+def check_field_names(names: Sequence[str]) -> Sequence[str]:
+    """Top-level field names of a stored state, safe to write into a query as they are: ASCII
+    letters, digits and ``_``, not first a digit (ValueError otherwise)."""
     if not names or not all(n and not n[0].isdigit() and _FIELD.issuperset(n) for n in names):
         raise ValueError(f"field names are letters, digits and _: {list(names)!r}")
-    return [f"'{name}'" for name in names]
+    return names
 
 
 _FIELD = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
