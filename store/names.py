@@ -10,7 +10,9 @@ MAX_NAME = 64
 # The ids' alphabets, checked as sets of characters rather than patterns: compiling the patterns
 # cost ≈ 0.1–0.2 ms each of a command's start-up (bench/cli.py).
 ALNUM = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789")
-NAME_CHARS = ALNUM | frozenset("._-")
+NAME_CHARS = ALNUM | frozenset("._-")  # a goal or node id
+ID_CHARS = ALNUM | frozenset("._:/-")  # a command id, token, revision, worker, evidence
+ACTOR_CHARS = ID_CHARS | {"@"}  # "<operator>@<node>" (DESIGN §5)
 
 
 def check_name(value: Any, name: str) -> str:

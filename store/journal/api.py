@@ -227,8 +227,9 @@ class Journal(Protocol):
         """Aggregates of one kind newest first, as ``aggregates(kind, newest_first=True)``
         orders and pages them (``before``: a row's ``(last_sequence, aggregate_id)``), each as
         its id, its last commit's sequence and the named top-level fields of its stored state
-        (None where absent, or where the state is not a JSON object). The database reads the
-        fields, so no state is parsed here: the dashboard's filter index of every Goal."""
+        (None where absent, or where the state is not a JSON object): the dashboard's filter
+        index of every Goal, which keeps three fields, without a ``Stored`` record per Goal
+        (SQLite reads the fields itself; PostgreSQL's backend parses the states it reads)."""
         ...
 
     def count(self, kind: str, status: str | None = None) -> int: ...

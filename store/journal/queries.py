@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from store.names import ALNUM
 from store.statuses import ACTIVE_GOAL_STATUSES
 
 GOAL_TERM = "kind = 'goal'"
@@ -33,7 +34,7 @@ class Dialect:
         self.find = find  # the 1-based position of a substring, 0 when absent
         self.many = many  # a list may be one parameter (``= ANY(%s)``)
         self.ascii = ascii  # after a text: its ``lower()`` folds ASCII letters only
-        self.like = like  # LIKE folds ASCII letters itself: an ASCII needle needs no lower()
+        self.like = like  # LIKE folds ASCII letters itself: no state lowered to search it
 
     def one_of(self, column: str, values: Sequence[str]) -> tuple[str, list[Any]]:
         """``column`` is one of ``values``: the term and its parameters."""
@@ -59,7 +60,7 @@ def check_field_names(names: Sequence[str]) -> Sequence[str]:
     return names
 
 
-_FIELD = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
+_FIELD = ALNUM | {"_"}
 
 
 _LIKE_ESCAPES = str.maketrans({"\\": "\\\\", "%": "\\%", "_": "\\_"})  # LIKE's wildcards, literal

@@ -19,7 +19,7 @@ from store.journal.api import Event, Stored
 from store.journal.core import register_fold
 from store.model import run_rules
 from store.model.run_rules import EXECUTION_LIMITS
-from store.names import ALNUM, spelled
+from store.names import ACTOR_CHARS, ID_CHARS, spelled
 from store.names import MAX_NAME as MAX_NAME  # re-exported: the model names its ids
 from store.names import check_name as check_name
 from store.records import dataclass
@@ -41,10 +41,10 @@ OPERATOR_CONFIRMED = "operator-confirmed"  # Confirm cleanup's default method
 # dead, the node's reconciliation): one method, so both read the same in every report.
 PROCESS_GONE_METHOD = "process-exited"
 
+_IDENT = ID_CHARS  # ids are checked as sets of characters (store.names.spelled)
+_ACTOR = ACTOR_CHARS  # "<operator>@<node>"
 # Patterns as text, compiled by `re` on first use (and cached there): a command that never
 # checks one does not pay for compiling it at start-up (DESIGN §9, CLI start-up).
-_IDENT = ALNUM | frozenset("._:/-")  # checked as a set of characters (store.names.spelled)
-_ACTOR = _IDENT | {"@"}  # "<operator>@<node>"
 # Unicode categories Cc (C0, DEL, C1) and Cs (surrogates), as unicodedata.category names them;
 # both are fixed by the standard, so the ranges never change.
 _CONTROL = "[\x00-\x1f\x7f-\x9f\ud800-\udfff]"

@@ -11,7 +11,7 @@ from types import MappingProxyType
 from typing import Any
 
 from store.errors import InvalidInputError
-from store.names import ALNUM, spelled
+from store.names import ACTOR_CHARS, ID_CHARS, spelled
 from store.records import dataclass
 
 MAX_SAFE_INTEGER = 2**53 - 1
@@ -42,11 +42,10 @@ class ExecutionLimits:
 
 EXECUTION_LIMITS = ExecutionLimits()
 
-# Patterns as text, compiled by `re` on first use (and cached there): a command that never
-# checks one does not pay for compiling it at start-up (DESIGN §9, CLI start-up).
-_ID = ALNUM | frozenset("._:/-")
-# DESIGN §5 names who confirmed a cleanup "<operator>@<node>": the seed's alphabet plus "@".
-_CONFIRMER = _ID | {"@"}
+# The ids' alphabets (store.names); DESIGN §5 names who confirmed a cleanup
+# "<operator>@<node>": the seed's alphabet plus "@".
+_ID = ID_CHARS
+_CONFIRMER = ACTOR_CHARS
 _DIGEST_PREFIX = "sha256:"
 _HEX = frozenset("0123456789abcdef")
 _RECORD_TYPES = (dict, MappingProxyType)

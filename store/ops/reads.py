@@ -93,8 +93,7 @@ def goal_fields(
     journal: Journal, names: Sequence[str], *, page: int
 ) -> Iterator[tuple[str, tuple[Any, ...]]]:
     """(goal id, the named fields of its stored state) of every Goal, newest first, ``page`` at
-    a time (call under ``journal.snapshot()``): the database reads the fields, so no state is
-    parsed here (see ``Journal.state_fields``)."""
+    a time (call under ``journal.snapshot()``), by ``Journal.state_fields``."""
     before: tuple[int, str] | None = None
     while True:
         batch = journal.state_fields("goal", names, limit=page, before=before)
