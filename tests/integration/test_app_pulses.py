@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
+from textual.app import App, ComposeResult
 from textual.widgets import Label, Sparkline
 
+import refine_tui.app
 from refine_tui.app import RefineApp
+from refine_tui.widgets.pulses import Pulses
 from store.journal.sqlite import Journal
 from store.model.goals import Goals
 from store.ops.pulses import read_pulses
@@ -141,3 +145,41 @@ def test_read_pulses_stops_at_the_sequence_a_reader_has_seen(tmp_path: Path) -> 
         every = read_pulses(journal, now).series(now)
     assert sum(seen["starts"]) == 2 and sum(seen["completions"]) == 1
     assert sum(every["starts"]) == 4 and sum(every["failures"]) == 3
+
+
+class PulsesApp(App[None]):
+    CSS_PATH = str(Path(refine_tui.app.__file__).with_name("app.tcss"))
+
+    def compose(self) -> ComposeResult:
+        yield Pulses(id="pulses")
+
+
+async def test_a_new_count_of_the_same_width_repaints_without_a_layout() -> None:
+    """Each minute moves every series on: a layout of the screen (and a repaint of all of it)
+    only when a count's words change width, not for every new count."""
+    app = PulsesApp()
+    layouts: list[bool] = []
+    async with app.run_test(size=(100, 3)) as pilot:
+        pulses = app.query_one(Pulses)
+        now = app.query_one("#pulse-starts-now", Label)
+        refresh = now.refresh
+
+        def refreshing(*regions: Any, **flags: Any) -> Any:
+            layouts.append(bool(flags.get("layout")))
+            return refresh(*regions, **flags)
+
+        now.refresh = refreshing  # type: ignore[method-assign]
+        zero = {kind: [0] * 60 for kind in ("starts", "completions", "failures")}
+        pulses.show(zero)
+        await pilot.pause()
+        layouts.clear()
+        sparkline = app.query_one("#pulse-starts", Sparkline).region
+        pulses.show({**zero, "starts": [0] * 59 + [7]})
+        await pilot.pause()
+        assert "started   7/m" in str(now.render())
+        assert layouts and not any(layouts)  # repainted, no layout
+        layouts.clear()
+        pulses.show({**zero, "starts": [0] * 59 + [1234]})  # wider: the sparkline moves right
+        await pilot.pause()
+        assert "started 1234/m" in str(now.render()) and layouts[0]
+        assert app.query_one("#pulse-starts", Sparkline).region.x == sparkline.x + 1
