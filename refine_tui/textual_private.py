@@ -30,6 +30,7 @@ from rich.console import RenderableType
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
+from textual import events
 from textual._compositor import Compositor
 from textual._parser import ParseError
 from textual._time import get_time
@@ -142,7 +143,45 @@ class DataTableDoor(DataTable[RenderableType]):
     def caches_cleared(self) -> None:
         """DataTable dropped its render caches (a style, width or cursor change)."""
 
+    def _render_line(self, y: int, x1: int, x2: int, base_style: Style) -> Strip:
+        return self.render_table_line(y, x1, x2, base_style)
+
+    def render_table_line(self, y: int, x1: int, x2: int, base_style: Style) -> Strip:
+        """DataTable's render of the table's line ``y`` (from its top, the header included),
+        cells ``x1``..``x2``: override to reuse renders. Its cells carry their row's index then
+        (mouse meta), which ``place_mouse_meta`` puts right when a render moves."""
+        return super()._render_line(y, x1, x2, base_style)
+
+    def _on_mouse_move(self, event: events.MouseMove) -> None:
+        self.place_mouse_meta(event)  # then DataTable's own handler reads the meta (MRO order)
+
+    async def _on_click(self, event: events.Click) -> None:
+        self.place_mouse_meta(event)
+
+    def place_mouse_meta(self, event: events.MouseEvent) -> None:
+        """Before DataTable reads the row a mouse event is on from its meta: set it right."""
+
     # --- rows -----------------------------------------------------------------------------------
+
+    def row_at_line(self, y: int) -> tuple[RowKey, int] | None:
+        """The data row on the table's line ``y`` (from its top, the header included) and the
+        line within it; None: the header's line or past the last row."""
+        try:
+            row_key, line = self._get_offsets(y)
+        except LookupError:
+            return None
+        return None if row_key == self._header_row_key else (row_key, line)
+
+    def row_index_of(self, row_key: RowKey) -> int | None:
+        return self._row_locations.get(row_key)
+
+    def hover_shown(self) -> bool:
+        """The hover cursor is drawn (the mouse moved over the table since the last key)."""
+        return bool(self._show_hover_cursor)
+
+    def has_row_labels(self) -> bool:
+        """Some row has a label (DataTable then shows a labels column)."""
+        return bool(self._labelled_row_exists)
 
     def row_key_at(self, row_index: int) -> RowKey | None:
         """The key of the row at ``row_index`` (None: no such row), without the checks and the

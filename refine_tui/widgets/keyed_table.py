@@ -27,6 +27,7 @@ from rich.console import Console, ConsoleOptions, OverflowMethod, RenderableType
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
+from textual import events
 from textual.cache import LRUCache
 from textual.color import Color
 from textual.css.styles import RenderStyles
@@ -48,6 +49,7 @@ class Column:
 Cells = Sequence[RenderableType]
 REBUILD_AT = 10  # removing more rows than this rebuilds the table once (a new list)
 CELL_RENDERS = 4_000  # cells' renders kept across new lists (a screen is ≈ 40 rows × 9 cells)
+LINE_RENDERS = 2_000  # rows' lines kept by key (a screen is ≈ 40, in both stripes)
 
 
 class KeyedTable(DataTableDoor):
@@ -59,6 +61,8 @@ class KeyedTable(DataTableDoor):
         # cells at the same places (the same rows back, a status, an empty round).
         self._renders: LRUCache[tuple[Any, ...], list[list[Segment]]] = LRUCache(CELL_RENDERS)
         self._keep_renders = False
+        # Each row's rendered lines by its key and stripe: they survive the row moving.
+        self._lines: LRUCache[tuple[str, int, int], _Line] = LRUCache(LINE_RENDERS)
         super().__init__(cursor_type="row", zebra_stripes=True, **kwargs)  # type: ignore[arg-type]
         self.spec = tuple(columns)
         self._column_index = {column.key: i for i, column in enumerate(self.spec)}
@@ -178,8 +182,87 @@ class KeyedTable(DataTableDoor):
             self.refresh(region.translate(-self.scroll_offset))
 
     def caches_cleared(self) -> None:
+        self._lines.clear()
         if not self._keep_renders:  # a style, width or cursor change: every render may differ
             self._renders.clear()
+
+    def notify_style_update(self) -> None:
+        super().notify_style_update()  # DataTable drops its caches here without the hook
+        self._lines.clear()
+        self._renders.clear()
+
+    # A row's line is rendered again only when what it shows changed, not when it moved. A Goal
+    # added above the cursor moves every row below it (and the screen scrolls a line to keep
+    # the cursor's row in view): DataTable keys its line renders by place and by a table-wide
+    # counter, so that frame rendered every line again (≈ 60 % of a dashboard's CPU under a
+    # stream of new Goals, profiled). The stripe is part of the key: after a move the rows
+    # below show the other stripe, and after the next one the first again.
+
+    def render_table_line(self, y: int, x1: int, x2: int, base_style: Style) -> Strip:
+        place = self._place_of_line(y) if self._lines_kept() else None
+        if place is None:
+            return super().render_table_line(y, x1, x2, base_style)
+        slot, cells, index = place
+        cursor, hover = self._held("pointers", self._pointer_rows)
+        shape = (x1, x2, base_style, index == cursor, index == hover)
+        shape += self._held("shape", self._shape)
+        kept = self._lines.get(slot)
+        if kept is not None and kept.cells is cells and kept.shape == shape:
+            return kept.strip
+        strip = super().render_table_line(y, x1, x2, base_style)
+        self._lines.set(slot, _Line(cells, shape, strip))
+        return strip
+
+    def _place_of_line(self, y: int) -> tuple[tuple[str, int, int], object, int] | None:
+        """Where the table's line ``y`` is kept (its row's key, the line within the row and its
+        stripe), what it shows (its row's cells, or the header) and its row's index (-1: the
+        header); None: past the last row."""
+        if self.show_header and y < self.header_height:
+            return ("", y, 0), _HEADER, -1  # ids are never empty
+        found = self.row_at_line(y)
+        if found is None or found[0].value is None:
+            return None
+        cells = self._cells.get(found[0].value)
+        index = self.row_index_of(found[0])
+        if cells is None or index is None:
+            return None
+        stripe = index % 2 if self.zebra_stripes else 0
+        return (found[0].value, found[1], stripe), cells, index
+
+    def _lines_kept(self) -> bool:
+        """Lines are kept for a row-cursor table of fixed widths with no fixed rows or columns,
+        and only within a frame (what they depend on is held for it)."""
+        return (
+            self._frame is not None
+            and self._fixed
+            and self.cursor_type == "row"
+            and not (self.fixed_rows or self.fixed_columns or self.has_row_labels())
+        )
+
+    def _pointer_rows(self) -> tuple[int, int]:
+        """The cursor's row and the hover's (-2 while the hover is not shown)."""
+        hover = self.hover_coordinate.row if self.hover_shown() else -2
+        return self.cursor_coordinate.row, hover
+
+    def _shape(self) -> tuple[object, ...]:
+        """What every row's line depends on besides its cells, place and pointers."""
+        columns = self.ordered_columns
+        widths = tuple(column.get_render_width(self) for column in columns)
+        labels = tuple(column.label.plain for column in columns)  # the header's line
+        return (self.size.width, widths, labels, self.render_state())
+
+    def place_mouse_meta(self, event: events.MouseEvent) -> None:
+        """A kept line's cells carry the row index of where it was rendered: the row under the
+        pointer is the one on that line now."""
+        row = event.style.meta.get("row")
+        offset = event.get_content_offset(self)
+        if not isinstance(row, int) or row < 0 or offset is None:
+            return  # the header's line (-1), or not on a row
+        header = self.header_height if self.show_header else 0
+        found = self.row_at_line(offset.y + (int(self.scroll_y) if offset.y >= header else 0))
+        index = self.row_index_of(found[0]) if found is not None else None
+        if index is not None and index != row:
+            event.style = event.style + Style.from_meta({"row": index})
 
     def render_cell(
         self,
@@ -352,6 +435,18 @@ class KeyedTable(DataTableDoor):
             self.upsert(key, cells)
         if selected is not None and selected in self._cells:
             self.select(selected)
+
+
+_HEADER = object()  # what the header's kept line shows (its labels are in the shape)
+
+
+@dataclass(frozen=True, slots=True)
+class _Line:
+    """A row's rendered line, with the cells and the shape it was rendered for."""
+
+    cells: object  # the row's cells as written (compared by identity), or _HEADER
+    shape: tuple[object, ...]
+    strip: Strip
 
 
 def cell(value: RenderableType) -> RenderableType:

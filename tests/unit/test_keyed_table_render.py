@@ -7,6 +7,8 @@ the same rows, so a stale cached render would show up as a difference.
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
@@ -349,3 +351,84 @@ async def test_a_row_added_above_the_cursor_scrolls_with_the_rows_before_any_fra
         assert screen(app) == await fresh_screen(
             data, "r29", table.scroll_y, app_type=FullHeightApp
         )
+
+
+def counting_data_lines(table: KeyedTable) -> list[str]:
+    """Record the key of each row whose line DataTable renders from now on (what a line costs:
+    its cells and styles put together), "(header)" for the header's."""
+    rendered: list[str] = []
+    render = table._render_line_in_row
+
+    def rendering(row_key: Any, *args: Any, **kwargs: Any) -> Any:
+        known = table.row_index_of(row_key) is not None
+        rendered.append(str(row_key.value) if known else "(header)")
+        return render(row_key, *args, **kwargs)
+
+    table._render_line_in_row = rendering  # type: ignore[method-assign]
+    return rendered
+
+
+def insert_above(table: KeyedTable, data: dict[str, tuple], key: str) -> dict[str, tuple]:
+    data = dict(sorted({**data, key: (key, Text("new"), "0s")}.items()))
+    table.upsert(key, data[key])
+    table.order(list(data))
+    return data
+
+
+async def test_a_row_that_only_moved_is_not_rendered_again() -> None:
+    """Rows added above the cursor move every row below them and the screen scrolls a line:
+    each row's line is kept by its key and stripe, so once a row was drawn in both stripes a
+    move draws nothing again; the screen is a fresh table's, styles, stripes and cursor too."""
+    app = FullHeightApp()
+    async with app.run_test(size=SIZE) as pilot:
+        table = app.query_one(KeyedTable)
+        table.focus()
+        data = rows(30)
+        table.sync(data)
+        table.select("r29")
+        await pilot.pause()
+        rendered = counting_data_lines(table)
+        data = insert_above(table, data, "r05-0")
+        await pilot.pause()
+        first = set(rendered)  # every row on screen below the new one, in its other stripe
+        assert len(first - {"(header)"}) >= SIZE[1] - 2
+        rendered.clear()
+        for n in range(1, 4):
+            data = insert_above(table, data, f"r05-{n}")
+            await pilot.pause()
+        assert set(rendered) <= {"r05-1", "r05-2", "r05-3"}  # on screen only if scrolled to;
+        # the header is kept too (DataTable's own cache of it is keyed by a counter new rows bump)
+        moved = styled_screen(app)
+    fresh = FullHeightApp()
+    async with fresh.run_test(size=SIZE) as pilot:
+        table = fresh.query_one(KeyedTable)
+        table.focus()
+        table.sync(data)
+        table.select("r29")
+        await pilot.pause()
+        assert moved == styled_screen(fresh)
+
+
+async def test_a_click_selects_the_row_on_that_line_after_rows_moved() -> None:
+    """A kept line carries, in its cells' mouse meta, the row index where it was drawn; a
+    click (and the hover) goes to the row on that line now."""
+    app = FullHeightApp()
+    async with app.run_test(size=SIZE) as pilot:
+        table = app.query_one(KeyedTable)
+        table.focus()
+        data = rows(30)
+        table.sync(data)
+        table.select("r29")
+        await pilot.pause()
+        for n in range(2):  # both stripes drawn: the lines on screen are kept ones now
+            data = insert_above(table, data, f"r05-{n}")
+            await pilot.pause()
+        assert table.scroll_y > 0
+        line = 4  # the table's fifth line: the header, then rows from the scroll offset
+        shown = table.row_at_line(line + int(table.scroll_y))
+        assert shown is not None and shown[0].value != "r29"
+        await pilot.hover(KeyedTable, offset=(2, line))
+        assert table.hover_row == table.row_index_of(shown[0])
+        await pilot.click(KeyedTable, offset=(2, line))
+        await pilot.pause()
+        assert table.selected_key == shown[0].value
