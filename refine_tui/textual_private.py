@@ -7,8 +7,10 @@ Why each is used (what the public API does not offer):
 
 - ``DataTableDoor``, the base of ``KeyedTable``: writing a cell, adding a row or putting rows in
   order without DataTable's table-wide counter that re-renders every visible cell; reusing a
-  cell's render by its content; one line of text rendered without Rich's render pipeline
-  (``widgets/keyed_table.py`` says why each is worth it, with its figures).
+  cell's render by its content; one line of text rendered without Rich's render pipeline; a
+  row's line kept by its key so a row that moved is not rendered again, and the row a mouse
+  event is on set right for DataTable's handlers (``widgets/keyed_table.py`` says why each is
+  worth it, with its figures).
 - ``FooterKey`` and its enabled flag, and the Footer's "bindings ready" flag: ``KeyFooter``
   updates key widgets in place instead of recomposing the footer.
 - ``XTermParser`` / ``ParseError``, the parser's timeout and the driver's app, loop and debug

@@ -61,6 +61,7 @@ def test_datatable_has_the_private_members_the_door_uses() -> None:
         "_show_hover_cursor",
         "_pseudo_class_state",
         "_labelled_row_exists",
+        "_header_row_key",
         "_cell_render_cache",
         "_row_renderable_cache",
         "_row_render_cache",
@@ -94,6 +95,10 @@ def test_datatable_private_methods_keep_their_signatures() -> None:
     assert params("_get_row_renderables") == ["self", "row_index"]
     assert params("_get_row_style") == ["self", "row_index", "base_style"]
     assert params("_should_highlight") == ["self", "cursor", "target_cell", "type_of_cursor"]
+    assert params("_render_line") == ["self", "y", "x1", "x2", "base_style"]
+    assert params("_get_offsets") == ["self", "y"]
+    assert params("_on_click") == ["self", "event"]
+    assert params("_on_mouse_move") == ["self", "event"]
     assert len(inspect.signature(DataTable._get_styles_to_render_cell).parameters) == 10
 
 
@@ -203,6 +208,38 @@ async def test_the_render_hooks_are_called_by_datatable() -> None:
         assert isinstance(table.row_style(0, Style()), Style)
         assert len(table.render_state()) == 3
         assert isinstance(table.row_label_width, int)
+
+
+async def test_lines_rows_and_mouse_meta_as_the_door_reads_them() -> None:
+    """``render_table_line`` renders DataTable's line y (the header's first); ``row_at_line``
+    finds the row on a line; DataTable's mouse handlers take the row from the event's meta, and
+    ``place_mouse_meta`` runs before them (a click moves the cursor to the meta's row)."""
+    placed: list[object] = []
+
+    class Probe(DataTableDoor):
+        def place_mouse_meta(self, event: Any) -> None:
+            placed.append(event.style.meta.get("row"))
+            event.style = event.style + Style.from_meta({"row": 3})
+
+    class ProbeApp(TableApp):
+        def compose(self) -> ComposeResult:
+            yield Probe(cursor_type="row")
+
+    app = ProbeApp()
+    async with app.run_test(size=SIZE) as pilot:
+        table = app.query_one(Probe)
+        await pilot.pause()
+        header = table.render_table_line(0, 0, 12, Style())
+        assert header.text.startswith(" Id ") and not table.has_row_labels()
+        assert table.row_at_line(0) is None  # the header's line
+        row_key, line = table.row_at_line(3) or (None, None)
+        assert row_key == RowKey("r2") and line == 0 and table.row_index_of(RowKey("r2")) == 2
+        assert " r2 " in table.render_table_line(3, 0, 12, Style()).text
+        assert table.row_at_line(99) is None
+        await pilot.click(Probe, offset=(1, 2))  # r1's line: the meta names row 1
+        assert placed[-1] == 1 and table.cursor_row == 3  # DataTable moved to the meta's row
+        await pilot.hover(Probe, offset=(1, 1))
+        assert placed[-1] == 0 and table.hover_row == 3 and table.hover_shown()
 
 
 # --- the footer's keys (KeyFooter) ---
