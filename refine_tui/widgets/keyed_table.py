@@ -210,6 +210,7 @@ class KeyedTable(DataTableDoor):
         if kept is not None and kept.cells is cells and kept.shape == shape:
             return kept.strip
         strip = super().render_table_line(y, x1, x2, base_style)
+        self._lines.discard(slot)  # LRUCache.set keeps the value of a key it has
         self._lines.set(slot, _Line(cells, shape, strip))
         return strip
 

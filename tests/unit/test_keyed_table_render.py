@@ -387,6 +387,9 @@ async def test_a_row_that_only_moved_is_not_rendered_again() -> None:
         table.sync(data)
         table.select("r29")
         await pilot.pause()
+        data["r20"] = ("r20", data["r20"][1], "9s")  # a line kept before, its cell written since
+        table.set_cell("r20", "age", "9s")
+        await pilot.pause()
         rendered = counting_data_lines(table)
         data = insert_above(table, data, "r05-0")
         await pilot.pause()
@@ -432,3 +435,43 @@ async def test_a_click_selects_the_row_on_that_line_after_rows_moved() -> None:
         await pilot.click(KeyedTable, offset=(2, line))
         await pilot.pause()
         assert table.selected_key == shown[0].value
+
+
+async def test_kept_lines_follow_focus_leaving_and_the_hover_going() -> None:
+    """The hover shows on the row under the mouse until a key, and the cursor's row looks
+    different focused and not: kept lines show each only while it is so (the screens are those
+    of a table whose lines were never kept elsewhere)."""
+
+    async def hover_key_blur(app: FullHeightApp, pilot: Any, moved: bool) -> list[Any]:
+        table = app.query_one(KeyedTable)
+        table.focus()
+        table.sync(rows(30))
+        table.select("r03")
+        await pilot.pause()
+        if moved:  # the rows' lines drawn, then kept, at other places
+            for n in range(2):
+                table.upsert(f"r00-{n}", (f"r00-{n}", Text("new"), "0s"))
+                table.order(sorted(table.keys()))
+                await pilot.pause()
+            for key in ("r00-0", "r00-1"):
+                table.drop(key)
+            await pilot.pause()
+        if moved:  # the hover on r04, then r05: r05's line is kept with the hover drawn
+            for line in (5, 6):
+                await pilot.hover(KeyedTable, offset=(2, line))
+                await pilot.pause()
+        await pilot.hover(KeyedTable, offset=(2, 8))  # then on r07
+        await pilot.pause()
+        hovered = styled_screen(app)
+        await pilot.press("down")  # a key hides the hover
+        table.blur()
+        await pilot.pause()
+        return [hovered, styled_screen(app)]
+
+    app = FullHeightApp()
+    async with app.run_test(size=SIZE) as pilot:
+        kept = await hover_key_blur(app, pilot, moved=True)
+    fresh = FullHeightApp()
+    async with fresh.run_test(size=SIZE) as pilot:
+        assert kept == await hover_key_blur(fresh, pilot, moved=False)
+    assert kept[0] != kept[1]
