@@ -159,31 +159,46 @@ def styled_screen(app: App) -> list[list[tuple[str, str]]]:
     return lines
 
 
+async def focused_table(
+    app: TableApp, pilot: Any, n: int, cursor: str
+) -> tuple[KeyedTable, dict[str, tuple]]:
+    """``app``'s table focused, holding ``rows(n)``, the cursor on ``cursor``, painted."""
+    table = app.query_one(KeyedTable)
+    table.focus()
+    data = rows(n)
+    table.sync(data)
+    table.select(cursor)
+    await pilot.pause()
+    return table, data
+
+
+async def fresh_styled_screen(
+    data: dict[str, tuple], cursor: str, app_type: type[TableApp] = TableApp
+) -> list[list[tuple[str, str]]]:
+    """The styled screen of a focused table built fresh with ``data``, the cursor on its key."""
+    app = app_type()
+    async with app.run_test(size=SIZE) as pilot:
+        table = app.query_one(KeyedTable)
+        table.focus()
+        table.sync(data)
+        table.select(cursor)
+        await pilot.pause()
+        return styled_screen(app)
+
+
 async def test_a_cell_written_in_place_keeps_its_row_style_cursor_and_stripes() -> None:
     """The written cell's render goes into its row's cached render: the cursor row, zebra
     stripes and a focused table look exactly as a table built fresh with those cells."""
     app = TableApp()
     async with app.run_test(size=SIZE) as pilot:
-        table = app.query_one(KeyedTable)
-        table.focus()
-        data = rows(20)
-        table.sync(data)
-        table.select("r02")
-        await pilot.pause()
+        table, data = await focused_table(app, pilot, 20, "r02")
         for tick in range(3):  # several frames of ticking cells: cursor, odd and even rows
             for key in ("r01", "r02", "r03", "r04"):
                 data[key] = (key, data[key][1], f"{tick}s")
                 table.set_cell(key, "age", f"{tick}s")
             await pilot.pause()
         patched = styled_screen(app)
-    fresh = TableApp()
-    async with fresh.run_test(size=SIZE) as pilot:
-        table = fresh.query_one(KeyedTable)
-        table.focus()
-        table.sync(data)
-        table.select("r02")
-        await pilot.pause()
-        assert patched == styled_screen(fresh)
+    assert patched == await fresh_styled_screen(data, "r02")
 
 
 async def test_a_new_list_reuses_cell_renders_only_where_content_and_place_match() -> None:
@@ -212,14 +227,7 @@ async def test_a_new_list_reuses_cell_renders_only_where_content_and_place_match
             table.select("r04")
             await pilot.pause()
         reused = styled_screen(app)
-    fresh = TableApp()
-    async with fresh.run_test(size=SIZE) as pilot:
-        table = fresh.query_one(KeyedTable)
-        table.focus()
-        table.sync(changed)
-        table.select("r04")
-        await pilot.pause()
-        assert reused == styled_screen(fresh)
+    assert reused == await fresh_styled_screen(changed, "r04")
 
 
 TEXT_CELLS = (
@@ -381,12 +389,7 @@ async def test_a_row_that_only_moved_is_not_rendered_again() -> None:
     move draws nothing again; the screen is a fresh table's, styles, stripes and cursor too."""
     app = FullHeightApp()
     async with app.run_test(size=SIZE) as pilot:
-        table = app.query_one(KeyedTable)
-        table.focus()
-        data = rows(30)
-        table.sync(data)
-        table.select("r29")
-        await pilot.pause()
+        table, data = await focused_table(app, pilot, 30, "r29")
         data["r20"] = ("r20", data["r20"][1], "9s")  # a line kept before, its cell written since
         table.set_cell("r20", "age", "9s")
         await pilot.pause()
@@ -402,14 +405,7 @@ async def test_a_row_that_only_moved_is_not_rendered_again() -> None:
         assert set(rendered) <= {"r05-1", "r05-2", "r05-3"}  # on screen only if scrolled to;
         # the header is kept too (DataTable's own cache of it is keyed by a counter new rows bump)
         moved = styled_screen(app)
-    fresh = FullHeightApp()
-    async with fresh.run_test(size=SIZE) as pilot:
-        table = fresh.query_one(KeyedTable)
-        table.focus()
-        table.sync(data)
-        table.select("r29")
-        await pilot.pause()
-        assert moved == styled_screen(fresh)
+    assert moved == await fresh_styled_screen(data, "r29", FullHeightApp)
 
 
 async def test_a_click_selects_the_row_on_that_line_after_rows_moved() -> None:
@@ -417,12 +413,7 @@ async def test_a_click_selects_the_row_on_that_line_after_rows_moved() -> None:
     click (and the hover) goes to the row on that line now."""
     app = FullHeightApp()
     async with app.run_test(size=SIZE) as pilot:
-        table = app.query_one(KeyedTable)
-        table.focus()
-        data = rows(30)
-        table.sync(data)
-        table.select("r29")
-        await pilot.pause()
+        table, data = await focused_table(app, pilot, 30, "r29")
         for n in range(2):  # both stripes drawn: the lines on screen are kept ones now
             data = insert_above(table, data, f"r05-{n}")
             await pilot.pause()
