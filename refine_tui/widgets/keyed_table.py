@@ -194,7 +194,7 @@ class KeyedTable(DataTableDoor):
     # A row's line is rendered again only when what it shows changed, not when it moved. A Goal
     # added above the cursor moves every row below it (and the screen scrolls a line to keep
     # the cursor's row in view): DataTable keys its line renders by place and by a table-wide
-    # counter, so that frame rendered every line again (≈ 60 % of a dashboard's CPU under a
+    # counter, so that frame rendered every line again (≈ half a dashboard's CPU under a
     # stream of new Goals, profiled). The stripe is part of the key: after a move the rows
     # below show the other stripe, and after the next one the first again.
 

@@ -36,10 +36,10 @@ class Pulses(Horizontal):
             self.narrowed = narrowed
             self.query_one("#pulse-narrowed", Label).display = narrowed
         for kind, counts in series.items():
-            if self.series.get(kind) == counts:
+            before = self.series.get(kind)
+            if before == counts:
                 continue
             self.query_one(f"#pulse-{kind}", Sparkline).data = counts
-            before = self.series.get(kind)
             words = self.words(kind, counts[-1])
             # A count of the same width leaves the line's layout as it is: no layout of the
             # screen (and its full repaint) each time the minute moves on (≈ 70 ms, profiled).
