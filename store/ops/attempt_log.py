@@ -159,6 +159,7 @@ async def follow(
     pump = asyncio.create_task(_pump(watcher, wake))
     files: DirectoryEvents | None = None
     changes = journal.changes()  # its first answer is "changed": the attempt is read at once
+    unread = False  # a change the gate reported whose read failed: read again at the next look
     try:
         while True:
             wake.clear()
@@ -166,9 +167,11 @@ async def follow(
                 files = _watch_folder(loop, log.path.parent, log.path.name, wake)
             reader.read(write)
             with contextlib.suppress(RefineError):  # the journal away for a while: look again later
-                if changes.changed() and not still_running(journal, log):
-                    reader.read(write)  # what it wrote before it ended
-                    return
+                if unread := changes.changed() or unread:
+                    ended, unread = not still_running(journal, log), False
+                    if ended:
+                        reader.read(write)  # what it wrote before it ended
+                        return
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(wake.wait(), SAFETY_CHECK_S)
     finally:

@@ -55,6 +55,7 @@ async def wait_for_status(
     known, handle = "unknown", JournalHandle(location, read_only=True)
     origin = _Origin(location, journal, goal_id)
     next_check = loop.time() + SAFETY_CHECK_S
+    reread = False  # the last look ended in trouble: a change its gate took may be unread
     try:
         while True:
             wake.clear()
@@ -67,7 +68,7 @@ async def wait_for_status(
                 else:
                     journal, goals, changes = reopened, Goals(reopened), reopened.changes()
             try:
-                looked = not journal.replaced() and changes.changed()
+                looked = not journal.replaced() and (changes.changed() or reread)
                 goal = goals.read(goal_id) if looked else None
             except StorageUnreachableError:
                 if known == "unknown":
@@ -82,6 +83,7 @@ async def wait_for_status(
             if known != "unknown" and not trouble and (answers or loop.time() >= next_check):
                 trouble, next_check = origin.trouble(), loop.time() + SAFETY_CHECK_S
                 looked = looked and not trouble
+            reread = bool(trouble)
             if looked:
                 if goal is None:
                     raise GoalNotFoundError(f"no goal {goal_id}", goal_id=goal_id)

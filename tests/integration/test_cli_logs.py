@@ -12,10 +12,12 @@ import sys
 import time
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from store.journal.sqlite import Journal
 from store.model.goals import Goals
+from tests.helpers.postgres_server import PostgresServer
 from tests.helpers.registry import node_registry
 
 REFINE = (sys.executable, "-m", "refine_tui.cli")
@@ -28,7 +30,7 @@ def refine(journal: Path, *args: str, node: str = "n1") -> subprocess.CompletedP
     return subprocess.run(argv, capture_output=True, timeout=60)
 
 
-def claim(journal: Path, goal_id: str, node: str = "n1") -> None:
+def claim(journal: Path | str, goal_id: str, node: str = "n1") -> None:
     """Add a goal on ``node`` and claim its first attempt, as a worker would."""
     with Journal.open(journal) as j:
         goals = Goals(j)
@@ -36,7 +38,7 @@ def claim(journal: Path, goal_id: str, node: str = "n1") -> None:
         goals.start(goal_id=goal_id, node_id=node, worker=f"{node}/w", token="t")
 
 
-def settle(journal: Path, goal_id: str, outcome: str = "completed") -> None:
+def settle(journal: Path | str, goal_id: str, outcome: str = "completed") -> None:
     with Journal.open(journal) as j:
         goals = Goals(j)
         goal = goals.read(goal_id)
@@ -45,7 +47,7 @@ def settle(journal: Path, goal_id: str, outcome: str = "completed") -> None:
         goals.settle(goal_id=goal_id, run_id=goal.run_id, epoch=1, outcome=outcome, reason=reason)
 
 
-def log_file(journal: Path, run_id: str, epoch: int = 1, node: str = "n1") -> Path:
+def log_file(journal: Path | str, run_id: str, epoch: int = 1, node: str = "n1") -> Path:
     path = node_registry(journal, node).log_path(run_id, epoch)
     path.parent.mkdir(parents=True, exist_ok=True)
     return path
@@ -187,3 +189,50 @@ async def test_follow_is_woken_by_the_write_and_the_commit_not_a_timer(
         await asyncio.to_thread(settle, journal, "build")
         await asyncio.wait_for(following, 30)
     assert not following.exception()
+
+
+@pytest.mark.postgres
+async def test_follow_reads_again_a_change_whose_read_was_refused(
+    postgres_server: PostgresServer, postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The change gate reported the attempt's end but reading the run failed (here: the role
+    lost its right to read for a while): the change was taken as seen and `refine logs
+    --follow` never ended. A change whose read failed is read again at the next look."""
+    import asyncio
+
+    from store.ops import attempt_log
+
+    monkeypatch.setattr(attempt_log, "SAFETY_CHECK_S", 0.2)
+    claim(postgres_url, "build")
+    log = log_file(postgres_url, "build.r1")
+    dbname = postgres_url.rsplit("/", 1)[1]
+    role = f"viewer_{dbname}"
+
+    def admin(sql: str) -> None:
+        with psycopg.connect(postgres_url, autocommit=True) as conn:
+            conn.execute(sql)
+
+    admin(f"CREATE ROLE {role} LOGIN PASSWORD 'view-pw'")
+    try:
+        admin(f'GRANT CONNECT ON DATABASE "{dbname}" TO {role}')
+        admin(f"GRANT USAGE ON SCHEMA refine TO {role}")
+        admin(f"GRANT SELECT ON ALL TABLES IN SCHEMA refine TO {role}")
+        viewer = postgres_server.url(dbname, user=role, password="view-pw")
+        with Journal.open(viewer, read_only=True) as reader:
+            found = attempt_log.locate_log(reader, "build", None, "n1")
+            following = asyncio.create_task(
+                attempt_log.follow(
+                    reader, viewer, found, attempt_log.LogReader(log), lambda b: None
+                )
+            )
+            await asyncio.sleep(0.5)  # it has read the run: running
+            admin(f"REVOKE SELECT ON refine.aggregates FROM {role}")
+            await asyncio.to_thread(settle, postgres_url, "build")
+            await asyncio.sleep(1.0)  # woken, the head moved, the run unreadable
+            assert not following.done()
+            admin(f"GRANT SELECT ON refine.aggregates TO {role}")
+            await asyncio.wait_for(following, 10)
+        assert not following.exception()
+    finally:
+        admin(f"DROP OWNED BY {role}")
+        admin(f"DROP ROLE {role}")

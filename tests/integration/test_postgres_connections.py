@@ -4,6 +4,7 @@ after their node was SIGKILLed. Real server, real node, workers, recipes and sig
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -18,11 +19,15 @@ import pytest
 from store.errors import NotAJournalError, ServerFullError
 from store.journal.api import Journal
 from store.journal.slots import KEPT, SLOTS_ENV, ConnectionSlots, Sharing, share, sharing
+from store.model.goals import Goals
+from store.ops import goal_wait
+from store.ops.goal_wait import wait_for_status
 from tests.conftest import own_server
 from tests.helpers.node_env import HANG, WAIT_FOR_GO
 from tests.helpers.pg_env import PgEnv
 from tests.helpers.postgres_server import PostgresServer
 from tests.helpers.waits import wait_until
+from tests.integration.test_cli_wait import listening
 from tests.integration.test_postgres_operation import PRINT_ENV
 
 pytestmark = pytest.mark.postgres
@@ -110,6 +115,27 @@ def test_a_node_waits_out_a_full_server_then_launches(small: PgEnv) -> None:
         assert node.poll() is None
     wait_until(lambda: small.read("g1")[0] == "running", timeout=60, what="g1 running")
     small.never_printed_a_password()
+
+
+async def test_a_wait_that_saw_its_answer_while_the_server_was_full_answers_once_there_is_room(
+    small: PgEnv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`refine wait` saw the goal cancelled on its own connection, but the check that the
+    journal there is still the one it read needs a new connection, refused by a full server:
+    the change was taken as seen and never read again, and the wait ran to its timeout (CI,
+    after a server restart). Now a look that ended in trouble is looked at again."""
+    monkeypatch.setattr(goal_wait, "SAFETY_CHECK_S", 0.2)
+    Goals(small.journal).create(goal_id="g", title="G", node_id="n1", argv=["true"])
+    with Journal.open(small.url, read_only=True) as reader:
+        waited = wait_for_status(reader, small.url, "g", {"cancelled"}, 60)
+        waiting = asyncio.create_task(waited)
+        await asyncio.to_thread(wait_until, lambda: listening(small.url), what="the wait listening")
+        # No await from the cancel until the server is full: the wait's next look finds both.
+        Goals(small.journal).cancel(command_id="op:cancel:g", goal_id="g", reason="r")
+        with server_full(small.url):
+            await asyncio.sleep(1.0)  # several looks, each unable to check the journal's id
+            assert not waiting.done()
+        assert (await asyncio.wait_for(waiting, 10)).status == "cancelled"
 
 
 def test_a_worker_sees_a_cancel_and_reports_its_end_after_its_node_was_killed(
