@@ -25,7 +25,7 @@ Textual uses that a public API now covers are not here: a region's repaint is
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from rich.console import RenderableType
@@ -79,10 +79,25 @@ class CroppedCompositor(Compositor):
     For a partial update (a few dirty regions) Textual asks every widget whose *clip* (its
     container's region: for most, the screen) meets the update for *all* its lines, though
     only the dirty lines are used: a ticking elapsed cell's frame rendered the table's every
-    line and 10 other widgets that lie nowhere near it. Here a widget whose own visible region
-    misses the update is skipped, and the others render only the update's lines (its clip is
-    cut to them, so ``_render_chops`` places the lines where they were).
+    line and 10 other widgets that lie nowhere near it. Here each widget renders only its lines
+    from the first to the last dirty one, if it has any (its clip is cut to them, so
+    ``_render_chops`` places the lines where they were).
+
+    Widgets come top first, and the first strip to fill a cut wins: a widget whose lines the
+    widgets above it already fill (the containers under a table) is not asked at all. Under a
+    stream of new Goals those were a fifth of a frame (four containers, every line).
     """
+
+    _rendered_line: Callable[[int], bool] = staticmethod(lambda y: True)
+
+    def _render_chops(
+        self, crop: Region, is_rendered_line: Callable[[int], bool]
+    ) -> Sequence[Mapping[int, Strip]]:
+        self._rendered_line = is_rendered_line  # the update's lines, for _get_renders
+        try:
+            return super()._render_chops(crop, is_rendered_line)
+        finally:
+            del self._rendered_line
 
     def _get_renders(
         self, crop: Region | None = None
@@ -90,15 +105,39 @@ class CroppedCompositor(Compositor):
         if crop is None:
             yield from super()._get_renders(crop)
             return
-        rows = Region(0, crop.y, self.size.width, crop.height)
+        width, rendered = self.size.width, self._rendered_line
+        filled: dict[int, list[tuple[int, int]]] = {}  # a line's spans the widgets above drew
         for widget, (region, clip) in self.visible_widgets.items():
             shown = region.intersection(clip)
             if not crop.overlaps(shown):
                 continue
-            clip = clip.intersection(rows)
+            # Only the update's columns are sent: the rest of a line need not be filled.
+            left, right = max(shown.x, crop.x), min(shown.right, crop.right)
+            lines_met = range(max(shown.y, crop.y), min(shown.bottom, crop.bottom))
+            todo = [
+                y
+                for y in lines_met
+                if rendered(y) and not spans_fill(filled.get(y, ()), left, right)
+            ]
+            if not todo:
+                continue
+            clip = clip.intersection(Region(0, todo[0], width, todo[-1] - todo[0] + 1))
             lines = region.intersection(clip)
-            if lines.width and lines.height:
-                yield region, clip, widget.render_lines(lines.translate(-region.offset))
+            strips = widget.render_lines(lines.translate(-region.offset))
+            if len(strips) >= lines.height:  # (a short render leaves its last lines to others)
+                for y in todo:
+                    filled.setdefault(y, []).append((lines.x, lines.right))
+            yield region, clip, strips
+
+
+def spans_fill(spans: Iterable[tuple[int, int]], left: int, right: int) -> bool:
+    """The spans (x, end) together cover every column from ``left`` to ``right``."""
+    x = left
+    for start, end in sorted(spans):
+        if start > x:
+            break
+        x = max(x, end)
+    return x >= right
 
 
 def crop_renders(screen: Screen[Any]) -> None:
