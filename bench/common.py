@@ -381,15 +381,22 @@ class TmuxDashboard:
     """``refine tui`` in a detached tmux session: a real terminal, a real process to measure."""
 
     def __init__(
-        self, path: str | Path, size: tuple[int, int] = (120, 40), args: Sequence[str] = ()
+        self,
+        path: str | Path,
+        size: tuple[int, int] = (120, 40),
+        args: Sequence[str] = (),
+        *,
+        command: Sequence[str] = (),
     ) -> None:
-        """``args``: ``refine tui``'s options (``--no-pulses``)."""
+        """``args``: ``refine tui``'s options (``--no-pulses``); ``command``: another program
+        to run there instead (``path`` unused)."""
         self.session = f"refine-bench-{os.getpid()}-{time.monotonic_ns() % 10**9}"
         # A tmux server of its own (-L): the shared one exits with its last session, and a new
         # session asked for meanwhile failed (a whole `python -m bench` run lost at its end).
         self.socket = self.session
-        command = [sys.executable, "-m", "refine_tui.cli", "--journal", str(path)]
-        command += ["--node", NODE, "tui", *args]
+        if not command:
+            command = [sys.executable, "-m", "refine_tui.cli", "--journal", str(path)]
+            command += ["--node", NODE, "tui", *args]
         # A tmux server started earlier (by anyone) gives a new session its own environment:
         # pass ours, so the pane runs this tree's code (PYTHONPATH), not the server's.
         env = f"PYTHONPATH={os.environ.get('PYTHONPATH', '')}"

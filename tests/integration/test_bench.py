@@ -330,3 +330,27 @@ def test_the_new_rows_bench_lists_its_size_before_the_stream(
     assert new_rows.main(["--trees", root, "--goals", "2", "--size", "2", "--rounds", "1"]) == 0
     (line,) = capsys.readouterr().out.splitlines()
     assert line.startswith(f"dashboard, new Goals at 10/s (SQLite, 3 Goals before), {root} | CPU ")
+
+
+def test_the_textual_floor_ticks_its_labels_in_a_real_terminal() -> None:
+    """The floor's app writes its ticking labels once a second in tmux, and an arm's CPU is
+    measured from the app's own process."""
+    import sys
+
+    from bench import textual_floor
+    from bench.common import TmuxDashboard
+    from bench.idle import SIZE
+
+    command = [sys.executable, "-m", "bench.textual_floor", "--app", "2"]
+    with TmuxDashboard("", SIZE, command=command) as pane:
+
+        def ticked(screen: str) -> bool:
+            labels = [line.strip() for line in screen.splitlines()[: textual_floor.LABELS]]
+            if len(labels) < 3 or labels[2] != "2":  # not shown yet (the third never ticks)
+                return False
+            return labels[0] == labels[1] and labels[0] not in ("0", "1")  # both written
+
+        pane.wait_for(ticked, timeout=30)
+        assert pane.process.name().startswith("python")
+    # A % of one core (its few ms over half a second may round to 0 at the kernel's 10 ms ticks).
+    assert 0 <= textual_floor.arm_cpu(command, 0.5, "   6") < 100
