@@ -16,6 +16,9 @@ Why each is used (what the public API does not offer):
 - ``XTermParser`` / ``ParseError``, the parser's timeout and the driver's app, loop and debug
   flag: ``QuietLinuxDriver`` replaces ``LinuxDriver.run_input_thread`` with a loop that sleeps
   until input comes.
+- ``CroppedCompositor`` (``crop_renders``): the screen's compositor with its ``_get_renders``
+  overridden (and ``_render_chops`` wrapped, to know the update's lines): a partial update asks
+  each widget only for the dirty lines it shows, and none that the widgets above it fill.
 - For tests only: the notifications shown, the compositor's full render, the batch depth.
 
 Textual uses that a public API now covers are not here: a region's repaint is
@@ -84,8 +87,8 @@ class CroppedCompositor(Compositor):
     ``_render_chops`` places the lines where they were).
 
     Widgets come top first, and the first strip to fill a cut wins: a widget whose lines the
-    widgets above it already fill (the containers under a table) is not asked at all. Under a
-    stream of new Goals those were a fifth of a frame (four containers, every line).
+    widgets above it already fill is not asked at all (the four containers under the Goals
+    table were asked for every line of each update the table made).
     """
 
     _rendered_line: Callable[[int], bool] = staticmethod(lambda y: True)
