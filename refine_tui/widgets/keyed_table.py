@@ -230,6 +230,9 @@ class KeyedTable(DataTableDoor):
         stripe = index % 2 if self.zebra_stripes else 0
         return (found[0].value, found[1], stripe), cells, index
 
+    def one_line_rows(self) -> bool:
+        return True  # rows are added at DataTable's default height, one line
+
     def _lines_kept(self) -> bool:
         """Lines are kept for a row-cursor table of fixed widths with no fixed rows or columns,
         and only within a frame (what they depend on is held for it)."""

@@ -15,6 +15,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+import pytest
 from rich.style import Style
 from rich.text import Text
 from textual.app import App, ComposeResult
@@ -76,6 +77,11 @@ def test_datatable_has_the_private_members_the_door_uses() -> None:
         assert isinstance(getattr(table, cache), LRUCache), cache
     assert isinstance(table._row_render_cache, LRUCache)
     assert isinstance(type(table)._row_label_column_width, property)
+    # Overridden for one-line rows: both are properties DataTable reads as sequences.
+    assert isinstance(DataTable._y_offsets, property) and isinstance(
+        DataTable.ordered_rows, property
+    )
+    assert isinstance(table._ordered_row_cache, LRUCache)
 
 
 def test_datatable_private_methods_keep_their_signatures() -> None:
@@ -114,6 +120,47 @@ async def test_the_row_locations_map_keys_and_indexes_both_ways() -> None:
         table.set_row_order(["r4", "r3", "r2", "r1", "r0"])
         assert table._update_count == count + 1
         assert table.coordinate_to_cell_key(Coordinate(0, 0)).row_key == RowKey("r4")
+
+
+class OneLineDoor(DataTableDoor):
+    def one_line_rows(self) -> bool:
+        return True
+
+
+class OneLineApp(TableApp):
+    def compose(self) -> ComposeResult:
+        yield OneLineDoor(cursor_type="row")
+
+
+async def test_one_line_rows_map_lines_and_order_rows_as_datatable_does() -> None:
+    """Read off the row order instead of rebuilt lists: every line's row, the rows in order,
+    the rows' regions and the table's height are DataTable's own, after rows were added in
+    place and put in another order; and a cleared table has none."""
+    app = OneLineApp()
+    async with app.run_test(size=SIZE) as pilot:
+        table = app.query_one(OneLineDoor)
+        await pilot.pause()
+        table.add_row_in_place(["r9", Text("new")], "r9")
+        table.set_row_order(["r9", "r4", "r0", "r3", "r2", "r1"])
+        table._offset_cache.clear()
+        table._ordered_row_cache.clear()
+        offsets = [table._get_offsets(y) for y in range(table.header_height + 6)]
+        with pytest.raises(LookupError):
+            table._get_offsets(table.header_height + 7)
+        regions = [table._get_row_region(i) for i in range(6)]
+        assert not table._offset_cache and not table._ordered_row_cache  # no list was built
+        theirs = DataTable._y_offsets.fget(table)  # type: ignore[attr-defined]
+        assert offsets[1:] == theirs == list(table._y_offsets) and len(table._y_offsets) == 6
+        assert table._y_offsets[-1] == theirs[-1] and table._y_offsets[1:3] == theirs[1:3]
+        assert list(table.ordered_rows) == DataTable.ordered_rows.fget(table)  # type: ignore[attr-defined]
+        assert table.ordered_rows[:2] == [table.rows[RowKey("r9")], table.rows[RowKey("r4")]]
+        assert regions == [Region(0, 1 + i, table.size.width, 1) for i in range(6)]
+        table.move_cursor(row=5)
+        await pilot.pause()
+        assert table.virtual_size.height == table.header_height + 6
+        assert table.coordinate_to_cell_key(table.cursor_coordinate).row_key == RowKey("r1")
+        table.clear()
+        assert len(table._y_offsets) == 0 and list(table.ordered_rows) == []
 
 
 async def test_a_row_added_in_place_keeps_the_counter_and_is_not_measured() -> None:
