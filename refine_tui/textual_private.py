@@ -50,7 +50,7 @@ from textual.strip import Strip
 from textual.widgets import DataTable, Footer
 from textual.widgets._data_table import TwoWayDict  # type: ignore[attr-defined]  # not in its __all__
 from textual.widgets._footer import FooterKey
-from textual.widgets.data_table import ColumnKey, Row, RowKey
+from textual.widgets.data_table import ColumnKey, RowKey
 
 __all__ = [
     "DataTableDoor",
@@ -208,23 +208,26 @@ class DataTableDoor(DataTable[RenderableType]):
     # --- rows -----------------------------------------------------------------------------------
 
     def one_line_rows(self) -> bool:
-        """Every row is one line high (override to say so): the table's line → row map and its
-        rows in order are then read off the row order, not rebuilt after each reorder."""
+        """Every row is one line high (override to say so): the table's line → row map and a
+        row's region are then read off the row order, not off lists rebuilt after each reorder."""
         return False
 
-    # DataTable rebuilds both lists (O(n) each) whenever its counter moves, which
-    # a new Goal above the cursor does: ≈ 5 % of a dashboard's CPU under 50 new Goals a second.
+    # DataTable rebuilds its line → row list (O(n)) whenever its counter moves, which a new Goal
+    # above the cursor does, and a row's region sums the heights of the rows above it in a list
+    # of the rows in order, also rebuilt (O(n)): ≈ 5 % of a dashboard's CPU under 50 new Goals
+    # a second, profiled.
     @property
     def _y_offsets(self) -> Sequence[tuple[RowKey, int]]:  # type: ignore[override]
         if not self.one_line_rows():
             return cast(Sequence[tuple[RowKey, int]], DataTable._y_offsets.fget(self))  # type: ignore[attr-defined]
         return _RowLines(self._row_locations, self.row_count)
 
-    @property
-    def ordered_rows(self) -> Sequence[Row]:  # type: ignore[override]
-        if not self.one_line_rows():
-            return DataTable.ordered_rows.fget(self)  # type: ignore[attr-defined,no-any-return]
-        return _OrderedRows(self.rows, self._row_locations)
+    def _get_row_region(self, row_index: int) -> Region:
+        if not self.one_line_rows() or not self.is_valid_row_index(row_index):
+            return super()._get_row_region(row_index)
+        widths = sum(column.get_render_width(self) for column in self.columns.values())
+        y = row_index + (self.header_height if self.show_header else 0)  # one line a row above
+        return Region(0, y, max(self.size.width, widths + self._row_label_column_width), 1)
 
     def row_at_line(self, y: int) -> tuple[RowKey, int] | None:
         """The data row on the table's line ``y`` (from its top, the header included) and the
@@ -408,28 +411,6 @@ class _RowLines(Sequence[tuple[RowKey, int]]):
 
     def clear(self) -> None:
         """(DataTable.clear clears the list it got: here there is none to clear.)"""
-
-
-class _OrderedRows(Sequence[Row]):
-    """DataTable's rows in the order shown, read off the row order."""
-
-    def __init__(self, rows: Mapping[RowKey, Row], locations: Any) -> None:
-        self._rows, self._locations = rows, locations
-
-    def __len__(self) -> int:
-        return len(self._rows)
-
-    @overload
-    def __getitem__(self, index: int) -> Row: ...
-    @overload
-    def __getitem__(self, index: slice) -> list[Row]: ...
-    def __getitem__(self, index: int | slice) -> Row | list[Row]:
-        if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(len(self._rows)))]
-        at = index + len(self._rows) if index < 0 else index
-        if not 0 <= at < len(self._rows):
-            raise IndexError(index)
-        return self._rows[self._locations.get_key(at)]
 
 
 def _discard(cache: Any, stale: Callable[[Any], bool]) -> None:  # cache: textual LRUCache

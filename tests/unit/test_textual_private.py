@@ -104,6 +104,7 @@ def test_datatable_private_methods_keep_their_signatures() -> None:
     assert params("_should_highlight") == ["self", "cursor", "target_cell", "type_of_cursor"]
     assert params("_render_line") == ["self", "y", "x1", "x2", "base_style"]
     assert params("_get_offsets") == ["self", "y"]
+    assert params("_get_row_region") == ["self", "row_index"]
     assert params("_on_click") == ["self", "event"]
     assert params("_on_mouse_move") == ["self", "event"]
     assert len(inspect.signature(DataTable._get_styles_to_render_cell).parameters) == 10
@@ -132,10 +133,10 @@ class OneLineApp(TableApp):
         yield OneLineDoor(cursor_type="row")
 
 
-async def test_one_line_rows_map_lines_and_order_rows_as_datatable_does() -> None:
-    """Read off the row order instead of rebuilt lists: every line's row, the rows in order,
-    the rows' regions and the table's height are DataTable's own, after rows were added in
-    place and put in another order; and a cleared table has none."""
+async def test_one_line_rows_map_lines_and_place_rows_as_datatable_does() -> None:
+    """Read off the row order instead of lists rebuilt: every line's row, the rows' regions and
+    the table's height are DataTable's own, after rows were added in place and put in another
+    order, and no list was built; a cleared table has none."""
     app = OneLineApp()
     async with app.run_test(size=SIZE) as pilot:
         table = app.query_one(OneLineDoor)
@@ -152,15 +153,15 @@ async def test_one_line_rows_map_lines_and_order_rows_as_datatable_does() -> Non
         theirs = DataTable._y_offsets.fget(table)  # type: ignore[attr-defined]
         assert offsets[1:] == theirs == list(table._y_offsets) and len(table._y_offsets) == 6
         assert table._y_offsets[-1] == theirs[-1] and table._y_offsets[1:3] == theirs[1:3]
-        assert list(table.ordered_rows) == DataTable.ordered_rows.fget(table)  # type: ignore[attr-defined]
-        assert table.ordered_rows[:2] == [table.rows[RowKey("r9")], table.rows[RowKey("r4")]]
+        assert regions == [DataTable._get_row_region(table, i) for i in range(6)]
         assert regions == [Region(0, 1 + i, table.size.width, 1) for i in range(6)]
+        assert table._get_row_region(6) == Region(0, 0, 0, 0)  # no such row
         table.move_cursor(row=5)
         await pilot.pause()
         assert table.virtual_size.height == table.header_height + 6
         assert table.coordinate_to_cell_key(table.cursor_coordinate).row_key == RowKey("r1")
         table.clear()
-        assert len(table._y_offsets) == 0 and list(table.ordered_rows) == []
+        assert len(table._y_offsets) == 0
 
 
 async def test_a_row_added_in_place_keeps_the_counter_and_is_not_measured() -> None:
