@@ -9,8 +9,10 @@ Why each is used (what the public API does not offer):
   order without DataTable's table-wide counter that re-renders every visible cell; reusing a
   cell's render by its content; one line of text rendered without Rich's render pipeline; a
   row's line kept by its key so a row that moved is not rendered again, and the row a mouse
-  event is on set right for DataTable's handlers (``widgets/keyed_table.py`` says why each is
-  worth it, with its figures).
+  event is on set right for DataTable's handlers; with rows one line high, a line's row and a
+  row's region read off the row order (``_y_offsets``, ``_get_row_region``) instead of lists
+  rebuilt after each reorder (``widgets/keyed_table.py`` says why each is worth it, with its
+  figures).
 - ``FooterKey`` and its enabled flag, and the Footer's "bindings ready" flag: ``KeyFooter``
   updates key widgets in place instead of recomposing the footer.
 - ``XTermParser`` / ``ParseError``, the parser's timeout and the driver's app, loop and debug
@@ -151,8 +153,10 @@ def crop_renders(screen: Screen[Any]) -> None:
 class DataTableDoor(DataTable[RenderableType]):
     """DataTable with the private members ``KeyedTable`` relies on, each behind a named method.
 
-    Two private methods are overridden here only, to call public-named hooks: ``render_cell``
-    (a cell's render, DataTable's ``_render_cell``) and ``caches_cleared``.
+    Private methods are overridden here only: to call public-named hooks (``render_cell`` for
+    ``_render_cell``, ``caches_cleared``, ``render_table_line`` for ``_render_line``,
+    ``place_mouse_meta`` before the mouse handlers), and, for rows one line high
+    (``one_line_rows``), ``_y_offsets`` and ``_get_row_region``.
     """
 
     # --- hooks ----------------------------------------------------------------------------------
