@@ -227,10 +227,16 @@ def test_closing_the_tab_ends_its_process_and_stopping_serve_ends_the_rest(brows
     served = serve()
     first, second = open_dashboard(browser, served), open_dashboard(browser, served)
     wait_for(lambda: len(served.children()) == 2, "one refine tui per tab")
+    for page in (first, second):  # each has read the journal (it showed "opening…" at first)
+        wait_for(lambda page=page: "build-docs" in screen(page), "the goal row in each tab")
     pids = {p.pid for p in served.children()}
     first.close()
     wait_for(lambda: len(served.children()) == 1, "the closed tab's refine tui to end")
-    assert "build-docs" in screen(second)
+    added = refine(
+        served.journal, "goal", "add", "--id", "lint", "--title", "lint it", "--", "true"
+    )
+    assert added.returncode == 0, added.stderr
+    wait_for(lambda: "lint it" in screen(second), "the open tab following a commit")
     stop_served(served)  # with a tab still open
     assert not [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"]
 
