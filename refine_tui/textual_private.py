@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, cast, overload
+from typing import Any
 
 from rich.console import RenderableType
 from rich.segment import Segment
@@ -221,9 +221,9 @@ class DataTableDoor(DataTable[RenderableType]):
     # of the rows in order, also rebuilt (O(n)): ≈ 5 % of a dashboard's CPU under 50 new Goals
     # a second, profiled.
     @property
-    def _y_offsets(self) -> Sequence[tuple[RowKey, int]]:  # type: ignore[override]
+    def _y_offsets(self) -> list[tuple[RowKey, int]] | _RowLines:  # type: ignore[override]
         if not self.one_line_rows():
-            return cast(Sequence[tuple[RowKey, int]], DataTable._y_offsets.fget(self))  # type: ignore[attr-defined]
+            return super()._y_offsets
         return _RowLines(self._row_locations, self.row_count)
 
     def _get_row_region(self, row_index: int) -> Region:
@@ -392,8 +392,9 @@ class DataTableDoor(DataTable[RenderableType]):
             rows.set(key, (render[0], cells))
 
 
-class _RowLines(Sequence[tuple[RowKey, int]]):
-    """DataTable's list of (row, line within it) for each line, for rows one line high."""
+class _RowLines:
+    """DataTable's list of (row, line within it) for each line, for rows one line high: what
+    DataTable asks of it (its length, a line by index, ``clear``), read off the row order."""
 
     def __init__(self, locations: Any, count: int) -> None:  # locations: TwoWayDict
         self._locations, self._count = locations, count
@@ -401,13 +402,7 @@ class _RowLines(Sequence[tuple[RowKey, int]]):
     def __len__(self) -> int:
         return self._count
 
-    @overload
-    def __getitem__(self, y: int) -> tuple[RowKey, int]: ...
-    @overload
-    def __getitem__(self, y: slice) -> list[tuple[RowKey, int]]: ...
-    def __getitem__(self, y: int | slice) -> tuple[RowKey, int] | list[tuple[RowKey, int]]:
-        if isinstance(y, slice):
-            return [self[i] for i in range(*y.indices(self._count))]
+    def __getitem__(self, y: int) -> tuple[RowKey, int]:
         index = y + self._count if y < 0 else y
         if not 0 <= index < self._count:
             raise IndexError(y)
