@@ -32,11 +32,13 @@ from textual.cache import LRUCache
 from textual.color import Color
 from textual.css.styles import RenderStyles
 from textual.geometry import Region
+from textual.scrollbar import ScrollBar
 from textual.strip import Strip
 from textual.widgets.data_table import ColumnKey, RowDoesNotExist, RowKey
 
 from refine_tui.format import literal, literal_text
 from refine_tui.textual_private import DataTableDoor
+from refine_tui.widgets.steady_scrollbar import SteadyScrollBar
 
 
 @dataclass(frozen=True)
@@ -230,6 +232,9 @@ class KeyedTable(DataTableDoor):
         stripe = index % 2 if self.zebra_stripes else 0
         return (found[0].value, found[1], stripe), cells, index
 
+    def make_vertical_scrollbar(self, thickness: int) -> ScrollBar:
+        return SteadyScrollBar(vertical=True, name="vertical", thickness=thickness)
+
     def one_line_rows(self) -> bool:
         return True  # rows are added at DataTable's default height, one line
 
@@ -418,7 +423,7 @@ class KeyedTable(DataTableDoor):
         selected = self.selected_key
         self.set_row_order(keys)
         self._cells = {k: self._cells[k] for k in keys}
-        self.refresh()
+        self.refresh(Region(0, 0, *self.scrollable_content_region.size))  # not the scrollbar
         if selected is not None:
             self.settle_dimensions()
             self.select(selected)

@@ -81,6 +81,9 @@ def test_datatable_has_the_private_members_the_door_uses() -> None:
     # cache) are no longer built for a row's region.
     assert isinstance(DataTable._y_offsets, property)
     assert isinstance(table._ordered_row_cache, LRUCache)
+    # The vertical scrollbar: made on first use into this slot, then started by the App.
+    assert table._vertical_scrollbar is None
+    assert list(inspect.signature(App._start_widget).parameters) == ["self", "parent", "widget"]
 
 
 def test_datatable_private_methods_keep_their_signatures() -> None:
@@ -104,9 +107,16 @@ def test_datatable_private_methods_keep_their_signatures() -> None:
     assert params("_render_line") == ["self", "y", "x1", "x2", "base_style"]
     assert params("_get_offsets") == ["self", "y"]
     assert params("_get_row_region") == ["self", "row_index"]
+    assert params("_get_fixed_offset") == ["self"]
     assert params("_on_click") == ["self", "event"]
     assert params("_on_mouse_move") == ["self", "event"]
     assert len(inspect.signature(DataTable._get_styles_to_render_cell).parameters) == 10
+
+
+def test_the_row_order_answers_every_method_of_datatables_map() -> None:
+    """A method Textual adds to its map would read dicts the row order does not keep."""
+    methods = {name for name, value in vars(door.TwoWayDict).items() if callable(value)}
+    assert methods <= set(vars(door._RowOrder)), methods - set(vars(door._RowOrder))
 
 
 async def test_the_row_locations_map_keys_and_indexes_both_ways() -> None:
@@ -161,6 +171,68 @@ async def test_one_line_rows_map_lines_and_place_rows_as_datatable_does() -> Non
         assert table.coordinate_to_cell_key(table.cursor_coordinate).row_key == RowKey("r1")
         table.clear()
         assert len(table._y_offsets) == 0
+
+
+async def test_rows_put_in_order_are_found_as_datatables_own_map_finds_them() -> None:
+    """The row order kept as keys and an index by their text answers every question DataTable
+    asks of its map as the map ``DataTable.sort`` builds would, after rows were put in order
+    twice and a row was added; reuses the rows' keys; and DataTable's own row removal and
+    clearing still work on it."""
+    app = TableApp()
+    async with app.run_test(size=SIZE) as pilot:
+        table = app.query_one(DataTableDoor)
+        await pilot.pause()
+        keys = {key.value: key for key in table.rows}
+        table.set_row_order(["r4", "r0", "r3", "r2", "r1"])
+        table.set_row_order(["r3", "r4", "r0", "r2", "r1"])
+        table.add_row("r9", Text("new"), key="r9")
+        order = ["r3", "r4", "r0", "r2", "r1", "r9"]
+        theirs = door.TwoWayDict({RowKey(k): i for i, k in enumerate(order)})
+        ours = table._row_locations
+        assert type(ours) is not door.TwoWayDict and len(ours) == len(theirs) == 6
+        assert [key.value for key in ours] == order
+        assert all(key is keys[key.value] for key in ours if key.value != "r9")  # not made anew
+        for text in [*order, "r7"]:
+            for key in (text, RowKey(text)):
+                assert ours.get(key) == theirs.get(key) and (key in ours) == (key in theirs)
+        for index in range(-2, 8):
+            assert ours.get_key(index) == theirs.get_key(index)
+            assert ours.contains_value(index) == theirs.contains_value(index)
+        with pytest.raises(TypeError):
+            del ours[RowKey("r3")]
+        with pytest.raises(IndexError):
+            ours[RowKey("r8")] = 9
+        assert table.get_row_index("r0") == 2 and table.get_row_at(5)[0] == "r9"
+        table.remove_row("r4")
+        assert [table.coordinate_to_cell_key(Coordinate(i, 0)).row_key.value for i in range(5)] == [
+            "r3",
+            "r0",
+            "r2",
+            "r1",
+            "r9",
+        ]
+        table.clear()
+        assert table.row_count == 0
+
+
+async def test_one_line_rows_fixed_room_is_datatables_without_the_rows_list() -> None:
+    """The fixed rows' and columns' room is DataTable's own, with and without fixed rows and
+    columns, and is found without building DataTable's list of rows in order."""
+    app = OneLineApp()
+    async with app.run_test(size=SIZE) as pilot:
+        table = app.query_one(OneLineDoor)
+        await pilot.pause()
+        for fixed_rows, fixed_columns in [(0, 0), (2, 1), (9, 0)]:
+            table.fixed_rows, table.fixed_columns = fixed_rows, fixed_columns
+            table.set_row_order(["r4", "r0", "r3", "r2", "r1"])
+            table._ordered_row_cache.clear()
+            ours = table._get_fixed_offset()
+            assert not table._ordered_row_cache  # no list was built
+            assert ours == DataTable._get_fixed_offset(table), (fixed_rows, fixed_columns)
+        table.fixed_rows = table.fixed_columns = 0
+        table.move_cursor(row=3)
+        await pilot.pause()
+        assert not table._ordered_row_cache  # nor for a cursor's move and scroll
 
 
 async def test_a_row_added_in_place_keeps_the_counter_and_is_not_measured() -> None:
