@@ -420,10 +420,11 @@ class KeyedTable(DataTableDoor):
 
     def _reorder(self, keys: list[str]) -> None:
         """Put the rows in the order of ``keys`` (as DataTable.sort does), cursor on its key."""
-        selected = self.selected_key
+        selected, shown = self.selected_key, self.visible_keys()
         self.set_row_order(keys)
         self._cells = {k: self._cells[k] for k in keys}
-        self.refresh(Region(0, 0, *self.scrollable_content_region.size))  # not the scrollbar
+        if self.visible_keys() != shown:  # rows moved below the window change nothing on screen
+            self.refresh(Region(0, 0, *self.scrollable_content_region.size))  # not the scrollbar
         if selected is not None:
             self.settle_dimensions()
             self.select(selected)

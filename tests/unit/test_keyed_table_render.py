@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
@@ -30,6 +31,10 @@ class TableApp(App[None]):
 
     def compose(self) -> ComposeResult:
         yield KeyedTable(self.columns)
+
+
+class FullHeightApp(TableApp):
+    CSS = "KeyedTable { height: 1fr; }"  # as the dashboard's: its size never waits on its rows
 
 
 def rows(n: int, status: str = "queued", age: str = "1s") -> dict[str, tuple]:
@@ -101,8 +106,9 @@ async def test_rows_changed_off_screen_show_their_new_cells_when_scrolled_to() -
         assert screen(app) == await fresh_screen(data, "r00", table.scroll_y)
 
 
-async def test_appended_and_dropped_rows_leave_no_stale_line() -> None:
-    app = TableApp()
+@pytest.mark.parametrize("app_type", [TableApp, FullHeightApp])  # auto height; the dashboard's
+async def test_appended_and_dropped_rows_leave_no_stale_line(app_type: type[TableApp]) -> None:
+    app = app_type()
     async with app.run_test(size=SIZE) as pilot:
         table = app.query_one(KeyedTable)
         data = rows(4)
@@ -114,7 +120,7 @@ async def test_appended_and_dropped_rows_leave_no_stale_line() -> None:
             data[f"r{i:02d}"] = (f"r{i:02d}", Text("queued"), "0s")
             table.upsert(f"r{i:02d}", data[f"r{i:02d}"])
         await pilot.pause()
-        assert screen(app) == await fresh_screen(data, "r00", 0)
+        assert screen(app) == await fresh_screen(data, "r00", 0, app_type=app_type)
         table.drop("r02")
         del data["r02"]
         for i in range(7, 30):  # enough to scroll; the cursor follows the last one
@@ -128,12 +134,15 @@ async def test_appended_and_dropped_rows_leave_no_stale_line() -> None:
         data["r30"] = ("r30", Text("new"), "0s")
         table.upsert("r30", data["r30"])
         await pilot.pause()
-        assert screen(app) == await fresh_screen(data, "r29", table.scroll_y)
+        assert screen(app) == await fresh_screen(data, "r29", table.scroll_y, app_type=app_type)
 
 
-async def test_a_column_sized_to_content_widens_for_new_and_changed_rows() -> None:
+@pytest.mark.parametrize("app_type", [TableApp, FullHeightApp])
+async def test_a_column_sized_to_content_widens_for_new_and_changed_rows(
+    app_type: type[TableApp],
+) -> None:
     columns = (Column("id", "Id", 6), Column("note", "Note", None))
-    app = TableApp(columns)
+    app = app_type(columns)
     async with app.run_test(size=SIZE) as pilot:
         table = app.query_one(KeyedTable)
         data = {f"r{i}": (f"r{i}", "ok") for i in range(3)}
@@ -142,11 +151,11 @@ async def test_a_column_sized_to_content_widens_for_new_and_changed_rows() -> No
         data["r3"] = ("r3", "a much longer note")
         table.upsert("r3", data["r3"])
         await pilot.pause()
-        assert screen(app) == await fresh_screen(data, "r0", 0, columns)
+        assert screen(app) == await fresh_screen(data, "r0", 0, columns, app_type)
         data["r1"] = ("r1", "an even longer note here")
         table.upsert("r1", data["r1"])
         await pilot.pause()
-        assert screen(app) == await fresh_screen(data, "r0", 0, columns)
+        assert screen(app) == await fresh_screen(data, "r0", 0, columns, app_type)
 
 
 def styled_screen(app: App) -> list[list[tuple[str, str]]]:
@@ -325,10 +334,6 @@ async def test_styles_held_through_a_frame_follow_a_change_at_the_next() -> None
         assert after == styled_screen(fresh) != before
 
 
-class FullHeightApp(TableApp):
-    CSS = "KeyedTable { height: 1fr; }"  # as the dashboard's: its size never waits on its rows
-
-
 async def test_a_row_added_above_the_cursor_scrolls_with_the_rows_before_any_frame() -> None:
     """The cursor at the bottom follows its row down, and the table scrolls as the rows move,
     not a frame later (DataTable waits for its idle re-size: a frame showed the rows moved and
@@ -406,6 +411,38 @@ async def test_a_row_that_only_moved_is_not_rendered_again() -> None:
         # the header is kept too (DataTable's own cache of it is keyed by a counter new rows bump)
         moved = styled_screen(app)
     assert moved == await fresh_styled_screen(data, "r29", FullHeightApp)
+
+
+def counting_window_lines(table: KeyedTable) -> list[int]:
+    """Record each line of the table the styles cache asks for from now on (a repaint)."""
+    asked: list[int] = []
+    render_line = table.render_line
+
+    def rendering(y: int) -> Any:
+        asked.append(y)
+        return render_line(y)
+
+    table.render_line = rendering  # type: ignore[method-assign]
+    return asked
+
+
+async def test_rows_added_below_the_window_repaint_nothing_in_it() -> None:
+    """A new row sorted below the window grows the table (its scrollbar shows it) but draws no
+    line of the window again; one sorted into the window repaints it; the screen is a fresh
+    table's after each."""
+    app = FullHeightApp()
+    async with app.run_test(size=SIZE) as pilot:
+        table, data = await focused_table(app, pilot, 30, "r00")
+        asked = counting_window_lines(table)
+        for n in range(3):
+            data = insert_above(table, data, f"r25-{n}")
+            await pilot.pause()
+        assert asked == [] and table.virtual_size.height == 1 + 33
+        assert styled_screen(app) == await fresh_styled_screen(data, "r00", FullHeightApp)
+        data = insert_above(table, data, "r03-0")
+        await pilot.pause()
+        assert len(set(asked)) >= SIZE[1] - 4  # the rows below the new one moved down
+        assert styled_screen(app) == await fresh_styled_screen(data, "r00", FullHeightApp)
 
 
 async def test_a_click_selects_the_row_on_that_line_after_rows_moved() -> None:

@@ -235,6 +235,47 @@ async def test_one_line_rows_fixed_room_is_datatables_without_the_rows_list() ->
         assert not table._ordered_row_cache  # nor for a cursor's move and scroll
 
 
+class WideningApp(App[None]):
+    CSS = "OneLineDoor { height: 1fr; }"  # its size never waits on its rows
+
+    def compose(self) -> ComposeResult:
+        yield OneLineDoor(cursor_type="row")
+
+    def on_mount(self) -> None:
+        table = self.query_one(OneLineDoor)
+        table.add_column("Note", key="note")  # sized to its content, before another column
+        table.add_column("Id", key="id", width=4)
+        for n in range(3):
+            table.add_row(f"n{n}", f"r{n}", key=f"r{n}")
+
+
+def table_text(app: App[Any]) -> list[str]:
+    return ["".join(strip.text for strip in line) for line in door.render_screen(app.screen).strips]
+
+
+async def test_a_one_line_table_that_grew_shows_its_new_rows_and_its_wider_columns() -> None:
+    """The new height only lays the table out: the rows it added are drawn, and a column
+    that widened (what follows it moves) draws every line again, as a fresh table draws them."""
+    app = WideningApp()
+    async with app.run_test(size=SIZE) as pilot:
+        table = app.query_one(OneLineDoor)
+        await pilot.pause()
+        table.add_row("n3", "r3", key="r3")
+        await pilot.pause()
+        assert table_text(app)[4].split() == ["n3", "r3"]
+        table.add_row("a much longer note", "r4", key="r4")
+        await pilot.pause()
+        grown = table_text(app)
+    fresh = WideningApp()
+    async with fresh.run_test(size=SIZE) as pilot:
+        table = fresh.query_one(OneLineDoor)
+        table.add_row("n3", "r3", key="r3")
+        table.add_row("a much longer note", "r4", key="r4")
+        await pilot.pause()
+        assert grown == table_text(fresh)
+        assert grown[1].split() == ["n0", "r0"] and grown[1].index("r0") > 18
+
+
 async def test_a_row_added_in_place_keeps_the_counter_and_is_not_measured() -> None:
     app = TableApp()
     async with app.run_test(size=SIZE) as pilot:
