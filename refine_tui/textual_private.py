@@ -479,18 +479,20 @@ class _RowOrder(TwoWayDict[RowKey, int]):
     (``add_row``). DataTable never deletes from it (``remove_row`` builds a new map).
     """
 
-    def __init__(self, keys: list[RowKey]) -> None:
-        self._keys = keys
-        self._index: dict[object, int] = {_slot(key): i for i, key in enumerate(keys)}
+    def __init__(self, keys: list[RowKey], index: dict[object, int]) -> None:
+        self._keys, self._index = keys, index  # index: each key's text (or itself) → its place
 
     @classmethod
     def of(cls, rows: TwoWayDict[RowKey, int], order: Iterable[str]) -> _RowOrder:
         """The map of the rows of ``rows`` (exactly ``order``) in the order of ``order``."""
+        texts = list(order)
         if isinstance(rows, _RowOrder):
             keys, index = rows._keys, rows._index
-            return cls([keys[index[text]] for text in order])
-        known = {_slot(key): key for key in rows}
-        return cls([known[text] for text in order])
+            reused = [keys[index[text]] for text in texts]
+        else:
+            known = {_slot(key): key for key in rows}
+            reused = [known[text] for text in texts]
+        return cls(reused, {text: i for i, text in enumerate(texts)})
 
     def __setitem__(self, key: RowKey, value: int) -> None:
         if value == len(self._keys) and key not in self._index:
