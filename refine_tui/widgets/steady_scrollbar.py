@@ -32,7 +32,7 @@ class SteadyScrollBar(ScrollBar):
     def refresh(
         self, *regions: Region, repaint: bool = True, layout: bool = False, recompose: bool = False
     ) -> Self:
-        if regions or layout or recompose or not repaint or not self.is_mounted:
+        if regions or layout or recompose or not repaint or self.parent is None:
             return super().refresh(*regions, repaint=repaint, layout=layout, recompose=recompose)
         before, shown = self._shown, self.shown()
         self._shown = shown

@@ -445,6 +445,20 @@ async def test_rows_added_below_the_window_repaint_nothing_in_it() -> None:
         assert styled_screen(app) == await fresh_styled_screen(data, "r00", FullHeightApp)
 
 
+async def test_rows_put_in_order_while_the_table_was_hidden_show_when_it_is_shown() -> None:
+    app = FullHeightApp()
+    async with app.run_test(size=SIZE) as pilot:
+        table, data = await focused_table(app, pilot, 30, "r00")
+        table.display = False
+        await pilot.pause()
+        data = insert_above(table, data, "r03-0")  # in the window it will show
+        await pilot.pause()
+        table.display = True
+        table.focus()  # hiding it took the focus away
+        await pilot.pause()
+        assert styled_screen(app) == await fresh_styled_screen(data, "r00", FullHeightApp)
+
+
 async def test_a_click_selects_the_row_on_that_line_after_rows_moved() -> None:
     """A kept line carries, in its cells' mouse meta, the row index where it was drawn; a
     click (and the hover) goes to the row on that line now."""
