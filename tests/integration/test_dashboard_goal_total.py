@@ -1,7 +1,8 @@
-"""The header's count of Goals is counted once per journal, then kept by the creations that
-come after what it counted: it stays exact, a commit landing between a read's poll and its
-count is not counted twice, and the journal is not counted again for each new Goal (on a server,
-each dashboard's count was the server's work on every commit)."""
+"""The header's figures without a statement per commit: the count of Goals is counted once per
+journal, then kept by the creations that come after what it counted (it stays exact, and a
+commit landing between a read's poll and its count is not counted twice); the last commit is
+the newest event the read polled. On a server each was the server's work, per dashboard, on
+every commit."""
 
 from __future__ import annotations
 
@@ -62,3 +63,32 @@ async def test_the_goal_total_stays_exact_counted_once(
             await until(pilot, lambda n=n: f"more{n}" in app.goal_rows)  # a read each
         assert app.header_state.total == 17 == goals_in(path)
         assert len(counts) - counted <= 1  # once, not once per new Goal
+
+
+async def test_the_last_commit_shown_is_the_journals_without_asking_each_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "journal.db"
+    create(path, "g0")
+    asked: list[int] = []
+    last_commit = SqliteJournal.last_commit
+
+    def counting(journal: SqliteJournal) -> tuple[int, float | None]:
+        asked.append(1)
+        return last_commit(journal)
+
+    monkeypatch.setattr(SqliteJournal, "last_commit", counting)
+    app = RefineApp(journal=path, node=NODE)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await loaded(pilot)
+        before = len(asked)
+        for n in range(10):
+            create(path, f"more{n}")
+            await until(pilot, lambda n=n: f"more{n}" in app.goal_rows)  # a read each
+        with sqlite3.connect(path) as db:
+            sequence, at = db.execute(
+                "SELECT sequence, committed_at FROM events ORDER BY sequence DESC LIMIT 1"
+            ).fetchone()
+        await until(pilot, lambda: app.header_state.last_sequence == sequence)
+        assert app.header_state.last_commit == at
+        assert len(asked) - before <= 1
