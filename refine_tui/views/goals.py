@@ -154,8 +154,13 @@ class GoalsView(TableView):
 
     def apply(self, changes: Mapping[str, GoalRow | None]) -> None:
         """Rows a commit changed (None: gone); a new row is listed if it matches the filter, in
-        its place by id as a new list has it (appended, it stayed last until a re-read)."""
-        added = False
+        its place by id as a new list has it (appended, it stayed last until a re-read).
+
+        New rows that sort after every listed one (ids that grow: a sequence, a date) are in
+        their place as appended: the list is not sorted again nor the table put in order, which
+        is O(n) in the list."""
+        last = next(reversed(self.listed), None)  # the list is in id order
+        added: list[str] = []
         for key, row in changes.items():
             if row is None:
                 self.listed.pop(key, None)
@@ -163,13 +168,14 @@ class GoalsView(TableView):
                 self.drop(key)
             elif key in self.listed or self.matches(row):
                 new = key not in self.listed
-                added = added or new
+                if new:
+                    added.append(key)
                 self.listed[key] = row
                 if key in self.unfilled or (new and self.unfilled):
                     self.unfilled[key] = None  # shown in its turn: the order holds
                 else:
                     self.upsert(key, self.cells(row))
-        if added:
+        if added and not _after(last, added):
             self.listed = dict(sorted(self.listed.items()))
             shown = set(self.keys())  # the unfilled ones take their place when they come
             self.order([k for k in self.listed if k in shown])
@@ -245,3 +251,13 @@ def first_screen(height: int) -> int:
     """How many rows a new list shows first: the table's height, and the lines the filter box
     frees when it closes (held paint: not laid out yet); each costs ≈ 0.5 ms to read and add."""
     return max(height, 20) + 4
+
+
+def _after(last: str | None, added: list[str]) -> bool:
+    """The keys added, in the order added, sort after ``last`` and each after the one before."""
+    previous = last
+    for key in added:
+        if previous is not None and key <= previous:
+            return False
+        previous = key
+    return True

@@ -230,6 +230,41 @@ async def test_a_goal_added_while_the_dashboard_is_open_takes_its_sorted_place(
         assert app.selected_goal().goal_id == "migrate-db"  # the cursor stays on its goal
 
 
+async def test_goals_whose_ids_grow_are_appended_without_putting_the_list_in_order(
+    journal_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """New Goals that sort after every listed one are in their place as appended: the list is
+    not sorted again nor the table's order checked against it (O(n) each); one that sorts
+    between still takes its place."""
+    orders: list[int] = []  # the table asked to check its order against the whole list
+    order = KeyedTable.order
+
+    def counting(table: KeyedTable, keys: list[str]) -> None:
+        orders.append(len(keys))
+        order(table, keys)
+
+    monkeypatch.setattr(KeyedTable, "order", counting)
+    app = RefineApp(journal=journal_path, node=NODE)
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        table = goals_table(app)
+        orders.clear()
+        for goal_id in ("zz-1", "zz-2", "zz-3"):
+            commit_in_process(
+                journal_path,
+                f"goals.create(goal_id={goal_id!r}, title='new', node_id='n9', argv=['true'])",
+            )
+            await until(pilot, lambda goal_id=goal_id: {goal_id} <= set(table.keys()))
+        assert orders == []
+        assert table.keys() == sorted(table.keys()) == list(app.goal_rows)
+        commit_in_process(
+            journal_path, "goals.create(goal_id='lint-2', title='new', node_id='n9', argv=['true'])"
+        )
+        await until(pilot, lambda: {"lint-2"} <= set(table.keys()))
+        assert len(orders) == 1
+        assert table.keys() == sorted(table.keys()) == list(app.goal_rows)
+
+
 async def test_the_read_only_header_says_which_role_reads_before_the_url_is_cut(
     postgres_server: PostgresServer, postgres_url: str
 ) -> None:
