@@ -206,10 +206,10 @@ class LiveReader:
                 total, counted_to = journal.count("goal"), journal.last_commit()[0]
         else:
             total, counted_to = self._counted
-        later = [e for e in events if e.sequence > counted_to]
+        later = [e for e in events if e.sequence > counted_to]  # events come in sequence order
         if later:
             total += sum(1 for e in later if e.type == "goal.created")
-            counted_to = max(e.sequence for e in later)
+            counted_to = later[-1].sequence
         self._counted = (total, counted_to)
         return total
 

@@ -255,9 +255,5 @@ def first_screen(height: int) -> int:
 
 def _after(last: str | None, added: list[str]) -> bool:
     """The keys added, in the order added, sort after ``last`` and each after the one before."""
-    previous = last
-    for key in added:
-        if previous is not None and key <= previous:
-            return False
-        previous = key
-    return True
+    keys = added if last is None else [last, *added]
+    return all(a < b for a, b in itertools.pairwise(keys))

@@ -32,11 +32,12 @@ class SteadyScrollBar(ScrollBar):
     def refresh(
         self, *regions: Region, repaint: bool = True, layout: bool = False, recompose: bool = False
     ) -> Self:
-        if regions or layout or recompose or not repaint or self.parent is None:
+        plain = repaint and not (regions or layout or recompose)
+        if not plain or not self.vertical or self.parent is None:
             return super().refresh(*regions, repaint=repaint, layout=layout, recompose=recompose)
         before, shown = self._shown, self.shown()
         self._shown = shown
-        if shown is None or before is None or not self.vertical or not _same_frame(before, shown):
+        if shown is None or before is None or not _same_frame(before, shown):
             return super().refresh()
         pairs = enumerate(zip(before[2], shown[2], strict=True))
         moved = [y for y, (old, new) in pairs if old != new]
