@@ -24,6 +24,7 @@ from store.journal.core import (
     EventRecord,
     Outcome,
     Stored,
+    linked_id,
 )
 from store.journal.locations import BACKENDS as BACKENDS  # the registry, by URL scheme
 from store.journal.locations import JournalLocation, Location
@@ -189,6 +190,20 @@ class Journal(Protocol):
     def load_many(self, aggregate_ids: Sequence[str]) -> dict[str, Stored]:
         """The stored aggregates among ``aggregate_ids`` (missing ones are absent)."""
         ...
+
+    def load_linked(
+        self, aggregate_ids: Sequence[str], field: str, prefix: str
+    ) -> tuple[dict[str, Stored], dict[str, Stored]]:
+        """The stored aggregates among ``aggregate_ids`` and, seen in the same state of the
+        journal, the ones their states' text ``field`` names as ``prefix + value`` (a Goal's
+        current Run: ``"run_id"``, ``"run:"``), each by aggregate id; missing ones are absent.
+
+        Here two reads in a snapshot; a server backend may answer in one statement.
+        """
+        with self.snapshot():
+            stored = self.load_many(aggregate_ids)
+            links = [link for s in stored.values() if (link := linked_id(s, field, prefix))]
+            return stored, self.load_many(links)
 
     def aggregates(
         self,

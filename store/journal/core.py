@@ -346,6 +346,12 @@ def text_field(state: Mapping[str, Any], name: str) -> str | None:
     return value if isinstance(value, str) else None
 
 
+def linked_id(stored: Stored, field: str, prefix: str) -> str | None:
+    """The aggregate a stored state's text ``field`` names, as ``prefix + value`` (or None)."""
+    value = text_field(stored.state, field)
+    return None if value is None else prefix + value
+
+
 def fields_of(text: Any, names: Sequence[str]) -> tuple[Any, ...]:
     """The named top-level fields of a stored state's text, parsed here (None where absent, or
     where the text is not a JSON object): what ``Journal.state_fields`` reads in the database."""

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from store.errors import RefineError
-from store.journal.api import Event, Journal
+from store.journal.api import Event, Journal, Stored
 from store.model.goal import Goal, goal_aggregate_id, goal_from_stored, goal_id_of, run_id_for
 from store.model.run import Run, attempt_id_for, run_aggregate_id, run_from_stored
 from store.records import dataclass
@@ -106,31 +106,27 @@ def goal_fields(
 
 def goals_with_runs(journal: Journal, ids: Sequence[str]) -> dict[str, GoalAndRun | None]:
     """These Goals with their current Runs, in one snapshot (None: no such Goal)."""
-    with journal.snapshot():
-        stored = journal.load_many([goal_aggregate_id(g) for g in ids])
-        goals: dict[str, GoalAndRun] = {}
-        for goal_id in ids:
-            record = stored.get(goal_aggregate_id(goal_id))
-            if record is None:
-                continue
-            try:
-                goals[goal_id] = GoalAndRun(goal_id, goal_from_stored(record))
-            except RefineError as exc:
-                goals[goal_id] = GoalAndRun(goal_id, None, error=exc)
-        run_ids = [e.goal.run_id for e in goals.values() if e.goal is not None]
-        runs = journal.load_many([run_aggregate_id(r) for r in run_ids])
+    goal_ids = [goal_aggregate_id(g) for g in ids]
+    stored, runs = journal.load_linked(goal_ids, "run_id", run_aggregate_id(""))
     found: dict[str, GoalAndRun | None] = {}
-    for goal_id in ids:
-        entry = goals.get(goal_id)
-        if entry is not None and entry.goal is not None:
-            record = runs.get(run_aggregate_id(entry.goal.run_id))
-            try:
-                run = run_from_stored(record) if record is not None else None
-                entry = GoalAndRun(goal_id, entry.goal, run)
-            except RefineError as exc:
-                entry = GoalAndRun(goal_id, entry.goal, run_error=exc)
-        found[goal_id] = entry
+    for goal_id, aggregate_id in zip(ids, goal_ids, strict=True):
+        record = stored.get(aggregate_id)
+        found[goal_id] = None if record is None else _goal_and_run(goal_id, record, runs)
     return found
+
+
+def _goal_and_run(goal_id: str, record: Stored, runs: Mapping[str, Stored]) -> GoalAndRun:
+    """A stored Goal and its Run among ``runs``, each corrupt one kept with its error."""
+    try:
+        goal = goal_from_stored(record)
+    except RefineError as exc:
+        return GoalAndRun(goal_id, None, error=exc)
+    run_record = runs.get(run_aggregate_id(goal.run_id))
+    try:
+        run = run_from_stored(run_record) if run_record is not None else None
+    except RefineError as exc:
+        return GoalAndRun(goal_id, goal, run_error=exc)
+    return GoalAndRun(goal_id, goal, run)
 
 
 def read_goal(journal: Journal, goal_id: str) -> Goal | None:
