@@ -166,6 +166,31 @@ def test_a_followers_reads_are_prepared_once_per_session_and_outlive_a_deallocat
     assert journal.load_many([]) == {}
 
 
+def test_a_read_of_one_id_is_planned_once_not_on_every_execution(
+    journal: PostgresJournal,
+) -> None:
+    """A follower reads the one Goal a commit touched on every commit: by equality, whose plan
+    PostgreSQL keeps (``= ANY`` of an array it plans again each time: most of such a read's
+    server work). Counted in the server's own statistics, not timed."""
+    for agg in ("goal:a", "goal:b"):
+        add(journal, agg)
+    for _ in range(12):
+        assert list(journal.load_many(["goal:a"])) == ["goal:a"]
+        assert list(journal.load_linked(["goal:b"], "n", "run:")[0]) == ["goal:b"]
+    assert sorted(journal.load_many(["goal:a", "goal:b"])) == ["goal:a", "goal:b"]
+    assert journal._conn is not None
+    plans = {
+        row[0]: (row[1], row[2])
+        for row in journal._conn.execute(
+            "SELECT name, generic_plans, custom_plans FROM pg_prepared_statements"
+        ).fetchall()
+    }
+    for one in ("refine_load_one", "refine_load_linked_one"):
+        generic, custom = plans[one]
+        assert generic >= 7 and custom <= 5, (one, plans[one])
+    assert plans["refine_load_many"] == (0, 1)  # two ids: the array's statement
+
+
 def test_a_database_without_a_journal_is_refused_and_nothing_is_created(
     postgres_url: str,
 ) -> None:
