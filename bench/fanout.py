@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import select
 import subprocess
 import sys
@@ -32,6 +33,7 @@ from statistics import median
 from typing import Any
 
 import psutil
+import psycopg
 
 _ROOT = Path(__file__).resolve().parent.parent
 if str(_ROOT) not in sys.path:  # tests/helpers lives beside the package, not in it
@@ -40,7 +42,7 @@ if str(_ROOT) not in sys.path:  # tests/helpers lives beside the package, not in
 from bench.attempts import _cpu  # noqa: E402
 from bench.common import percentile  # noqa: E402
 from bench.fleet import _bare, _end, _env, _refine, _wait  # noqa: E402
-from bench.postgres import server_cpu  # noqa: E402
+from bench.postgres import proc_stat, server_cpu  # noqa: E402
 from store.journal.api import Journal  # noqa: E402
 from store.model.goals import Goals  # noqa: E402
 from tests.helpers.pg_activity import ConnectionSampler  # noqa: E402
@@ -74,6 +76,7 @@ def measure(
                     )
                 )
             readers: list[subprocess.Popen[Any]]
+            readers_role = "dashboard" if dashboards else "follower"
             if dashboards:
                 board = [sys.executable, "-m", "bench.fanout_dashboard", "--journal", _bare(url)]
                 readers = [_dashboard(board, env) for _ in range(followers)]
@@ -93,8 +96,18 @@ def measure(
             time.sleep(SETTLE_S)
             with Journal.open(url) as journal:
                 goals = Goals(journal)
+                goals.read("seed")  # the committer's connection, open before the roles are read
                 families = [q for p in node_procs for q in (p, *p.children())]
                 node_before, readers_before = _cpu(families), _cpu(reader_procs)
+                roles = backend_roles(
+                    url,
+                    {
+                        "node": families,
+                        readers_role: reader_procs,
+                        "committer": [psutil.Process()],
+                    },
+                )
+                backends_before = _backends_cpu(roles)
                 server_before = server_cpu(pg)
                 began = time.monotonic()
                 commits = 0
@@ -114,6 +127,7 @@ def measure(
                 time.sleep(1.0)  # the last notifications are read
                 wall = time.monotonic() - began
                 server = server_cpu(pg) - server_before
+                by_role = _by_role(roles, backends_before, _backends_cpu(roles))
                 node_cpu = _cpu(families) - node_before
                 readers_cpu = _cpu(reader_procs) - readers_before
             rows_ms = [_painted(reader, committed) for reader in readers] if dashboards else []
@@ -128,10 +142,47 @@ def measure(
                 "server_pct": server / wall * 100,
                 "node_pct_each": node_cpu / wall * 100 / max(nodes, 1),
                 "follower_pct_each": readers_cpu / wall * 100 / max(followers, 1),
+                # each role's backends, server CPU ms per commit (all of the role's together)
+                "server_ms_by_role": {role: cpu / commits * 1000 for role, cpu in by_role.items()},
             }
     finally:
         _end(started)
         pg.destroy()
+
+
+def backend_roles(url: str, roles: dict[str, list[psutil.Process]]) -> dict[int, str]:
+    """The server backends serving each role's processes, by their pids: a backend's client
+    port (``pg_stat_activity``) is a local port of one of the role's TCP connections."""
+    ports: dict[int, str] = {}
+    for role, procs in roles.items():
+        for proc in procs:
+            for conn in proc.net_connections(kind="tcp"):
+                if conn.raddr and conn.laddr:
+                    ports[conn.laddr.port] = role
+    with psycopg.connect(url) as conn:
+        rows = conn.execute("SELECT pid, client_port FROM pg_stat_activity").fetchall()
+    return {int(pid): ports[port] for pid, port in rows if port in ports}
+
+
+def _backends_cpu(roles: dict[int, str]) -> dict[int, float]:
+    """CPU seconds each backend has used (a backend gone since is left out)."""
+    found = {}
+    for pid in roles:
+        fields = proc_stat(pid)
+        if fields is not None:
+            found[pid] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return found
+
+
+def _by_role(
+    roles: dict[int, str], before: dict[int, float], after: dict[int, float]
+) -> dict[str, float]:
+    """Each role's backends' CPU seconds between two readings (a backend in both)."""
+    total: dict[str, float] = dict.fromkeys(roles.values(), 0.0)
+    for pid, role in roles.items():
+        if pid in before and pid in after:
+            total[role] += after[pid] - before[pid]
+    return total
 
 
 def _dashboard(
@@ -174,6 +225,19 @@ def _latency(result: dict[str, Any]) -> str:
     return f"p95 {worst:.0f} ms at the slowest dashboard (each: {each} ms); missed {missed}"
 
 
+def _split(runs: list[dict[str, Any]], counts: dict[str, int]) -> str:
+    """The server's CPU per commit by the role its backend serves (medians over the rounds):
+    each node's, each reader's, the committer's, and what no client's backend did (the
+    server's own processes: WAL writer, checkpointer, autovacuum…)."""
+    parts = []
+    roles = runs[0].get("server_ms_by_role", {})
+    for role in roles:
+        each = median(r["server_ms_by_role"][role] for r in runs) / max(counts.get(role, 1), 1)
+        parts.append(f"{role} {each:.2f} ms" + (" each" if role in counts else ""))
+    rest = median(r["server_ms_per_commit"] - sum(r["server_ms_by_role"].values()) for r in runs)
+    return ", ".join([*parts, f"the rest {rest:.2f} ms"])
+
+
 def rows(results: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
     """A line per layout (the median of its rounds, each round's figure after it), then the
     ratio of the largest layout's median server CPU per commit to the smallest's."""
@@ -195,6 +259,13 @@ def rows(results: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
                 f" {median(r['node_pct_each'] for r in runs):.2f} % each (none its own);"
                 f" {readers[:-1]} {median(r['follower_pct_each'] for r in runs):.2f} % each",
                 "node ≤ 0.1 %",
+            )
+        )
+        out.append(
+            (
+                f"fan-out {nodes} + {followers}: server CPU per commit by whose backend",
+                _split(runs, {"node": nodes, "dashboard": followers, "follower": followers}),
+                "",
             )
         )
         for k, r in enumerate(runs if runs[0].get("dashboards") and followers else ()):

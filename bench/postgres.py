@@ -90,13 +90,13 @@ def server_cpu(pg: PostgresServer) -> float:
     while True:  # a child reaped during the scan is in neither sum: scan again
         reaped = _reaped_children(postmaster)
         total = sum(_children_cpu(postmaster))
-        fields = _stat(postmaster)
+        fields = proc_stat(postmaster)
         if fields is not None and int(fields[13]) + int(fields[14]) == reaped:
             own = int(fields[11]) + int(fields[12])
             return (total + own + reaped) / os.sysconf("SC_CLK_TCK")
 
 
-def _stat(pid: int) -> list[str] | None:
+def proc_stat(pid: int) -> list[str] | None:
     """The fields after the command name of /proc/<pid>/stat (None when it is gone)."""
     try:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -105,14 +105,15 @@ def _stat(pid: int) -> list[str] | None:
 
 
 def _reaped_children(pid: int) -> int:
-    fields = _stat(pid)
+    fields = proc_stat(pid)
     return 0 if fields is None else int(fields[13]) + int(fields[14])  # cutime cstime
 
 
 def _children_cpu(parent: int) -> Iterator[int]:
     """Clock ticks of each live child (a /proc entry goes only when its parent reaps it)."""
     for name in os.listdir("/proc"):
-        if name.isdigit() and (fields := _stat(int(name))) is not None and int(fields[1]) == parent:
+        fields = proc_stat(int(name)) if name.isdigit() else None
+        if fields is not None and int(fields[1]) == parent:
             yield int(fields[11]) + int(fields[12])  # utime stime
 
 
