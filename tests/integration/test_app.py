@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import sqlite3
 import subprocess
@@ -76,6 +77,21 @@ async def test_goals_table_shows_the_journal(journal_path: Path) -> None:
         assert str(table.get_cell("unit-tests", "attempts")) == "2/3"
         assert str(table.get_cell("gpu-train", "worker")) == "w-n2-7"
         assert app.header_state.last_sequence > 0 and app.header_state.total == 8
+
+
+async def test_the_dashboard_collects_young_garbage_less_often_and_gives_the_setting_back(
+    journal_path: Path,
+) -> None:
+    """Each frame under a stream of commits makes thousands of short-lived objects: while the
+    dashboard runs, a young collection every 5,000 allocations, not 700; its process's own
+    thresholds after."""
+    before = gc.get_threshold()
+    app = RefineApp(journal=journal_path, node=NODE)
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        assert gc.get_threshold() == (refine_tui.app.YOUNG_COLLECTIONS_EVERY, *before[1:])
+        assert refine_tui.app.YOUNG_COLLECTIONS_EVERY == 5000 != before[0]
+    assert gc.get_threshold() == before
 
 
 async def test_drill_down_to_runs_attempts_history_and_log(journal_path: Path) -> None:
