@@ -48,6 +48,7 @@ from store.model.goals import Goals  # noqa: E402
 from tests.helpers.pg_activity import ConnectionSampler  # noqa: E402
 from tests.helpers.postgres_server import PostgresServer  # noqa: E402
 
+ROLES = ("node", "dashboard", "follower", "committer")  # whose backends, in the report's order
 SETTLE_S = 3.0  # after the listeners connect: their start-up reads end
 
 
@@ -230,8 +231,8 @@ def _split(runs: list[dict[str, Any]], counts: dict[str, int]) -> str:
     each node's, each reader's, the committer's, and what no client's backend did (the
     server's own processes: WAL writer, checkpointer, autovacuum…)."""
     parts = []
-    roles = runs[0].get("server_ms_by_role", {})
-    for role in roles:
+    found = runs[0].get("server_ms_by_role", {})
+    for role in [r for r in ROLES if r in found]:
         each = median(r["server_ms_by_role"][role] for r in runs) / max(counts.get(role, 1), 1)
         parts.append(f"{role} {each:.2f} ms" + (" each" if role in counts else ""))
     rest = median(r["server_ms_per_commit"] - sum(r["server_ms_by_role"].values()) for r in runs)

@@ -268,12 +268,26 @@ def test_fanout_bench_commits_at_its_rate_beside_nodes_and_followers() -> None:
     # medians and each round's own.
     again = {**small, "server_ms_per_commit": small["server_ms_per_commit"] * 3}
     lines = fanout.rows([small, big, again, big])
-    assert len(lines) == 3 and lines[0][0] == "fan-out 1 nodes + 1 followers"
+    assert len(lines) == 5 and lines[0][0] == "fan-out 1 nodes + 1 followers"
     middle = (small["server_ms_per_commit"] + again["server_ms_per_commit"]) / 2
     assert f"server {middle:.2f} ms CPU per commit (" in lines[0][1]
     ratios = [big["server_ms_per_commit"] / a["server_ms_per_commit"] for a in (small, again)]
     ratio = big["server_ms_per_commit"] / middle
-    assert lines[2][1] == f"{ratio:.2f}× (rounds: {ratios[0]:.2f}×, {ratios[1]:.2f}×)"
+    assert lines[4][1] == f"{ratio:.2f}× (rounds: {ratios[0]:.2f}×, {ratios[1]:.2f}×)"
+    # Whose backend did the work: every process's connection found by its port, the committer's
+    # busy with every commit; each node's and each reader's share, then what no client's did.
+    for r in (small, big):
+        assert set(r["server_ms_by_role"]) == {"node", "follower", "committer"}
+        assert r["server_ms_by_role"]["committer"] > 0
+    by_role = small["server_ms_by_role"]
+    assert fanout.rows([small, big])[1] == (
+        "fan-out 1 + 1: server CPU per commit by whose backend",
+        f"node {by_role['node']:.2f} ms each, follower {by_role['follower']:.2f} ms each,"
+        f" committer {by_role['committer']:.2f} ms, the rest"
+        f" {small['server_ms_per_commit'] - sum(by_role.values()):.2f} ms",
+        "",
+    )
+    assert lines[3][0] == "fan-out 2 + 1: server CPU per commit by whose backend"
 
 
 def test_fanout_bench_times_each_commit_to_its_row_at_real_dashboards() -> None:
@@ -287,8 +301,10 @@ def test_fanout_bench_times_each_commit_to_its_row_at_real_dashboards() -> None:
         assert len(samples) == 10 and all(v is not None and 0 < v < 30_000 for v in samples)
     lines = fanout.rows([result])
     assert lines[0][0] == "fan-out 1 nodes + 2 dashboards"
-    assert lines[1][0] == "fan-out 1 + 2, commit → row painted (round 1)"
-    assert lines[1][1].endswith("missed 0") and lines[1][2] == "≤ 50 ms"
+    assert lines[1][0] == "fan-out 1 + 2: server CPU per commit by whose backend"
+    assert " ms each, dashboard " in lines[1][1]  # two dashboards' backends, each one's share
+    assert lines[2][0] == "fan-out 1 + 2, commit → row painted (round 1)"
+    assert lines[2][1].endswith("missed 0") and lines[2][2] == "≤ 50 ms"
 
 
 def test_the_trees_bench_checks_and_indexes_a_journal_from_each_tree(
