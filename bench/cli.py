@@ -172,7 +172,8 @@ def compare(trees: list[str], runs: int) -> dict[str, dict[str, float]]:
                 where = os.path.abspath(tree)
                 env = {**base, "PYTHONPATH": where}
                 for name in ("bare", *COMMANDS):
-                    _, cpu = _wall(*_argv(name, n, journal, to_cancel[tree]), env=env, tree=where)
+                    command = _argv(name, n, journal, to_cancel[tree], where)
+                    _, cpu = _wall(*command, env=env, tree=where)
                     if n < runs:
                         cpus.setdefault((tree, name), []).append(cpu)
     return {
@@ -181,10 +182,19 @@ def compare(trees: list[str], runs: int) -> dict[str, dict[str, float]]:
     }
 
 
-def _argv(name: str, n: int, journal: Path, to_cancel: Path) -> tuple[list[str], int]:
+def _entry(tree: str | None = None) -> str:
+    """The module the console scripts run (``refine_tui.launch``), or in a tree from before it
+    the command line's own package."""
+    root = Path(tree) if tree else Path(_ROOT)
+    return "refine_tui.launch" if (root / "refine_tui" / "launch.py").exists() else "refine_tui.cli"
+
+
+def _argv(
+    name: str, n: int, journal: Path, to_cancel: Path, tree: str | None = None
+) -> tuple[list[str], int]:
     """Run ``n``'s command line for ``name`` and the exit code it must end with (``cancel``
     cancels goal ``g<n>`` of ``to_cancel``: a fresh queued one each run)."""
-    refine = [sys.executable, "-m", "refine_tui.cli", "--node", "n1", "--journal"]
+    refine = [sys.executable, "-m", _entry(tree), "--node", "n1", "--journal"]
     if name == "bare":
         return [sys.executable, "-c", "pass"], 0
     if name == "cancel":
