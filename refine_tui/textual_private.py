@@ -52,7 +52,7 @@ from textual._xterm_parser import XTermParser
 from textual.app import App
 from textual.coordinate import Coordinate
 from textual.driver import Driver
-from textual.geometry import Region, Spacing
+from textual.geometry import Region, Size, Spacing
 from textual.notifications import Notification
 from textual.screen import Screen
 from textual.scrollbar import ScrollBar
@@ -341,17 +341,23 @@ class DataTableDoor(DataTable[RenderableType]):
     # line high and the width unchanged, the new height lays out only and the lines it added
     # are repainted where they are in the window (rows are added last; a row removed repaints
     # the table, and ``KeyedTable`` repaints the window when a reorder shows other rows in it).
-    _resizing = False
+    #
+    # Nor a layout of the screen when the table's own size does not follow its rows (a height
+    # that is not auto) and its width is the same: what a layout would do for the table is
+    # ``_scroll_update`` (the scrollbar's length, whether it shows, the scroll clamped), which
+    # asks for a layout itself if a scrollbar appears or goes (≈ 7 % of a dashboard's CPU under
+    # 50 new Goals a second, profiled: the screen's reflow for each new row).
+    _resizing: Size | None = None  # while setting the new height: the virtual size before
 
     def _update_dimensions(self, new_rows: Iterable[RowKey]) -> None:
         if not self.one_line_rows():
             return super()._update_dimensions(new_rows)
         before = self.virtual_size
-        self._resizing = True
+        self._resizing = before
         try:
             super()._update_dimensions(new_rows)
         finally:
-            self._resizing = False
+            self._resizing = None
         after = self.virtual_size
         if after.width != before.width:  # a column grew: every line may differ
             self.refresh()
@@ -362,9 +368,21 @@ class DataTableDoor(DataTable[RenderableType]):
     def refresh(
         self, *regions: Region, repaint: bool = True, layout: bool = False, recompose: bool = False
     ) -> Self:
-        if self._resizing and layout and not regions:
+        before = self._resizing
+        if before is not None and layout and not regions and not recompose:
             repaint = False  # the new height (see ``_update_dimensions``)
+            if self.virtual_size.width == before.width and not self._height_follows_rows():
+                self._resizing = None  # a scrollbar that shows or goes asks for its layout
+                try:
+                    self._scroll_update(self.virtual_size)
+                finally:
+                    self._resizing = before
+                return self
         return super().refresh(*regions, repaint=repaint, layout=layout, recompose=recompose)
+
+    def _height_follows_rows(self) -> bool:
+        height = self.styles.height
+        return height is None or height.is_auto
 
     def repaint_lines(self, region: Region) -> None:
         """Repaint a region of the table (from its top, the header's line included) where it

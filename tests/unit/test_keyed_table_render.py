@@ -517,3 +517,50 @@ async def test_kept_lines_follow_focus_leaving_and_the_hover_going() -> None:
     async with fresh.run_test(size=SIZE) as pilot:
         assert kept == await hover_key_blur(fresh, pilot, moved=False)
     assert kept[0] != kept[1]
+
+
+def counting_layouts(app: App) -> list[int]:
+    """Every layout of the screen from now on (Textual's reflow of its widgets)."""
+    laid_out: list[int] = []
+    refresh_layout = app.screen._refresh_layout
+
+    def counted(*args: Any, **kwargs: Any) -> None:
+        laid_out.append(1)
+        refresh_layout(*args, **kwargs)
+
+    app.screen._refresh_layout = counted  # type: ignore[method-assign]
+    return laid_out
+
+
+@pytest.mark.parametrize("app_type", [TableApp, FullHeightApp])
+async def test_rows_added_lay_out_the_screen_only_when_the_table_or_its_bar_changes_size(
+    app_type: type[TableApp],
+) -> None:
+    """A table whose height is not its rows' (the dashboard's) grows without a layout of the
+    screen, its scrollbar lengthened in place; the layout comes when the scrollbar appears. A
+    table sized by its rows is laid out for each. The screen is a fresh table's after each."""
+    app = app_type()
+    async with app.run_test(size=SIZE) as pilot:
+        table, data = await focused_table(app, pilot, 6, "r00")
+        laid_out = counting_layouts(app)
+        for i in range(6, 14):  # the window fills (12 lines): the scrollbar appears
+            data[f"r{i:02d}"] = (f"r{i:02d}", Text("queued"), "0s")
+            table.upsert(f"r{i:02d}", data[f"r{i:02d}"])
+            await pilot.pause()
+        assert table.show_vertical_scrollbar
+        appeared = len(laid_out)
+        assert appeared >= 1
+        for i in range(14, 30):  # below the window, the bar already there
+            data[f"r{i:02d}"] = (f"r{i:02d}", Text("held"), f"{i}s")
+            table.upsert(f"r{i:02d}", data[f"r{i:02d}"])
+            await pilot.pause()
+        if app_type is FullHeightApp:
+            assert len(laid_out) == appeared  # where each new row made one
+        else:
+            assert len(laid_out) >= appeared + 16
+        assert styled_screen(app) == await fresh_styled_screen(data, "r00", app_type)
+        table.select("r29")
+        data["r30"] = ("r30", Text("new"), "0s")
+        table.upsert("r30", data["r30"])
+        await pilot.pause()
+        assert styled_screen(app) == await fresh_styled_screen(data, "r29", app_type)
