@@ -176,9 +176,12 @@ class GoalsView(TableView):
                 else:
                     self.upsert(key, self.cells(row))
         if added and not _after(last, added):
-            self.listed = dict(sorted(self.listed.items()))
-            shown = set(self.keys())  # the unfilled ones take their place when they come
-            self.order([k for k in self.listed if k in shown])
+            keys = sorted(self.listed)  # the listed ids are one sorted run, the new ones merge in
+            self.listed = dict(zip(keys, map(self.listed.__getitem__, keys), strict=True))
+            if self.unfilled or self.row_count != len(keys):  # the unfilled come in their turn
+                shown = set(self.keys())
+                keys = [k for k in keys if k in shown]
+            self.order(keys)
 
     # --- marks (DESIGN §15): the Goals c, s and R act on together ----------------------------
 
