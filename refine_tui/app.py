@@ -68,6 +68,7 @@ class RefineApp(App[None]):
         pulses: bool = True,
     ) -> None:
         super().__init__()
+        self._gc_threshold: tuple[int, ...] | None = None  # the process's own, while mounted
         self._held_notes: list[tuple[str, str, dict[str, Any]]] = []  # said while a dialog was up
         self.journal_path = location = resolve_location(journal)  # once: watches derive from it
         self.journal_label = label = redact(journal)  # a URL without its password
@@ -114,8 +115,8 @@ class RefineApp(App[None]):
         return driver
 
     def on_mount(self) -> None:
-        self._gc_threshold = gc.get_threshold()  # the process's own, given back at the end
-        gc.set_threshold(YOUNG_COLLECTIONS_EVERY, *self._gc_threshold[1:])
+        self._gc_threshold = threshold = gc.get_threshold()
+        gc.set_threshold(YOUNG_COLLECTIONS_EVERY, *threshold[1:])
 
     def on_dashboard_ready(self) -> None:
         self.follow_journal()
@@ -124,7 +125,8 @@ class RefineApp(App[None]):
         self.follower.stop()
         self.feed.close()
         self._writer.close()
-        gc.set_threshold(*self._gc_threshold)
+        if self._gc_threshold is not None:
+            gc.set_threshold(*self._gc_threshold)
 
     # --- the journal ---------------------------------------------------------------------------
 

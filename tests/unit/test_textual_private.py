@@ -108,6 +108,7 @@ def test_datatable_private_methods_keep_their_signatures() -> None:
     assert params("_get_offsets") == ["self", "y"]
     assert params("_get_row_region") == ["self", "row_index"]
     assert params("_get_fixed_offset") == ["self"]
+    assert params("_scroll_update") == ["self", "virtual_size"]  # what a layout does for it
     assert params("_on_click") == ["self", "event"]
     assert params("_on_mouse_move") == ["self", "event"]
     assert len(inspect.signature(DataTable._get_styles_to_render_cell).parameters) == 10
