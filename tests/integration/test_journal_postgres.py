@@ -191,6 +191,42 @@ def test_a_read_of_one_id_is_planned_once_not_on_every_execution(
     assert plans["refine_load_many"] == (0, 1)  # two ids: the array's statement
 
 
+def test_a_followers_events_after_is_planned_once_and_the_session_keeps_its_planning(
+    journal: PostgresJournal,
+) -> None:
+    """The events after a cursor, read on every commit: PostgreSQL's generic plan of
+    ``sequence > $1`` looks worse than a custom one (a third of the table, it guesses) though
+    it is the same index scan, so it planned the read afresh each time. The read asks for the
+    generic plan for itself alone (``SET LOCAL``); the session's other statements and a read
+    inside a snapshot keep the server's own choice. Counted by the server, not timed."""
+    for agg in ("goal:a", "goal:b", "goal:c"):
+        add(journal, agg)
+    for _ in range(12):
+        assert [e.aggregate_id for e in journal.events_after(2)] == ["goal:c"]
+    assert journal._conn is not None
+
+    def plans() -> tuple[int, int]:
+        assert journal._conn is not None
+        row = journal._conn.execute(
+            "SELECT generic_plans, custom_plans FROM pg_prepared_statements"
+            " WHERE name = 'refine_events_after'"
+        ).fetchone()
+        assert row is not None
+        return int(row[0]), int(row[1])
+
+    assert plans() == (12, 0)
+    assert journal._conn.execute("SHOW plan_cache_mode").fetchone() == ("auto",)
+    with journal.snapshot():  # a transaction of its own: SET LOCAL would outlive the read
+        assert [e.aggregate_id for e in journal.events_after(1)] == ["goal:b", "goal:c"]
+        assert journal._conn.execute("SHOW plan_cache_mode").fetchone() == ("auto",)
+    assert plans() == (12, 1)
+    assert [e.aggregate_id for e in journal.events_after(0, limit=2)] == ["goal:a", "goal:b"]
+    assert plans() == (13, 1)
+    journal._conn.execute("DEALLOCATE ALL")  # a session that lost it: prepared again, generic
+    assert [e.aggregate_id for e in journal.events_after(0)] == ["goal:a", "goal:b", "goal:c"]
+    assert plans() == (1, 0)
+
+
 def test_a_database_without_a_journal_is_refused_and_nothing_is_created(
     postgres_url: str,
 ) -> None:
