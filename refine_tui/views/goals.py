@@ -9,6 +9,7 @@ enter on a row goes up as ``GoalsView.Opened``.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -158,7 +159,7 @@ class GoalsView(TableView):
 
         New rows that sort after every listed one (ids that grow: a sequence, a date) are in
         their place as appended: the list is not sorted again nor the table put in order, which
-        is O(n) in the list."""
+        is O(n) in the list. Others are moved into their place one by one."""
         last = next(reversed(self.listed), None)  # the list is in id order
         added: list[str] = []
         for key, row in changes.items():
@@ -180,8 +181,10 @@ class GoalsView(TableView):
             self.listed = dict(zip(keys, map(self.listed.__getitem__, keys), strict=True))
             if self.unfilled or self.row_count != len(keys):  # the unfilled come in their turn
                 shown = set(self.keys())
-                keys = [k for k in keys if k in shown]
-            self.order(keys)
+                self.order([k for k in keys if k in shown])
+            else:  # each new row from the end into its place, the smallest first: the rows
+                for key in sorted(added):  # above its place are then the list's own
+                    self.move(key, bisect.bisect_left(keys, key))
 
     # --- marks (DESIGN §15): the Goals c, s and R act on together ----------------------------
 

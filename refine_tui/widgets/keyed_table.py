@@ -69,7 +69,7 @@ class KeyedTable(DataTableDoor):
         self.spec = tuple(columns)
         self._column_index = {column.key: i for i, column in enumerate(self.spec)}
         self._fixed = all(column.width is not None for column in self.spec)
-        self._cells: dict[str, tuple[RenderableType, ...]] = {}
+        self._cells: dict[str, tuple[RenderableType, ...]] = {}  # by key (the table orders)
         self._stale: dict[RowKey, set[ColumnKey]] = {}  # cells whose cached render is old
         self._frame: dict[object, Any] | None = None  # styles held for one frame (render_lines)
 
@@ -85,7 +85,8 @@ class KeyedTable(DataTableDoor):
         return row_key.value
 
     def keys(self) -> list[str]:
-        return list(self._cells)
+        """The rows' keys, in row order."""
+        return self.row_texts()
 
     def visible_keys(self) -> list[str]:
         """The keys of the rows in the window (rows are one line high), none while hidden."""
@@ -415,14 +416,19 @@ class KeyedTable(DataTableDoor):
 
     def order(self, keys: list[str]) -> None:
         """Put the rows (exactly ``keys``) in the order of ``keys``, when they are not."""
-        if list(self._cells) != keys:
-            self._reorder(keys)
+        if self.keys() != keys:
+            self._moved(lambda: self.set_row_order(keys))
 
-    def _reorder(self, keys: list[str]) -> None:
-        """Put the rows in the order of ``keys`` (as DataTable.sort does), cursor on its key."""
+    def move(self, key: str, index: int) -> None:
+        """Move the row ``key`` to ``index`` (a new row into its place: O(rows moved), not the
+        O(rows) in Python of putting every row in order again), cursor on its key."""
+        if self.row_index_of(RowKey(key)) != index:
+            self._moved(lambda: self.move_row(key, index))
+
+    def _moved(self, move: Callable[[], None]) -> None:
+        """Rows moved by ``move``: the window repainted if it shows others, cursor on its key."""
         selected, shown = self.selected_key, self.visible_keys()
-        self.set_row_order(keys)
-        self._cells = {k: self._cells[k] for k in keys}
+        move()
         if self.visible_keys() != shown:  # rows moved below the window change nothing on screen
             self.refresh(Region(0, 0, *self.scrollable_content_region.size))  # not the scrollbar
         if selected is not None:

@@ -464,21 +464,27 @@ async def test_commit_by_another_process_updates_the_row_in_place(journal_path: 
     async with app.run_test(size=SIZE) as pilot:
         await loaded(pilot)
         await select(pilot, "nightly-report")
-        index = goals_table(app).cursor_row
+        table = goals_table(app)
+        index = table.cursor_row
+        orders: list[list[str]] = []  # every row put in order again: none, the new ones moved
+        set_row_order = table.set_row_order
+        table.set_row_order = lambda keys: (orders.append(list(keys)), set_row_order(keys))[1]  # type: ignore[method-assign]
         commit_in_process(
             journal_path,
             "goals.cancel(goal_id='migrate-db', reason='not needed', command_id='op:cancel:t1')\n"
-            "goals.create(goal_id='aaa-first', title='sorts first', node_id='n1', argv=['true'])",
+            "goals.create(goal_id='aaa-first', title='sorts first', node_id='n1', argv=['true'])\n"
+            "goals.create(goal_id='m-between', title='between', node_id='n1', argv=['true'])",
         )
         await until(pilot, lambda: app.goal_rows["migrate-db"].status == "cancelled")
-        await until(pilot, lambda: "aaa-first" in app.goal_rows)
-        table = goals_table(app)
+        await until(pilot, lambda: {"aaa-first", "m-between"} <= set(app.goal_rows))
         assert "not needed" in app.goal_rows["migrate-db"].note
-        # The new goal takes its place by id (issue 24: appended, it stayed last until a
-        # re-read), the cursor stays on the same goal, one row down.
+        # The new goals take their places by id (issue 24: appended, they stayed last until a
+        # re-read), the cursor stays on the same goal, two rows down (both sort above it).
         assert table.keys()[0] == "aaa-first"
+        assert table.keys() == sorted(table.keys()) == list(app.goal_rows)
         assert app.selected_goal().goal_id == "nightly-report"
-        assert table.cursor_row == index + 1
+        assert table.cursor_row == index + 2
+        assert orders == []
 
 
 async def test_pause_holds_the_screen_still(journal_path: Path) -> None:

@@ -235,15 +235,21 @@ async def test_goals_whose_ids_grow_are_appended_without_putting_the_list_in_ord
 ) -> None:
     """New Goals that sort after every listed one are in their place as appended: the list is
     not sorted again nor the table's order checked against it (O(n) each); one that sorts
-    between still takes its place."""
+    between still takes its place, moved there alone (the table is not put in order again)."""
     orders: list[int] = []  # the table asked to check its order against the whole list
-    order = KeyedTable.order
+    moves: list[tuple[str, int]] = []  # a row moved into its place
+    order, move = KeyedTable.order, KeyedTable.move
 
     def counting(table: KeyedTable, keys: list[str]) -> None:
         orders.append(len(keys))
         order(table, keys)
 
+    def counting_moves(table: KeyedTable, key: str, index: int) -> None:
+        moves.append((key, index))
+        move(table, key, index)
+
     monkeypatch.setattr(KeyedTable, "order", counting)
+    monkeypatch.setattr(KeyedTable, "move", counting_moves)
     app = RefineApp(journal=journal_path, node=NODE)
     async with app.run_test(size=SIZE) as pilot:
         await loaded(pilot)
@@ -261,7 +267,7 @@ async def test_goals_whose_ids_grow_are_appended_without_putting_the_list_in_ord
             journal_path, "goals.create(goal_id='lint-2', title='new', node_id='n9', argv=['true'])"
         )
         await until(pilot, lambda: {"lint-2"} <= set(table.keys()))
-        assert len(orders) == 1
+        assert orders == [] and moves == [("lint-2", table.keys().index("lint-2"))]
         assert table.keys() == sorted(table.keys()) == list(app.goal_rows)
 
 

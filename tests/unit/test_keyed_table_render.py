@@ -16,6 +16,7 @@ from rich.text import Text
 from textual.app import App, ComposeResult
 from textual.css.styles import RenderStyles
 from textual.widgets import DataTable
+from textual.widgets.data_table import RowKey
 
 from refine_tui.textual_private import render_screen
 from refine_tui.widgets.keyed_table import Column, KeyedTable
@@ -364,6 +365,39 @@ async def test_a_row_added_above_the_cursor_scrolls_with_the_rows_before_any_fra
         assert screen(app) == await fresh_screen(
             data, "r29", table.scroll_y, app_type=FullHeightApp
         )
+
+
+async def test_rows_moved_into_their_place_are_a_fresh_tables_rows_cursor_on_its_key() -> None:
+    """A new row appended and moved to its place (a Goal between others: O(rows moved), not the
+    whole order again) above the window, into it and below it, after a row dropped (DataTable's
+    own map again) and back to the end: the keys, every row's index, the cursor's key and the
+    scroll are a table's whose rows were put in order, and so is the screen."""
+    app = FullHeightApp()
+    async with app.run_test(size=SIZE) as pilot:
+        table = app.query_one(KeyedTable)
+        data = rows(30)
+        table.sync(data)
+        table.select("r15")
+        await pilot.pause()
+        for key in ("r00-a", "r14-a", "r27-a", "r03-a", "r29-a"):
+            if key == "r03-a":
+                table.drop("r02")
+                del data["r02"]
+            data = dict(sorted({**data, key: (key, Text("new"), "0s")}.items()))
+            table.upsert(key, data[key])
+            assert table.keys()[-1] == key
+            table.move(key, list(data).index(key))
+            assert table.keys() == list(data)
+            assert [table.row_index_of(RowKey(k)) for k in data] == list(range(len(data)))
+            assert table.selected_key == "r15" and "r15" in table.visible_keys()  # no await
+            await pilot.pause()
+            assert screen(app) == await fresh_screen(
+                data, "r15", table.scroll_y, app_type=FullHeightApp
+            )
+        table.move("r00", len(data) - 1)  # and back: a row moved down
+        moved = [k for k in data if k != "r00"] + ["r00"]
+        assert table.keys() == moved and table.selected_key == "r15"
+        assert [table.row_index_of(RowKey(k)) for k in moved] == list(range(len(moved)))
 
 
 def counting_data_lines(table: KeyedTable) -> list[str]:
