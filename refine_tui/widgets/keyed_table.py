@@ -422,16 +422,19 @@ class KeyedTable(DataTableDoor):
     def move(self, key: str, index: int) -> None:
         """Move the row ``key`` to ``index`` (a new row into its place: O(rows moved), not the
         O(rows) in Python of putting every row in order again), cursor on its key."""
-        if self.row_index_of(RowKey(key)) != index:
-            self._moved(lambda: self.move_row(key, index))
+        start = self.row_index_of(RowKey(key))
+        if start is not None and start != index:
+            below = min(start, index) > self.cursor_row  # the cursor's row stays where it is
+            self._moved(lambda: self.move_row(key, index), follow=not below)
 
-    def _moved(self, move: Callable[[], None]) -> None:
-        """Rows moved by ``move``: the window repainted if it shows others, cursor on its key."""
+    def _moved(self, move: Callable[[], None], follow: bool = True) -> None:
+        """Rows moved by ``move``: the window repainted if it shows others, the cursor on its
+        key (``follow``: it may have moved)."""
         selected, shown = self.selected_key, self.visible_keys()
         move()
         if self.visible_keys() != shown:  # rows moved below the window change nothing on screen
             self.refresh(Region(0, 0, *self.scrollable_content_region.size))  # not the scrollbar
-        if selected is not None:
+        if selected is not None and follow:
             self.settle_dimensions()
             self.select(selected)
 
