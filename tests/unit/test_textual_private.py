@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from rich.style import Style
 from rich.text import Text
 from textual.app import App, ComposeResult
@@ -31,6 +33,7 @@ from textual.widgets.data_table import ColumnKey, RowKey
 
 from refine_tui import textual_private as door
 from refine_tui.textual_private import DataTableDoor, FooterKey, ParseError, XTermParser
+from tests.helpers.examples import examples
 
 ROOT = Path(__file__).resolve().parents[2]
 SIZE = (40, 10)
@@ -118,6 +121,37 @@ def test_the_row_order_answers_every_method_of_datatables_map() -> None:
     """A method Textual adds to its map would read dicts the row order does not keep."""
     methods = {name for name, value in vars(door.TwoWayDict).items() if callable(value)}
     assert methods <= set(vars(door._RowOrder)), methods - set(vars(door._RowOrder))
+
+
+@settings(max_examples=examples(300), deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["add", "move", "order"]), st.integers(0, 10**6)), max_size=40
+    )
+)
+def test_the_row_order_moved_appended_and_reordered_agrees_with_a_list(
+    steps: list[tuple[str, int]],
+) -> None:
+    """Rows appended (DataTable's ``add_row``), one moved to another place (a new Goal into
+    its place), all put in another order: every key finds its index and every index its key,
+    as a plain list of the keys in row order says."""
+    rows: list[str] = ["r0"]
+    order = door._RowOrder.of_map(door.TwoWayDict({RowKey("r0"): 0}))
+    for n, (step, pick) in enumerate(steps, start=1):
+        if step == "add":
+            order[RowKey(f"r{n}")] = len(rows)
+            rows.append(f"r{n}")
+        elif step == "move":
+            key, place = rows[pick % len(rows)], (pick // 7) % len(rows)
+            order.move(key, place)
+            rows.insert(place, rows.pop(rows.index(key)))
+        else:
+            rows = sorted(rows, key=lambda k: (pick * int(k[1:])) % 1009)
+            order = door._RowOrder.of(order, rows)
+        assert [str(text) for text in order.texts()] == rows
+        assert [order.get(RowKey(k)) for k in rows] == list(range(len(rows)))
+        assert [order.get_key(i) for i in range(len(rows))] == [RowKey(k) for k in rows]
+        assert len(order) == len(rows) and all(RowKey(k) in order for k in rows)
 
 
 async def test_the_row_locations_map_keys_and_indexes_both_ways() -> None:
