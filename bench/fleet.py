@@ -120,6 +120,7 @@ def measure(
                     all_ran = time.monotonic() - began
                     recipes = {pid: r for p in procs for pid, r in _recipes(p).items()}
                     burst = _burst_cpu(pg, procs, recipes) - burst_before
+                    burst_s = time.monotonic() - began  # the window the box's CPU was read over
                     created, _ = _commit_times(journal)
                 offset = _clock_offset()
                 launches = []
@@ -149,6 +150,7 @@ def measure(
                 "idle_per_node": max(sampler.now().values(), default=0),
                 "commit_s": committed,
                 "all_ran_s": all_ran,
+                "burst_s": burst_s,
                 "launch_p50_ms": percentile(launches, 50),
                 "launch_p95_ms": percentile(launches, 95),
                 "launched": len(launches),
@@ -263,7 +265,7 @@ def _burst_row(fleet: str, r: dict[str, Any]) -> tuple[str, str, str]:
     """Where the launch burst's CPU went, per launch, beside what the box had."""
     burst: _BurstCpu = r["burst"]
     per = 1000 / max(r["launched"], 1)  # ms per launch
-    box_s = r["all_ran_s"] * psutil.cpu_count()
+    box_s = r["burst_s"] * psutil.cpu_count()  # the recipes' scan after the burst is in both
     return (
         f"fleet {fleet}: burst CPU",
         f"per launch: server {burst.server * per:.1f} ms, nodes {burst.nodes * per:.1f} ms,"
