@@ -512,7 +512,9 @@ class _RowOrder(TwoWayDict[RowKey, int]):
     the index is keyed by their strings (hashed in C, the hash cached); a ``RowKey`` still finds
     its row (it hashes and compares as its string). What DataTable asks of it: ``get``,
     ``get_key``, ``contains_value``, ``in``, ``len``, iteration, and setting the next index
-    (``add_row``). DataTable never deletes from it (``remove_row`` builds a new map).
+    (``add_row``). DataTable never deletes from it (``remove_row`` builds a new map). The texts
+    are kept in a list too, so that one row moved (``move``) rewrites only the places between
+    its old and new one, in C.
     """
 
     def __init__(self, keys: list[RowKey], texts: list[object]) -> None:
