@@ -182,8 +182,10 @@ class GoalsView(TableView):
             if self.unfilled or self.row_count != len(keys):  # the unfilled come in their turn
                 shown = set(self.keys())
                 self.order([k for k in keys if k in shown])
-            else:  # each new row from the end into its place, the smallest first: the rows
-                for key in sorted(added):  # above its place are then the list's own
+            else:
+                # Each new row from the table's end into its place, the smallest first: the
+                # rows above that place are then already the list's own.
+                for key in sorted(added):
                     self.move(key, bisect.bisect_left(keys, key))
 
     # --- marks (DESIGN §15): the Goals c, s and R act on together ----------------------------

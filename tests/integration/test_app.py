@@ -8,7 +8,7 @@ import os
 import sqlite3
 import subprocess
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from itertools import pairwise
 from pathlib import Path
@@ -468,7 +468,12 @@ async def test_commit_by_another_process_updates_the_row_in_place(journal_path: 
         index = table.cursor_row
         orders: list[list[str]] = []  # every row put in order again: none, the new ones moved
         set_row_order = table.set_row_order
-        table.set_row_order = lambda keys: (orders.append(list(keys)), set_row_order(keys))[1]  # type: ignore[method-assign]
+
+        def counting(keys: Iterable[str]) -> None:
+            orders.append(list(keys))
+            set_row_order(orders[-1])
+
+        table.set_row_order = counting  # type: ignore[method-assign]
         commit_in_process(
             journal_path,
             "goals.cancel(goal_id='migrate-db', reason='not needed', command_id='op:cancel:t1')\n"
