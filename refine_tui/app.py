@@ -12,7 +12,7 @@ from __future__ import annotations
 import gc
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from textual import work
@@ -178,7 +178,7 @@ class RefineApp(App[None]):
         return self.dashboard.header.state
 
     @property
-    def goal_rows(self) -> dict[str, GoalRow]:
+    def goal_rows(self) -> Mapping[str, GoalRow]:
         """The listed Goals, in list order (some may not be in the table yet: still filling)."""
         return self.dashboard.goals.listed
 

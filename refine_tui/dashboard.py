@@ -10,7 +10,7 @@ reloads. ``RefineApp`` composes it with the journal and the follower (``refine_t
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any, ClassVar
 
@@ -547,6 +547,6 @@ class Dashboard(Screen[None]):
         self.app.push_screen(HelpScreen())
 
     @property
-    def goal_rows(self) -> dict[str, GoalRow]:
+    def goal_rows(self) -> Mapping[str, GoalRow]:
         """The listed Goals, in list order (some may not be in the table yet: still filling)."""
         return self.goals.listed

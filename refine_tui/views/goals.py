@@ -9,7 +9,6 @@ enter on a row goes up as ``GoalsView.Opened``.
 
 from __future__ import annotations
 
-import bisect
 import itertools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ from refine_tui.follow import JournalFollower
 from refine_tui.goal_index import matches
 from refine_tui.observe import LaunchWindows
 from refine_tui.rows import GoalRow
+from refine_tui.sorted_rows import SortedRows
 from refine_tui.views.base import TableView
 
 # A marked Goal's id cell starts with this (a glyph, not a colour: it reads in monochrome).
@@ -57,7 +57,7 @@ class GoalsView(TableView):
         super().__init__(GOAL_COLUMNS, follower)
         self.clock = clock
         self.widths = {k: BASE_WIDTHS[k] for k in ("title", "note")}  # grown on wide terminals
-        self.listed: dict[str, GoalRow] = {}  # the listed Goals: the table's and unfilled
+        self.listed: SortedRows[GoalRow] = SortedRows()  # the table's and the unfilled
         self.unfilled: dict[str, None] = {}  # listed Goals not in the table yet, in list order
         self.generation = 0  # a newer list cancels the chunks an older one has left
         self.marked: dict[str, None] = {}  # marked Goals (§15), in the order marked
@@ -123,7 +123,7 @@ class GoalsView(TableView):
     def show(self, rows: dict[str, GoalRow]) -> None:
         """Make ``rows`` the Goals list: its first chunk and the rows already shown at once
         (the cursor stays on its key), the rest a chunk per turn of the event loop."""
-        self.listed = rows
+        self.listed = SortedRows(rows)
         self.generation += 1
         keys = list(rows)
         shown = set(self.keys())
@@ -150,7 +150,7 @@ class GoalsView(TableView):
         """Another list was asked for: the rest of this one is not shown."""
         self.generation += 1
         for key in self.unfilled:
-            self.listed.pop(key, None)
+            self.listed.pop(key)
         self.unfilled = {}
 
     def apply(self, changes: Mapping[str, GoalRow | None]) -> None:
@@ -158,35 +158,33 @@ class GoalsView(TableView):
         its place by id as a new list has it (appended, it stayed last until a re-read).
 
         New rows that sort after every listed one (ids that grow: a sequence, a date) are in
-        their place as appended: the list is not sorted again nor the table put in order, which
-        is O(n) in the list. Others are moved into their place one by one."""
-        last = next(reversed(self.listed), None)  # the list is in id order
+        their place as appended. Others are moved into their place one by one: the list keeps
+        its order itself (``SortedRows``), and the table is not put in order, which is O(n)."""
+        last = next(reversed(self.listed), None)
         added: list[str] = []
         for key, row in changes.items():
             if row is None:
-                self.listed.pop(key, None)
+                self.listed.pop(key)
                 self.unfilled.pop(key, None)
                 self.drop(key)
             elif key in self.listed or self.matches(row):
                 new = key not in self.listed
                 if new:
                     added.append(key)
-                self.listed[key] = row
+                self.listed.put(key, row)
                 if key in self.unfilled or (new and self.unfilled):
                     self.unfilled[key] = None  # shown in its turn: the order holds
                 else:
                     self.upsert(key, self.cells(row))
         if added and not _after(last, added):
-            keys = sorted(self.listed)  # the listed ids are one sorted run, the new ones merge in
-            self.listed = dict(zip(keys, map(self.listed.__getitem__, keys), strict=True))
-            if self.unfilled or self.row_count != len(keys):  # the unfilled come in their turn
+            if self.unfilled or self.row_count != len(self.listed):  # the unfilled: in turn
                 shown = set(self.keys())
-                self.order([k for k in keys if k in shown])
+                self.order([k for k in self.listed if k in shown])
             else:
                 # Each new row from the table's end into its place, the smallest first: the
                 # rows above that place are then already the list's own.
                 for key in sorted(added):
-                    self.move(key, bisect.bisect_left(keys, key))
+                    self.move(key, self.listed.index(key))
 
     # --- marks (DESIGN §15): the Goals c, s and R act on together ----------------------------
 
