@@ -77,6 +77,16 @@ class KeyedTable(DataTableDoor):
         for column in self.spec:
             self.add_column(column.label, key=column.key, width=column.width)
 
+    def on_resize(self, event: events.Resize) -> None:
+        # DataTable scrolls to its cursor only when the cursor moves: a terminal made smaller
+        # left the selected row below the window until the next key (seen at 80×24 → 60×16).
+        if self.row_count:
+            self.call_after_refresh(self._cursor_into_view)
+
+    def _cursor_into_view(self) -> None:
+        if 0 <= self.cursor_row < self.row_count:
+            self.move_cursor(row=self.cursor_row, animate=False)
+
     @property
     def selected_key(self) -> str | None:
         if not self._cells or self.cursor_row < 0 or self.cursor_row >= self.row_count:
