@@ -334,6 +334,8 @@ class Dashboard(Screen[None]):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "back":  # shown only where escape goes somewhere
             return self.goes_back()
+        if action == "filter" and isinstance(self.focused, Input):  # `/` is text in the box
+            return False
         return check(action, self.selection())
 
     def why_not(self, action: str) -> str | None:

@@ -28,7 +28,7 @@ KEYS: list[BindingType] = [
     Binding("l", "log", "Log"),
     Binding("h", "history", "History"),
     Binding("w", "workers", "Workers", show=False),
-    Binding("slash", "filter", "Filter"),
+    Binding("slash", "filter", "Filter", priority=True),  # before the keys that came with it
     Binding("p", "pause", "Pause", show=False),
     Binding("r", "refresh", "Refresh", show=False),
 ]

@@ -25,7 +25,10 @@ class FilterBox(Input):
         self.value = text
         self.closing = False
         self.display = True
-        self.focus()
+        # Focused now, not a turn later (``focus`` waits one): `/` is a priority binding, run
+        # as the app reads it, so the keys that came with it go to the box (a laggy ssh,
+        # keystrokes pasted: `/sync` ran Stop on the selected Goal).
+        self.screen.set_focus(self)
 
     def close_later(self) -> None:
         self.closing = self.display
