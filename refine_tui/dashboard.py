@@ -10,7 +10,7 @@ reloads. ``RefineApp`` composes it with the journal and the follower (``refine_t
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import replace
 from typing import Any, ClassVar
 
@@ -28,8 +28,10 @@ from refine_tui.actions import OperatorFlows
 from refine_tui.alerts import Alerts
 from refine_tui.detail import DetailPane
 from refine_tui.follow import JournalFollower
+from refine_tui.key_hold import KeyHold, type_into_focused
 from refine_tui.keys import (
     BULK,
+    EAGER,
     FOOTER_KEEPS,
     KEYS,
     Selection,
@@ -96,6 +98,7 @@ class Dashboard(Screen[None]):
         self.node, self.read_only = header.node, header.read_only
         self.journal_label = header.journal
         self.follower, self.live, self.flows = follower, live, flows
+        self.held = KeyHold()  # keys typed while an action prepares its dialog
         self.clock = clock  # the pulses' minutes
         self.hold_paint_s = hold_paint_s  # how long a new filter's list may hold the paint
         self.header = StatusHeader(header, id="header")
@@ -334,8 +337,8 @@ class Dashboard(Screen[None]):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "back":  # shown only where escape goes somewhere
             return self.goes_back()
-        if action == "filter" and isinstance(self.focused, Input):  # `/` is text in the box
-            return False
+        if action in EAGER and (isinstance(self.focused, Input) or self.held.active):
+            return False  # a letter typed in the filter box is text; a dialog is on its way
         return check(action, self.selection())
 
     def why_not(self, action: str) -> str | None:
@@ -345,7 +348,12 @@ class Dashboard(Screen[None]):
 
     def on_key(self, event: events.Key) -> None:
         """A greyed key says why instead of doing nothing (or, greyed as advice, asks the
-        store, which answers: Stop on a `needs cleanup` row)."""
+        store, which answers: Stop on a `needs cleanup` row). While an action prepares its
+        dialog, keys are held for it (``KeyHold``)."""
+        if self.held.take(event):
+            event.stop()
+            event.prevent_default()
+            return
         if isinstance(self.focused, Input):
             return
         if (text := key_refusal(event.key, self.selection)) is not None:
@@ -378,11 +386,23 @@ class Dashboard(Screen[None]):
         """An operator flow on the selection, as a worker (its modals wait inside it)."""
         selection = self.selection()
         if selection.bulk and action in BULK:
-            self.app.run_worker(
-                self.act_on_marks(BULK[action]), group="operator", exit_on_error=False
-            )
-        elif (flow := self.flows.flow(action, selection)) is not None:
-            self.app.run_worker(flow, group="operator", exit_on_error=False)
+            flow: Coroutine[Any, Any, None] | None = self.act_on_marks(BULK[action])
+        else:
+            flow = self.flows.flow(action, selection)
+        if flow is not None:
+            self.held.start()
+            self.app.run_worker(self.holding_keys(flow), group="operator", exit_on_error=False)
+
+    async def holding_keys(self, flow: Coroutine[Any, Any, None]) -> None:
+        """Run ``flow``, the keys typed before its dialog shows held (``KeyHold``)."""
+        try:
+            await flow
+        finally:
+            self.held.stop()
+
+    def on_screen_suspend(self) -> None:
+        if held := self.held.stop():  # the dialog is up: once focused, its field gets the text
+            self.app.call_after_refresh(type_into_focused, self.app, held)
 
     # --- alerts (DESIGN §16) -------------------------------------------------------------------
 

@@ -21,14 +21,17 @@ KEYS: list[BindingType] = [
     Binding("escape,backspace", "back", "Back"),
     Binding("question_mark", "help", "Help"),
     Binding("q", "app.quit", "Quit"),
-    Binding("s", "stop", "Stop"),
-    Binding("c", "cancel_goal", "Cancel"),
-    Binding("x", "cleanup", "Cleanup"),
-    Binding("R", "release", "Release"),
+    # The keys that open a dialog, and `/`, run as the app reads them (priority), before the
+    # keys that came with them reach the table: those are then held for the dialog, or typed
+    # into the box (Dashboard.holding_keys, FilterBox.open). Not while a text field has focus.
+    Binding("s", "stop", "Stop", priority=True),
+    Binding("c", "cancel_goal", "Cancel", priority=True),
+    Binding("x", "cleanup", "Cleanup", priority=True),
+    Binding("R", "release", "Release", priority=True),
     Binding("l", "log", "Log"),
     Binding("h", "history", "History"),
     Binding("w", "workers", "Workers", show=False),
-    Binding("slash", "filter", "Filter", priority=True),  # before the keys that came with it
+    Binding("slash", "filter", "Filter", priority=True),
     Binding("p", "pause", "Pause", show=False),
     Binding("r", "refresh", "Refresh", show=False),
 ]
@@ -274,3 +277,7 @@ def hint(sel: Selection) -> str:
             if (short := (why(a, sel) or ("", ""))[0])
         ]
     )
+
+
+# The priority keys above: never while a text field has the focus or a dialog is on its way.
+EAGER = frozenset({"stop", "cancel_goal", "cleanup", "release", "filter"})
