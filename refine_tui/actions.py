@@ -239,8 +239,11 @@ class OperatorFlows:
         )
         if plan is None:
             return False
-        reason: str | None = None
         title = f"{action.capitalize()} {len(plan.goals)} marked goals"
+        if not plan.acts:  # nothing would be written: say so, ask for no reason (marks kept)
+            self.ui.notify(plan.summary(), title=title, severity="warning", timeout=8)
+            return False
+        reason: str | None = None
         if action == "cancel":
             reason = await self.ui.push_screen_wait(
                 CancelModal(title=title, body=plan.summary(), confirm="Cancel goals")

@@ -93,6 +93,11 @@ class BulkPlan:
     goals: tuple[PlannedGoal, ...]
     selection: Selection | None = None  # None: the Goals were named
 
+    @property
+    def acts(self) -> bool:
+        """Some Goal of the batch would be acted on (else each is nothing to do, or refused)."""
+        return any(p.expect in DONE.values() for p in self.goals)
+
     def summary(self) -> str:
         """One sentence for a confirmation, e.g. "Cancel 3 goals: 2 running (their processes
         are stopped after), 1 queued"."""

@@ -120,3 +120,24 @@ async def test_marks_survive_backing_out_and_without_marks_keys_act_on_the_row(
         await pilot.press("R")
         await until(pilot, lambda: isinstance(app.screen, ConfirmModal))
         assert "Release goal migrate-db" in str(app.screen.query_one("#dialog-title").render())
+
+
+async def test_cancel_on_marked_goals_with_nothing_to_do_asks_for_no_reason(
+    journal_path: Path,
+) -> None:
+    """Every marked Goal is already terminal: nothing would be written, so no dialog asks for a
+    reason; the plan's sentence is said, and the marks stay for the operator to change."""
+    app = RefineApp(journal=journal_path, node=NODE)
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        for goal_id in ("lint", "build-docs"):  # completed
+            await select(pilot, goal_id)
+            await pilot.press("space")
+        before = len(notes(app))
+        await pilot.press("c")
+        await until(pilot, lambda: len(notes(app)) > before)
+        assert notes(app)[before:] == ["Cancel 2 goals: 2 already terminal (nothing to do)"]
+        await pilot.pause(0.2)
+        assert len(app.screen_stack) == 1 and "2 marked" in hint_line(app)
+        with Journal.open(journal_path, read_only=True) as journal:
+            assert Goals(journal).read("lint").status == "completed"
