@@ -101,7 +101,7 @@ SHOTS: dict[str, tuple[tuple[int, int], list[Steps]]] = {
     "cleanup-modal": ((80, 24), [select("nightly-report"), press("x", wait=modal_open)]),
     "help": ((80, 24), [press("question_mark")]),
     "nodes": ((80, 24), [press("n", wait=lambda a: a.dashboard.stack.view == "nodes")]),
-    "bulk-modal": ((80, 24), [mark("thumbs-1", "thumbs-2"), press("c", wait=modal_open)]),
+    "bulk-modal": ((80, 24), [mark("soak-test", "sync-billing"), press("c", wait=modal_open)]),
     "goals-small": ((60, 16), []),
     "timeline": ((80, 24), [select("flaky-fetch"), press("t", wait=lambda a: timeline_read(a))]),
 }

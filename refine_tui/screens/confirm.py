@@ -123,7 +123,8 @@ class CancelModal(_Fitted, ModalScreen[str | None]):
             yield Label(literal(self.title_text), id="dialog-title")
             with VerticalScroll(id="dialog-body"):
                 yield Static(literal(self.body), id="dialog-text")
-            yield Input(placeholder="reason (required), enter to cancel the goal", id="reason")
+            what = self.confirm_label.lower()  # "cancel goal", or "cancel goals" for marks
+            yield Input(placeholder=f"reason (required), enter to {what}", id="reason")
             yield Label("", id="dialog-error")
             with Horizontal(id="dialog-buttons"):
                 yield Button("Back (esc)", id="back", variant="primary")
