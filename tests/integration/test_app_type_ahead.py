@@ -34,9 +34,10 @@ async def test_keys_typed_right_after_slash_go_into_the_filter_not_to_the_dashbo
         await pilot.pause()
         assert app.dashboard.goals.display and len(app.screen_stack) == 1
         assert app.focused is app.dashboard.filter_box
-        for char in "/x":  # in the box, `/` is text
+        for char in "/xcR":  # in the box, `/` and the dialogs' keys are text
             app.post_message(events.Key(KEY_NAMES.get(char, char), char))
-        await until(pilot, lambda: app.dashboard.filter_box.value == "nodes/x")
+        await until(pilot, lambda: app.dashboard.filter_box.value == "nodes/xcR")
+        assert len(app.screen_stack) == 1
 
 
 def typed(app: RefineApp, keys: list[str]) -> None:
