@@ -123,8 +123,8 @@ class CancelModal(_Fitted, ModalScreen[str | None]):
             yield Label(literal(self.title_text), id="dialog-title")
             with VerticalScroll(id="dialog-body"):
                 yield Static(literal(self.body), id="dialog-text")
-            what = self.confirm_label.lower()  # "cancel goal", or "cancel goals" for marks
-            yield Input(placeholder=f"reason (required), enter to {what}", id="reason")
+            what = "the goal" if self.goal_id else "the goals"  # no id: the marked goals
+            yield Input(placeholder=f"reason (required), enter to cancel {what}", id="reason")
             yield Label("", id="dialog-error")
             with Horizontal(id="dialog-buttons"):
                 yield Button("Back (esc)", id="back", variant="primary")
