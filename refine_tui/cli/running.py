@@ -138,4 +138,16 @@ def cmd_logs(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from refine_tui.demo import run_demo
 
+    # The demo makes its own SQLite journal and node: `--journal URL` was ignored in silence
+    # (a demo on a file, where a server was asked for). The environment's defaults are not
+    # refused: they are an operator's everyday settings, not asked of the demo.
+    given = [
+        f"--{k.replace('_', '-')}" for k in ("journal", "node", "state_dir") if getattr(args, k)
+    ]
+    if given:
+        verb = "is" if len(given) == 1 else "are"
+        raise UsageError(
+            f"refine demo makes its own journal and node (in --dir); {', '.join(given)} {verb}"
+            " not used: watch a journal with `refine --journal PATH|URL tui`"
+        )
     return run_demo(Path(args.dir) if args.dir else None, quiet=args.quiet)

@@ -546,3 +546,21 @@ def test_demo_help_says_what_dir_is(capsys) -> None:
     out = capsys.readouterr().out
     assert exit_.value.code == 0
     assert "--dir DIR" in out and "where the demo journal is made" in " ".join(out.split())
+
+
+def test_demo_refuses_a_journal_it_would_not_use(
+    capsys, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`refine demo --journal URL` made a demo on a temporary file in silence: the server the
+    operator named was never used. Refused, before anything is made, without the password."""
+    monkeypatch.chdir(tmp_path)
+    for argv, named in (
+        (["demo", "--journal", "postgresql://dana:s3cret@db.example/refine"], "--journal is"),
+        (["--journal", "x.db", "demo", "--node", "n5"], "--journal, --node are"),
+        (["demo", "--state-dir", "st", "--dir", "d"], "--state-dir is"),
+    ):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("refine: USAGE: refine demo makes its own journal") and named in err
+        assert "s3cret" not in err and len(err.splitlines()) == 1
+    assert list(tmp_path.iterdir()) == []  # nothing made
