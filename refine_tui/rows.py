@@ -174,17 +174,22 @@ class Reader:
         """(needs cleanup, starting) for this node's running attempt ``epoch`` of ``run_id``.
 
         A live recorded process proves it; a dead one does not; with no record yet, a young
-        claim is starting (``reads.launching``: the rule Stop's advice follows too).
+        claim is starting (``reads.launching``: the rule Stop's advice follows too). An
+        attempt a Stop or Cancel on this node is ending is not an orphan: its stopper records
+        the end within its deadline (``ProcessRegistry.stopping``). Without that, the moment
+        between the signal and the record showed "needs cleanup", and alerted, on an attempt
+        the operator had just cancelled.
         """
         # The log first: a worker writes its record, then creates its log. Read the other way
         # round, a record written between the two reads showed a starting attempt as an
         # orphan for a moment (CI, 2026-12-02).
         has_log = self.registry.find_log(run_id, epoch).exists()
         record = self.registry.get(run_id, epoch)
-        if record is not None:
-            return not same_process(record), False
-        starting = reads.launching(claimed, has_log=has_log)
-        return not starting, starting
+        if record is not None and same_process(record):
+            return False, False
+        if record is None and reads.launching(claimed, has_log=has_log):
+            return False, True
+        return self.registry.stopping(run_id, epoch) is None, False
 
     def liveness_changed(self, rows: Sequence[GoalRow]) -> list[str]:
         """This node's running rows whose `needs cleanup` / starting marker no longer matches
