@@ -548,7 +548,8 @@ class Node:
     async def serve(self, stop: asyncio.Event | None = None) -> int:
         """Reconcile, then tick on every journal change (and every SAFETY_POLL_S) until stopped.
 
-        SIGINT/SIGTERM (or ``stop``) end the loop; workers keep running and keep their records.
+        SIGINT/SIGTERM, SIGHUP unless ignored (or ``stop``) end the loop; workers keep running
+        and keep their records.
         """
         loop = asyncio.get_running_loop()
         stop = stop or asyncio.Event()
@@ -558,7 +559,8 @@ class Node:
             stop.set()
             wake.set()
 
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        stop_signals = _stop_signals()
+        for sig in stop_signals:
             loop.add_signal_handler(sig, quit_)
 
         def exited() -> None:
@@ -626,7 +628,7 @@ class Node:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
-            for sig in (signal.SIGINT, signal.SIGTERM):
+            for sig in stop_signals:
                 loop.remove_signal_handler(sig)
             for launch in self.launched.values():
                 if launch.pidfd is not None:
@@ -687,6 +689,14 @@ class Node:
             step()
         except RefineError as exc:  # e.g. the journal is locked for a while: try again later
             self._say(f"{exc}")
+
+
+def _stop_signals() -> tuple[signal.Signals, ...]:
+    """What ends a node cleanly (its exit mark: `stopped`): SIGINT, SIGTERM, and SIGHUP, its
+    terminal closed (it died by it, and showed `silent` as a dead machine does), unless SIGHUP
+    is ignored: under `nohup` the node goes on."""
+    hangup = () if signal.getsignal(signal.SIGHUP) == signal.SIG_IGN else (signal.SIGHUP,)
+    return (signal.SIGINT, signal.SIGTERM, *hangup)
 
 
 async def _set_on(stop: asyncio.Event, wake: asyncio.Event) -> None:

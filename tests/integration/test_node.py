@@ -25,6 +25,7 @@ from store.model.goals import Goals
 from store.node import scheduler
 from store.node.scheduler import Node, run_node
 from store.node.worker import EXIT_SUPERSEDED
+from store.ops.nodes import node_view
 from tests.helpers.node_env import (
     FAIL,
     HANG,
@@ -495,3 +496,35 @@ def test_the_safety_poll_ticks_however_often_the_nodes_own_beats_wake_it(
     with Node(env.path, "n1", heartbeat_s=0.1) as node:
         asyncio.run(serve_until_five_rounds(node))
     assert node.rounds >= 5, node.rounds
+
+
+def _node_state(env: Env, node_id: str) -> str | None:
+    with Journal.open(env.path, read_only=True) as journal:
+        view = node_view(journal, node_id, count=False)
+    return view.state if view is not None else None
+
+
+def test_a_node_whose_terminal_closed_stops_cleanly_and_one_under_nohup_goes_on(
+    env: Env,
+) -> None:
+    """SIGHUP (its terminal closed, its ssh dropped) killed a node without its exit mark: it
+    showed `silent`, as a dead machine does. It now ends as SIGTERM ends it; ignored (nohup),
+    the node goes on."""
+    node = env.node("n1")
+    wait_until(lambda: _node_state(env, "n1") == "live", timeout=20)
+    node.send_signal(signal.SIGHUP)
+    assert node.wait(timeout=20) == 0
+    assert _node_state(env, "n1") == "stopped"
+    argv = [PY, "-m", "store.node.scheduler", "--journal", str(env.path), "--node", "n2"]
+    nohup = subprocess.Popen(
+        argv,
+        start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN),
+    )
+    env.started.append(nohup)
+    wait_until(lambda: _node_state(env, "n2") == "live", timeout=20)
+    nohup.send_signal(signal.SIGHUP)
+    time.sleep(1.0)
+    assert nohup.poll() is None and _node_state(env, "n2") == "live"
+    nohup.send_signal(signal.SIGTERM)
+    assert nohup.wait(timeout=20) == 0 and _node_state(env, "n2") == "stopped"
