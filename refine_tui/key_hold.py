@@ -38,10 +38,10 @@ class KeyHold:
 
     def take(self, event: events.Key) -> bool:
         """Hold ``event`` if keys are held now."""
-        if self.active and self._keys is not None:
-            self._keys.append(event)
-            return True
-        return False
+        if not self.active or self._keys is None:  # (active: never None; said for mypy)
+            return False
+        self._keys.append(event)
+        return True
 
     def stop(self) -> list[events.Key]:
         """Hold no more; the keys held."""

@@ -35,6 +35,8 @@ KEYS: list[BindingType] = [
     Binding("p", "pause", "Pause", show=False),
     Binding("r", "refresh", "Refresh", show=False),
 ]
+# The priority keys above: never while a text field has the focus or a dialog is on its way.
+EAGER = frozenset({"stop", "cancel_goal", "cleanup", "release", "filter"})
 # Marks (DESIGN §15): with marks, s c R act on the marked Goals.
 KEYS += [
     Binding("space", "mark", "Mark", show=False),
@@ -277,7 +279,3 @@ def hint(sel: Selection) -> str:
             if (short := (why(a, sel) or ("", ""))[0])
         ]
     )
-
-
-# The priority keys above: never while a text field has the focus or a dialog is on its way.
-EAGER = frozenset({"stop", "cancel_goal", "cleanup", "release", "filter"})

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Iterator, Mapping
-from typing import Generic, TypeVar
+from typing import TypeVar
 
 R = TypeVar("R")
 
 
-class SortedRows(Mapping[str, R], Generic[R]):
+class SortedRows(Mapping[str, R]):
     """``rows`` (given in key order) by key; iterated in key order, whatever the order of
     later insertions."""
 
