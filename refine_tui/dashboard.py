@@ -275,7 +275,11 @@ class Dashboard(Screen[None]):
 
     def set_trouble(self, text: str | None) -> None:
         self.query_one(TroubleNotice).show(text)
+        if self.stack.display == (text is None):
+            return
         self.stack.display = text is None
+        if text is None and self.focused is None:  # the hidden table lost it: keys work again
+            self.stack.shown.focus()
 
     @on(DataTable.RowHighlighted)
     def _highlighted(self, event: DataTable.RowHighlighted) -> None:

@@ -797,6 +797,10 @@ async def test_deleted_then_restored_journal(journal_path: Path, tmp_path: Path)
         await until(pilot, lambda: app.header_state.state == "live")
         assert len(goals_table(app).keys()) == 8
         assert app.selected_goal().goal_id == "lint"  # picks up where it was
+        # ... keys included: the table had lost the focus while the notice took its place
+        assert app.focused is goals_table(app)
+        await pilot.press("down")
+        assert app.selected_goal().goal_id != "lint"
 
 
 async def test_locked_journal_is_stale_then_recovers(journal_path: Path) -> None:
