@@ -24,8 +24,7 @@ from store.errors import RefineError, StorageError
 from store.journal.api import Journal, JournalHandle
 from store.model.goal import goal_id_of_run
 from store.ops.bulk import plan_bulk, run_bulk
-from store.ops.node_cleanup import NodeCleanup, cleanup_node
-from store.ops.nodes import active_attempts
+from store.ops.node_cleanup import NodeCleanup, cleanup_node, count, plan_node_cleanup
 from store.ops.operator import (
     ActionReport,
     CleanupEvidence,
@@ -194,15 +193,21 @@ class OperatorFlows:
 
     async def cleanup_node(self, node_id: str) -> None:
         """One confirmation with the counts, then every attempt of the node, one summary."""
-        attempts = await self.call_store(lambda: active_attempts(self.writer(), node_id))
-        if attempts is None:
+        plan = await self.call_store(lambda: plan_node_cleanup(self.writer(), node_id))
+        if plan is None:
             return
-        goals = len({a.goal.goal_id for a in attempts})
-        body = (
-            f"Node {node_id} runs {len(attempts)} attempt(s) of {goals} goal(s) as the journal"
-            " says. Confirming records each as ended (its evidence names the node's last beat)"
-            " and each goal follows its redelivery rule (queued or held). Refused if the node"
-            " is live again. Confirm only if that machine's work has really ended."
+        if not plan.attempts:  # ended meanwhile: nothing to ask
+            self.ui.notify(plan.text(), title="Cleanup", timeout=5)
+            return
+        body = Text("\n\n").join(
+            [
+                fmt.literal(f"{plan.text(fmt.clock)}."),  # the node's name is the journal's
+                Text(
+                    "Each attempt is recorded as ended by its own confirmation, its evidence"
+                    " naming the node's last beat; refused if the node is live again. Confirm"
+                    " only if that machine's work has really ended."
+                ),
+            ]
         )
         modal = ConfirmModal(f"Confirm cleanup of node {node_id}", body, "Confirm cleanup")
         if not await self.ui.push_screen_wait(modal):
@@ -304,7 +309,7 @@ def node_summary(done: NodeCleanup) -> str:
         counts[report.outcome] = counts.get(report.outcome, 0) + 1
     said = ", ".join(f"{n} {outcome}" for outcome, n in sorted(counts.items()))
     refusals = "".join(f"; {e.code}: {e.message}" for e in done.errors[:1])
-    return f"node {done.node.node_id}: {len(done.reports)} attempt(s): {said}{refusals}"
+    return f"node {done.node.node_id}: {count(len(done.reports), 'attempt')}: {said}{refusals}"
 
 
 def describe(attempt: tuple[str, str | None, int | None] | None) -> str:

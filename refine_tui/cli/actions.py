@@ -220,6 +220,13 @@ def cmd_cleanup_node(args: argparse.Namespace) -> int:
     return EXIT_REFUSED
 
 
+def cmd_reassign(args: argparse.Namespace) -> int:
+    from refine_tui.cli.bulk import is_batch, run_batch
+
+    is_batch(args)  # its usage checks: goals named, or a selection
+    return run_batch(args, "reassign")
+
+
 def cmd_release(args: argparse.Namespace) -> int:
     from refine_tui.cli.bulk import is_batch, run_batch
     from store.ops.operator import default_operator, release_goal

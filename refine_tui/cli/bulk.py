@@ -1,10 +1,12 @@
-"""`refine cancel|stop|release` on several goals, or on a selection (DESIGN §15).
+"""`refine cancel|stop|release|reassign` on several goals, or on a selection (DESIGN §15).
 
     refine cancel G1 G2 ... --reason R          refine cancel --node N --status S[,S] --reason R
     refine stop G1 G2 ...   | --node N --status S[,S]
     refine release G1 G2 ... | --node N --status S[,S]
+    refine reassign G1 G2 ... --to M | --node N --status S[,S] --to M
 
-One goal named, without ``--dry-run``, is the single-goal command of cli.py, unchanged. Otherwise
+One goal named, without ``--dry-run``, is the single-goal command of cli.py, unchanged (but
+reassign, which has none: a batch of one). Otherwise
 the batch of store.ops.bulk: the plan (``--dry-run`` prints it and writes nothing), then one
 line per goal as it is done, and a summary; ``--json`` prints a JSON array with one report per
 goal. Exit 0 when every goal was done (or nothing was left to do), 1 when some were refused or
@@ -83,6 +85,7 @@ def run_batch(args: argparse.Namespace, action: str) -> int:
                 goal_ids=args.goals or None,
                 selection=selection,
                 grace_s=grace,
+                to=getattr(args, "to", None),
             )
         except GoalNotFoundError as exc:  # a mistyped id: bad input, refused before any write
             print(f"refine: {exc.code}: {printable(exc.message)}", file=sys.stderr)

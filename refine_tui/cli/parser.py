@@ -60,7 +60,8 @@ def _help_width() -> int:
 # Every command's name: `parse` builds only the parser of the one a command line names.
 COMMANDS = (
     "init", "goal", "goals", "runs", "show", "node", "nodes", "stop", "cancel", "cleanup",
-    "release", "wait", "check", "copy", "tui", "serve", "demo", "events", "metrics", "logs", "log",
+    "release", "reassign", "wait", "check", "copy", "tui", "serve", "demo", "events", "metrics",
+    "logs", "log",
 )  # fmt: skip
 
 
@@ -200,6 +201,17 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         )
     if release := command("release", cli.cmd_release, "make held goals actionable again"):
         add_target_arguments(release)
+    if reassign := command(
+        "reassign", cli.cmd_reassign, "move queued or held goals to another node"
+    ):
+        add_target_arguments(reassign)
+        reassign.add_argument(
+            "--to",
+            required=True,
+            type=non_empty,
+            metavar="NODE",
+            help="the node they move to (it must be known: a node that beat, or named by a goal)",
+        )
     if wait := command("wait", cli.cmd_wait, "wait until a goal reaches one of the given statuses"):
         wait.add_argument("goal", help="the goal to wait for")
         wait.add_argument(
@@ -289,7 +301,7 @@ SHARED_HELP = {
 
 
 def describe_shared_arguments(sub: Any) -> None:
-    for name in ("stop", "cancel", "release", "cleanup"):
+    for name in ("stop", "cancel", "release", "reassign", "cleanup"):
         parser = sub.choices.get(name)
         for action in parser._actions if parser is not None else ():
             if action.help is None and action.dest in SHARED_HELP:

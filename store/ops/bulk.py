@@ -1,13 +1,14 @@
-"""Cancel, Stop or Release many Goals at once (DESIGN §15): the plan's frozen set, then one
-single-goal command per Goal, each with its own command id.
+"""Cancel, Stop, Release or Reassign many Goals at once (DESIGN §15): the plan's frozen set,
+then one single-goal command per Goal, each with its own command id.
 
 ``plan_bulk`` (store.ops.bulk_plan) reads every Goal of the batch once; ``run_bulk`` then takes
-the Goals in turn and does to each what ``cancel_goal`` / ``stop_goal`` / ``release_goal`` do,
-at the version the plan read: a Goal that changed since is ``skipped`` (reported with what it
-is now), never acted on blindly. Nothing is merged: each Goal's command commits alone, so a
-batch interrupted anywhere leaves whole commands behind, and the same batch run again (planned
-again) does only what is left — the Goals already done read ``already terminal`` (cancel),
-``not running`` (stop) or ``not held`` (release) and are left alone.
+the Goals in turn and does to each what ``cancel_goal`` / ``stop_goal`` / ``release_goal`` /
+``Goals.reassign`` do, at the version the plan read: a Goal that changed since is ``skipped``
+(reported with what it is now), never acted on blindly. Nothing is merged: each Goal's command
+commits alone, so a batch interrupted anywhere leaves whole commands behind, and the same batch
+run again (planned again) does only what is left — the Goals already done read ``already
+terminal`` (cancel), ``not running`` (stop), ``not held`` (release) or ``already there``
+(reassign) and are left alone.
 
 Cancel commits every Goal's intent first and stops this node's processes after (the intents
 of a thousand Goals are in within a second or two; stopping takes a grace period each). The
@@ -232,6 +233,8 @@ class _Batch:
                     self.later.append((p, intent))
             elif action == "stop":
                 self.stopped(p, self.stop(p))
+            elif action == "reassign":
+                self.reassigned(p)
             else:
                 self.released(p)
         except VersionConflictError:
@@ -280,6 +283,14 @@ class _Batch:
             run_id=p.run_id,
         )
         self.report(p, "released", done.why, report=done)
+
+    def reassigned(self, p: PlannedGoal) -> None:
+        to = self.plan.to
+        assert to is not None
+        done = self.goals.reassign(goal_id=p.goal_id, node_id=to, expected_version=p.version)
+        goal = done.goal
+        why = f"moved from node {p.node_id} to node {to}: round {goal.round}, {goal.status}"
+        self.report(p, "reassigned", why)
 
     def skipped(self, p: PlannedGoal) -> None:
         """The Goal is no longer as planned: say what it is now; nothing was done to it."""

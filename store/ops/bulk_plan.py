@@ -1,5 +1,6 @@
 """The plan of a batch (DESIGN §15): which Goals, as read once when it is made, and per Goal
-what Cancel, Stop or Release will do to it. Reads only: nothing here writes or signals.
+what Cancel, Stop, Release or Reassign will do to it. Reads only: nothing here writes or
+signals.
 
 The plan is the batch's frozen set: each Goal's version, status and round as read here. The
 batch (store.ops.bulk) acts on a Goal only while it is still at that version; the dashboard's
@@ -16,7 +17,9 @@ from store.errors import (
     CorruptGoalError,
     CorruptRunError,
     GoalNotFoundError,
+    GoalStateError,
     InvalidInputError,
+    NodeNotFoundError,
     NoProcessRecordError,
     NotThisNodeError,
 )
@@ -27,14 +30,15 @@ from store.model.goal import GOAL_STATUSES, goal_aggregate_id, goal_from_stored
 from store.model.goals import CorruptGoal, Goal, Goals, check_name
 from store.model.run import run_aggregate_id
 from store.ops.evidence import ending_words, registry_of
+from store.ops.nodes import node_view
 from store.records import dataclass
 
-BULK_ACTIONS = ("cancel", "stop", "release")
+BULK_ACTIONS = ("cancel", "stop", "release", "reassign")
 # What each action's turn reports when it was done to the Goal.
-DONE = {"cancel": "cancelled", "stop": "stopped", "release": "released"}
+DONE = {"cancel": "cancelled", "stop": "stopped", "release": "released", "reassign": "reassigned"}
 # The action's end already holds: nothing to do, and nothing wrong (a batch run again meets
 # these for the Goals its first run did).
-NOTHING_TO_DO = ("already terminal", "not running", "not held")
+NOTHING_TO_DO = ("already terminal", "not running", "not held", "already there")
 REFUSED, SKIPPED = "refused", "skipped"
 
 
@@ -88,10 +92,11 @@ class PlannedGoal:
 class BulkPlan:
     """A batch's frozen set and what it will do; ``store.ops.bulk.run_bulk`` carries it out."""
 
-    action: str  # cancel | stop | release
+    action: str  # cancel | stop | release | reassign
     node: str  # this node: where processes can be stopped
     goals: tuple[PlannedGoal, ...]
     selection: Selection | None = None  # None: the Goals were named
+    to: str | None = None  # reassign: the node the Goals move to
 
     @property
     def acts(self) -> bool:
@@ -102,6 +107,8 @@ class BulkPlan:
         """One sentence for a confirmation, e.g. "Cancel 3 goals: 2 running (their processes
         are stopped after), 1 queued"."""
         head = f"{self.action.capitalize()} {_count(len(self.goals), 'goal')}"
+        if self.to is not None:
+            head += f" to node {self.to}"
         if not self.goals:
             return f"{head}: none matches"
         groups = Counter(_group(p) for p in sorted(self.goals, key=_rank))
@@ -131,6 +138,7 @@ AFTER_WORDS = {
     "exhausted": ("exhausted after", "exhausted after"),
     "cancel": ("its pending cancellation recorded", "their pending cancellations recorded"),
     "queued": ("queued again", "queued again"),
+    "held-there": ("it stays held until released", "they stay held until released"),
 }
 
 
@@ -162,19 +170,27 @@ def plan_bulk(
     goal_ids: Sequence[str] | None = None,
     selection: Selection | None = None,
     grace_s: float = 5.0,
+    to: str | None = None,
 ) -> BulkPlan:
     """Read the batch's Goals once (named ones, or a selection) and say what ``action`` does.
 
     Refused before anything is read when the input is wrong (InvalidInputError: an unknown
-    action or status, names and a selection together, or neither); a named Goal that does not
-    exist is refused with all such ids named (GoalNotFoundError). Cancel's reason is given to
-    ``run_bulk``: the plan is what a confirmation shows before the reason is asked for.
+    action or status, names and a selection together, or neither; reassign without ``to``,
+    or another action with it); a named Goal that does not exist is refused with all such ids
+    named (GoalNotFoundError), and so is a ``to`` node the journal does not know
+    (NodeNotFoundError: no Goal names it and it never beat, most likely a typo). Cancel's
+    reason is given to ``run_bulk``: the plan is what a confirmation shows before the reason
+    is asked for.
     """
     if action not in BULK_ACTIONS:
         raise InvalidInputError(f"action must be one of {', '.join(BULK_ACTIONS)}")
     check_name(node, "node")
     if (goal_ids is None) == (selection is None):
         raise InvalidInputError("name the goals, or select them by node and status: not both")
+    if (action == "reassign") != (to is not None):
+        raise InvalidInputError("reassign needs the node to move the goals to; no other action")
+    if to is not None:
+        check_name(to, "node")
     with journal.snapshot():  # goals and their runs as of one moment
         if goal_ids is not None:
             entries = _named(journal, goal_ids)
@@ -185,13 +201,18 @@ def plan_bulk(
                 status=list(selection.statuses), node_id=selection.node_id
             )
         runs = _current_runs(journal, [e for e in entries if isinstance(e, Goal)])
+        if to is not None and node_view(journal, to, count=False) is None:
+            raise NodeNotFoundError(
+                f"no node {to} in this journal: no goal names it and it never beat (start its"
+                " `refine node` first, or check the name): nothing was done"
+            )
     ours = [runs.get(e.goal_id) for e in entries if isinstance(e, Goal) and e.node_id == node]
     records = _records(journal, node, [r for r in ours if isinstance(r, Run)])
     planned = tuple(
-        _plan_one(action, entry, runs.get(entry.goal_id), records, node, grace_s)
+        _plan_one(action, entry, runs.get(entry.goal_id), records, node, grace_s, to)
         for entry in entries
     )
-    return BulkPlan(action, node, planned, selection)
+    return BulkPlan(action, node, planned, selection, to)
 
 
 def _check_selection(selection: Selection) -> None:
@@ -264,6 +285,7 @@ def _plan_one(
     records: dict[str, ProcessRecord],
     node: str,
     grace_s: float,
+    to: str | None = None,
 ) -> PlannedGoal:
     if isinstance(entry, CorruptGoal):  # one bad record spoils its own row only
         error = entry.error
@@ -291,6 +313,9 @@ def _plan_one(
         return _plan_cancel(goal, epoch, record, node, grace_s)
     if action == "stop":
         return _plan_stop(goal, run, epoch, record, node, grace_s)
+    if action == "reassign":
+        assert to is not None
+        return _plan_reassign(goal, epoch, to)
     if goal.terminal:
         return _planned(goal, None, None, "already terminal", f"already {goal.status}")
     if goal.status != "held":
@@ -396,3 +421,25 @@ def _stop_ending(goal: Goal, run: Run, epoch: int) -> str:
     if epoch >= run.budget["max_attempts"]:
         return "exhausted"
     return "held" if goal.redelivery == "operator" else "requeued"
+
+
+def _plan_reassign(goal: Goal, epoch: int | None, to: str) -> PlannedGoal:
+    """A queued or held Goal moves to node ``to`` as its next round (a held one stays held
+    there: moving it is not a release); a running one is refused, its attempt first ends."""
+    if goal.terminal:
+        return _planned(goal, None, None, "already terminal", f"already {goal.status}")
+    if goal.node_id == to:
+        return _planned(goal, None, None, "already there", f"{goal.status} on node {to}")
+    if goal.status not in ("queued", "held"):
+        which = f"attempt {epoch}" if epoch is not None else "its attempt"
+        why = (
+            f"{goal.status} on node {goal.node_id}: only a queued or held goal moves (stop"
+            f" {which}, or confirm its cleanup if that node is gone, first)"
+        )
+        return _planned(goal, epoch, None, REFUSED, why, code=GoalStateError.code)
+    why = f"{goal.status} on node {goal.node_id}: moved to node {to} as round {goal.round + 1}"
+    if goal.status == "held":
+        why += ", held there until released"
+    return _planned(
+        goal, None, None, "reassigned", why, after="held-there" if goal.status == "held" else ""
+    )

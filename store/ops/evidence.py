@@ -249,14 +249,25 @@ def _records_of(worker: psutil.Process, registry: ProcessRegistry) -> str:
 # --- sentences -------------------------------------------------------------------------------
 
 
+def ending_of(goal: Goal, run: Run, epoch: int) -> str:
+    """What recording the end of attempt ``epoch`` does to the Goal, in a word: ``cancelled``
+    (its pending cancellation recorded), ``exhausted``, ``held`` or ``requeued``."""
+    if run.cancel_requested:
+        return "cancelled"
+    if epoch >= run.budget["max_attempts"]:
+        return "exhausted"
+    return "held" if goal.redelivery == "operator" else "requeued"
+
+
 def ending_words(goal: Goal, run: Run, epoch: int) -> str:
     """What recording the end of attempt ``epoch`` will do to the Goal."""
     total = run.budget["max_attempts"]
-    if run.cancel_requested:
+    ending = ending_of(goal, run, epoch)
+    if ending == "cancelled":
         return "the pending cancellation will be recorded; nothing is requeued"
-    if epoch >= total:
+    if ending == "exhausted":
         return f"the goal will be exhausted (all {total} attempts used)"
-    if goal.redelivery == "operator":
+    if ending == "held":
         return (
             "the goal will be held until an operator releases it (redelivery: operator;"
             f" attempt {epoch + 1} of {total} next)"

@@ -15,6 +15,7 @@ recorded with each confirmation names the node's state and last beat.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from store.errors import (
@@ -30,7 +31,7 @@ from store.errors import (
 )
 from store.journal.presence import State, iso_utc
 from store.model.goal import OPERATOR_CONFIRMED, check_name, check_reason
-from store.ops.evidence import check_writable, default_operator
+from store.ops.evidence import check_writable, default_operator, ending_of
 from store.ops.nodes import ActiveAttempt, NodeView, active_attempts, node_view
 from store.ops.operator import ActionReport, confirm_cleanup
 from store.records import dataclass, replace
@@ -54,8 +55,69 @@ class NodeCleanup:
         head = f"node {self.node.node_id} {_seen_words(self.node)}"
         if not self.reports:
             return f"{head}: nothing left to confirm (no attempt runs there)"
-        lines = [f"{head}: {len(self.reports)} running attempt(s)"]
+        lines = [f"{head}: {count(len(self.reports), 'running attempt')}"]
         return "\n".join(lines + [f"  {r.text()}" for r in self.reports])
+
+
+ENDINGS = ("requeued", "held", "exhausted", "cancelled")  # as ``ending_of`` says, in this order
+_ENDING_WORDS = {
+    "requeued": "requeued",
+    "held": "held (redelivery: operator)",
+    "exhausted": "exhausted (all attempts used)",
+    "cancelled": "cancelled (a cancellation was pending)",
+}
+
+
+@dataclass(frozen=True)
+class NodeCleanupPlan:
+    """What `cleanup_node` finds before it writes: the node, and the attempts it would confirm
+    (the dashboard's one confirmation says this, with the counts)."""
+
+    node: NodeView
+    attempts: tuple[ActiveAttempt, ...]
+
+    def endings(self) -> dict[str, int]:
+        """How many Goals each ending would get (``ENDINGS``; those with none left out)."""
+        counts = dict.fromkeys(ENDINGS, 0)
+        for a in self.attempts:
+            counts[ending_of(a.goal, a.run, a.epoch)] += 1
+        return {ending: n for ending, n in counts.items() if n}
+
+    def text(self, when: Callable[[float], str | None] = iso_utc) -> str:
+        """One sentence with the counts; ``when`` writes the node's last beat."""
+        node, n = self.node, len(self.attempts)
+        if not n:
+            return f"node {node.node_id}: nothing left to confirm (no attempt runs there)"
+        since = f" ({node.state} since {when(node.presence.last_seen)})" if node.presence else ""
+        (first, k), *rest = self.endings().items()
+        will = "goal will be" if k == 1 else "goals will be"
+        endings = [f"{k} {will} {_ENDING_WORDS[first]}"]
+        endings += [f"{k} {_ENDING_WORDS[ending]}" for ending, k in rest]
+        return (
+            f"Confirm the end of {count(n, 'attempt')} of node {node.node_id}{since}: "
+            + ", ".join(endings)
+        )
+
+
+def plan_node_cleanup(journal: Journal, node_id: str) -> NodeCleanupPlan:
+    """The attempts `cleanup_node` would confirm, refused as it refuses (a bad or unknown node,
+    a live one, one that never beat) and writing nothing."""
+    check_name(node_id, "node")
+    check_writable(journal)
+    node = node_view(journal, node_id, count=False)  # its attempts are read just below
+    if node is None:
+        raise NodeNotFoundError(
+            f"no node {node_id} in this journal: no goal names it and it never beat"
+        )
+    _refuse_live(node)
+    attempts = active_attempts(journal, node_id)
+    if attempts and node.state == "unknown":
+        raise NodeUnseenError(
+            f"node {node_id} never sent a heartbeat (a node without presence, or never started):"
+            f" nothing says it is gone; confirm each of its {count(len(attempts), 'attempt')} with"
+            " refine cleanup RUN --epoch E"
+        )
+    return NodeCleanupPlan(replace(node, running=len(attempts)), tuple(attempts))
 
 
 def cleanup_node(
@@ -75,24 +137,15 @@ def cleanup_node(
     check_name(node_id, "node")
     check_name(here, "node")
     check_reason(method, "method")
-    check_writable(journal)
-    node = node_view(journal, node_id, count=False)  # its attempts are read just below
-    if node is None:
-        raise NodeNotFoundError(
-            f"no node {node_id} in this journal: no goal names it and it never beat"
-        )
-    _refuse_live(node)
-    attempts = active_attempts(journal, node_id)
-    if attempts and node.state == "unknown":
-        raise NodeUnseenError(
-            f"node {node_id} never sent a heartbeat (a node without presence, or never started):"
-            f" nothing says it is gone; confirm each of its {len(attempts)} attempt(s) with"
-            " refine cleanup RUN --epoch E"
-        )
-    done = [_confirm(journal, node_id, a, here, operator, method) for a in attempts]
+    plan = plan_node_cleanup(journal, node_id)
+    done = [_confirm(journal, node_id, a, here, operator, method) for a in plan.attempts]
     errors = tuple(error for _, error in done if error is not None)
-    node = replace(node, running=len(attempts))
-    return NodeCleanup(node, tuple(report for report, _ in done), errors)
+    return NodeCleanup(plan.node, tuple(report for report, _ in done), errors)
+
+
+def count(n: int, noun: str) -> str:
+    """``1 attempt``, ``2 attempts``."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 def _refuse_live(node: NodeView) -> None:

@@ -101,9 +101,11 @@ async def test_x_on_a_silent_node_confirms_its_attempts_after_one_confirmation(
         await pilot.pause()
         await pilot.press("x")
         await until(pilot, lambda: isinstance(app.screen, ConfirmModal))
-        assert "1 attempt(s) of 1 goal(s)" in str(app.screen.body)
+        body = str(app.screen.body)
+        assert "Confirm the end of 1 attempt of node n2 (silent since " in body
+        assert ": 1 goal will be requeued.\n\nEach attempt is recorded" in body
         await pilot.press("y")
-        await until(pilot, lambda: any(n.startswith("node n2: 1 attempt(s)") for n in notes(app)))
+        await until(pilot, lambda: "node n2: 1 attempt: 1 requeued" in notes(app))
         await until(pilot, lambda: app.goal_rows["gpu-train"].status != "running")
         await until(pilot, lambda: cell(app, "n2", "running") == "░░░░░░ 0/4")
 

@@ -249,6 +249,17 @@ def test_a_machine_killed_whole_turns_silent_its_goals_wait_for_cleanup_by_node(
     done = fleet.refine("cleanup", "--node", "dead")  # again: harmless
     assert done.returncode == 0 and "nothing left to confirm" in one_line(done.stdout)
 
+    # The other machine picks the work up once it is moved there; the held goal stays held.
+    moved = fleet.refine("reassign", "--node", "dead", "--status", "queued,held", "--to", "alive")
+    assert moved.returncode == 0, moved.stderr
+    assert moved.stdout.splitlines()[0] == (
+        "Reassign 2 goals to node alive: 1 queued, 1 held (it stays held until released)"
+    )
+    wait_until(lambda: fleet.goals()["safe"] == "running", 60, "safe running on node alive")
+    assert fleet.goals()["careful"] == "held"
+    assert fleet.nodes()["alive"]["running"] == 2
+    assert fleet.refine("check").returncode == 0
+
 
 def test_a_stopped_nodes_live_worker_refuses_its_attempt_until_it_is_gone(fleet: Nodes) -> None:
     """A node that exits cleanly leaves its workers running: on their machine, cleanup --node
