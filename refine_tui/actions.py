@@ -217,7 +217,8 @@ class OperatorFlows:
             busy=f"Confirming node {node_id}'s attempts…",
         )
         if done is not None:
-            self.ui.notify(node_summary(done), title="Cleanup", timeout=8)
+            said = ". ".join(filter(None, [node_summary(done), done.next_step()]))
+            self.ui.notify(said, title="Cleanup", timeout=8)
             self.ui.wake()
 
     async def release(self, goal: GoalRow) -> None:

@@ -56,7 +56,20 @@ class NodeCleanup:
         if not self.reports:
             return f"{head}: nothing left to confirm (no attempt runs there)"
         lines = [f"{head}: {count(len(self.reports), 'running attempt')}"]
-        return "\n".join(lines + [f"  {r.text()}" for r in self.reports])
+        lines += [f"  {r.text()}" for r in self.reports]
+        return "\n".join(lines + ([self.next_step()] if self.next_step() else []))
+
+    def next_step(self) -> str:
+        """What moves the Goals requeued or held here (they wait for this node): "" if none."""
+        waiting = sum(r.outcome in ("requeued", "held") for r in self.reports)
+        if not waiting:
+            return ""
+        node = self.node.node_id
+        return (
+            f"{count(waiting, 'goal')} now wait{'s' if waiting == 1 else ''} for node {node}:"
+            f" `refine reassign --node {node} --status queued,held --to NODE` moves"
+            f" {'it' if waiting == 1 else 'them'}"
+        )
 
 
 ENDINGS = ("requeued", "held", "exhausted", "cancelled")  # as ``ending_of`` says, in this order

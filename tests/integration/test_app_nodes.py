@@ -105,7 +105,11 @@ async def test_x_on_a_silent_node_confirms_its_attempts_after_one_confirmation(
         assert "Confirm the end of 1 attempt of node n2 (silent since " in body
         assert ": 1 goal will be requeued.\n\nEach attempt is recorded" in body
         await pilot.press("y")
-        await until(pilot, lambda: "node n2: 1 attempt: 1 requeued" in notes(app))
+        said = (
+            "node n2: 1 attempt: 1 requeued. 1 goal now waits for node n2: `refine reassign"
+            " --node n2 --status queued,held --to NODE` moves it"
+        )
+        await until(pilot, lambda: said in notes(app))
         await until(pilot, lambda: app.goal_rows["gpu-train"].status != "running")
         await until(pilot, lambda: cell(app, "n2", "running") == "░░░░░░ 0/4")
 

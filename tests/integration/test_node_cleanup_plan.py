@@ -64,6 +64,10 @@ def test_the_plan_counts_each_ending_and_writes_nothing(journal: Journal) -> Non
     done = cleanup_node(journal, "b7", here="n1", operator="dana")
     assert {r.goal_id: r.outcome for r in done.reports}["ops"] == "held"
     assert len(done.reports) == 6
+    assert done.text().splitlines()[-1] == (
+        "4 goals now wait for node b7: `refine reassign --node b7 --status queued,held --to"
+        " NODE` moves them"
+    )  # requeued and held; the exhausted and the cancelled are done
     again = plan_node_cleanup(journal, "b7")
     assert again.text() == "node b7: nothing left to confirm (no attempt runs there)"
 
