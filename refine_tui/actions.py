@@ -9,7 +9,7 @@ back as notifications, through a ``Dashboard``. Which keys apply, and why not, i
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, Protocol, TypeVar
 
 from rich.text import Text
@@ -50,7 +50,7 @@ class Dashboard(Protocol):
 
     def notify(
         self,
-        message: str,
+        message: str | Sequence[str],
         *,
         title: str = "",
         severity: SeverityLevel = "information",
@@ -271,9 +271,9 @@ class OperatorFlows:
         )
         if report is None:
             return False
-        failed = "".join(f"\n{g.text()}" for g in report.failed[:5])  # the first few, named
+        failed = [g.text() for g in report.failed[:5]]  # the first few, named, a line each
         severity: SeverityLevel = "information" if report.ok else "warning"
-        self.ui.notify(report.summary() + failed, title=title, severity=severity, timeout=10)
+        self.ui.notify([report.summary(), *failed], title=title, severity=severity, timeout=10)
         self.ui.wake()
         return True
 

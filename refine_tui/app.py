@@ -12,7 +12,7 @@ from __future__ import annotations
 import gc
 import os
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from textual import work
@@ -69,7 +69,8 @@ class RefineApp(App[None]):
     ) -> None:
         super().__init__()
         self._gc_threshold: tuple[int, ...] | None = None  # the process's own, while mounted
-        self._held_notes: list[tuple[str, str, dict[str, Any]]] = []  # said while a dialog was up
+        # What was said while a dialog was up: shown once it closes.
+        self._held_notes: list[tuple[str | Sequence[str], str, dict[str, Any]]] = []
         self.journal_path = location = resolve_location(journal)  # once: watches derive from it
         self.journal_label = label = redact(journal)  # a URL without its password
         self.node = node or default_node()
@@ -148,14 +149,17 @@ class RefineApp(App[None]):
 
     # --- what the operator sees ----------------------------------------------------------------
 
-    def notify(self, message: str, *, title: str = "", **options: Any) -> None:
-        """Every notification is literal: it embeds titles, reasons, refusals and sentences."""
+    def notify(self, message: str | Sequence[str], *, title: str = "", **options: Any) -> None:
+        """Every notification is literal: it embeds titles, reasons, refusals and sentences
+        (a line break inside one is shown as ``\\n``; ``message`` as lines keeps its own)."""
         options["markup"] = False
         if isinstance(self.screen, ModalScreen):  # never over a dialog: shown when it closes
             self._held_notes.append((message, title, options))
             return
         self.dashboard.place_toasts()
-        super().notify(fmt.visible(message), title=fmt.visible(title), **options)
+        lines = [message] if isinstance(message, str) else message
+        text = "\n".join(fmt.visible(line) for line in lines)
+        super().notify(text, title=fmt.visible(title), **options)
 
     def on_dashboard_resumed(self) -> None:
         """A dialog closed: what was said meanwhile is shown now, for its whole time."""

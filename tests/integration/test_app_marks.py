@@ -141,3 +141,27 @@ async def test_cancel_on_marked_goals_with_nothing_to_do_asks_for_no_reason(
         assert len(app.screen_stack) == 1 and "2 marked" in hint_line(app)
         with Journal.open(journal_path, read_only=True) as journal:
             assert Goals(journal).read("lint").status == "completed"
+
+
+async def test_a_batch_names_each_goal_it_skipped_on_a_line_of_its_own(journal_path: Path) -> None:
+    """A marked Goal cancelled elsewhere while the dialog was open is skipped; the summary names
+    it on its own line (the lines were joined by a newline the notification showed as `\\n`)."""
+    add_queued(journal_path, "batch-a", "batch-b")
+    app = RefineApp(journal=journal_path, node=NODE, operator="dana")
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        for goal_id in ("batch-a", "batch-b"):
+            await select(pilot, goal_id)
+            await pilot.press("space")
+        await pilot.press("c")
+        await until(pilot, lambda: isinstance(app.screen, CancelModal))
+        with Journal.open(journal_path) as journal:  # another operator, meanwhile
+            Goals(journal).cancel(goal_id="batch-b", reason="first", command_id="elsewhere")
+        before = len(notes(app))
+        await pilot.press(*"retired", "enter")
+        await until(pilot, lambda: len(notes(app)) > before)
+        (said,) = notes(app)[before:]
+        summary, skipped = said.split("\n")
+        assert summary == "cancel: 1 of 2 goals done (1 cancelled); 1 skipped"
+        assert skipped.startswith("cancel batch-b: skipped: it changed since the plan (queued")
+        assert "\\n" not in said
