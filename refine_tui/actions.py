@@ -217,8 +217,8 @@ class OperatorFlows:
             busy=f"Confirming node {node_id}'s attempts…",
         )
         if done is not None:
-            said = ". ".join(filter(None, [node_summary(done), done.next_step()]))
-            self.ui.notify(said, title="Cleanup", timeout=8)
+            said = [line for line in (node_summary(done), done.next_step()) if line]
+            self.ui.notify(said, title="Cleanup", timeout=10)
             self.ui.wake()
 
     async def release(self, goal: GoalRow) -> None:
