@@ -20,11 +20,14 @@ from refine_tui import format as fmt
 from refine_tui.keys import SYSTEM_COMMANDS, Selection
 from refine_tui.rows import GoalRow, Reader
 from refine_tui.screens.confirm import CancelModal, ConfirmModal
+from refine_tui.screens.pick_node import NodePickModal
 from store.errors import RefineError, StorageError
 from store.journal.api import Journal, JournalHandle
 from store.model.goal import goal_id_of_run
-from store.ops.bulk import plan_bulk, run_bulk
+from store.ops.bulk import BulkPlan, plan_bulk, run_bulk
+from store.ops.bulk import Selection as GoalsOfNode
 from store.ops.node_cleanup import NodeCleanup, cleanup_node, count, plan_node_cleanup
+from store.ops.nodes import list_nodes
 from store.ops.operator import (
     ActionReport,
     CleanupEvidence,
@@ -90,11 +93,13 @@ class OperatorFlows:
         self._reading = reading  # the read connection, if open
         self._reader = reader  # the live reader's Reader, if one was made
 
-    def flow(self, action: str, sel: Selection) -> Coroutine[Any, Any, None] | None:
+    def flow(self, action: str, sel: Selection) -> Coroutine[Any, Any, object] | None:
         """The flow an operator action starts on the selection (None: nothing to act on)."""
         goal, attempt = sel.goal, sel.attempt
         if action == "cleanup" and sel.view == "nodes":
             return self.cleanup_node(sel.presence.node_id) if sel.presence else None
+        if action == "reassign" and sel.view == "nodes":
+            return self.reassign(from_node=sel.presence.node_id) if sel.presence else None
         if action == "cleanup":
             return self.cleanup(*attempt) if attempt is not None else None
         if goal is None:
@@ -103,6 +108,8 @@ class OperatorFlows:
             return self.stop(goal.goal_id)
         if action == "cancel_goal":
             return self.cancel(goal.goal_id)
+        if action == "reassign":
+            return self.reassign_goals([goal.goal_id], goal.node_id)
         return self.release(goal) if action == "release" else None
 
     def writer(self) -> Journal:
@@ -236,8 +243,11 @@ class OperatorFlows:
         self.notify_report(report)
 
     async def bulk(self, action: str, goal_ids: list[str]) -> bool:
-        """s c R on the marked Goals (DESIGN §15): the plan's sentence in one confirmation (and
-        one reason, for Cancel), the batch in a thread, one summary. True: it ran."""
+        """s c R m on the marked Goals (DESIGN §15): the plan's sentence in one confirmation (and
+        one reason, for Cancel; m asks for the node first), the batch in a thread, one summary.
+        True: it ran."""
+        if action == "reassign":
+            return await self.reassign_goals(goal_ids)
         plan = await self.call_store(
             lambda: plan_bulk(
                 self.writer(), action, node=self.node, goal_ids=goal_ids, grace_s=self.grace_s
@@ -260,6 +270,65 @@ class OperatorFlows:
             ConfirmModal(title, plan.summary(), action.capitalize())
         ):
             return False
+        return await self.run_plan(plan, title, reason)
+
+    async def reassign_goals(self, goal_ids: list[str], node: str | None = None) -> bool:
+        """m on a Goal (``node``: its own, not offered) or on the marked ones."""
+        what = f"goal {goal_ids[0]}" if len(goal_ids) == 1 else f"{len(goal_ids)} marked goals"
+        return await self.reassign(goal_ids=goal_ids, what=what, exclude=node)
+
+    async def reassign(
+        self,
+        *,
+        goal_ids: list[str] | None = None,
+        from_node: str | None = None,
+        what: str = "",
+        exclude: str | None = None,
+    ) -> bool:
+        """Queued and held Goals to another node: the named ones, or every one of ``from_node``
+        (the Nodes view). The node is picked among those the journal knows (live first), then
+        the plan is confirmed once and run; one summary. True: it ran."""
+        exclude = exclude or from_node
+        nodes = await self.call_store(lambda: list_nodes(self.writer()))
+        if nodes is None:
+            return False
+        what = what or f"node {from_node}'s queued and held goals"
+        choices = sorted(
+            (n for n in nodes if n.node_id != exclude), key=lambda n: (n.state != "live", n.node_id)
+        )
+        if not choices:
+            self.ui.notify(f"no other node is known to move {what} to", severity="warning")
+            return False
+        body = (
+            "Pick the node: a queued goal starts its next round there, a held one waits there"
+            " until released. What will happen to each is shown before anything is written."
+        )
+        to = await self.ui.push_screen_wait(NodePickModal(f"Move {what} to…", body, choices))
+        if to is None:
+            return False
+        selection = GoalsOfNode(from_node, ("held", "queued")) if from_node else None
+        plan = await self.call_store(
+            lambda: plan_bulk(
+                self.writer(),
+                "reassign",
+                node=self.node,
+                goal_ids=goal_ids,
+                selection=selection,
+                to=to,
+            )
+        )
+        if plan is None:
+            return False
+        title = f"Move {what} to node {to}"
+        if not plan.acts:  # nothing would be written: say so
+            self.ui.notify(plan.summary(), title=title, severity="warning", timeout=8)
+            return False
+        if not await self.ui.push_screen_wait(ConfirmModal(title, plan.summary(), "Move")):
+            return False
+        return await self.run_plan(plan, title)
+
+    async def run_plan(self, plan: BulkPlan, title: str, reason: str | None = None) -> bool:
+        """A confirmed batch in a thread, then its summary (the failed ones named). True: ran."""
         report = await self.call_store(
             lambda: run_bulk(
                 self.writer(),

@@ -165,6 +165,7 @@ class Dashboard(Screen[None]):
         self.app.call_after_refresh(self.header.show)  # cut to the new width (else on change)
         self.app.call_after_refresh(self.place_toasts)
         self.draw_pulses()  # a short terminal has no line for them: hidden now, not at the tick
+        self.selection_changed()  # the hint line's entries, as many as the width holds
         widths = cells.widths_for(event.size.width)
         with self.app.batch_update():
             self.goals.set_widths(widths)
@@ -305,7 +306,7 @@ class Dashboard(Screen[None]):
         if enabled != self._enabled:
             self._enabled = enabled
             self.app.refresh_bindings()
-        self.say("#why", hint(selection))
+        self.say("#why", hint(selection, self.app.size.width - 2))  # its padding
         words = self.stack.words()  # the selected row, whole (or why the Goals table is empty)
         self.say("#rowline", self.empty_line() if words is None else words)
 
@@ -386,18 +387,21 @@ class Dashboard(Screen[None]):
     def action_release(self) -> None:
         self.act("release")
 
+    def action_reassign(self) -> None:
+        self.act("reassign")
+
     def act(self, action: str) -> None:
         """An operator flow on the selection, as a worker (its modals wait inside it)."""
         selection = self.selection()
         if selection.bulk and action in BULK:
-            flow: Coroutine[Any, Any, None] | None = self.act_on_marks(BULK[action])
+            flow: Coroutine[Any, Any, object] | None = self.act_on_marks(BULK[action])
         else:
             flow = self.flows.flow(action, selection)
         if flow is not None:
             self.held.start()
             self.app.run_worker(self.holding_keys(flow), group="operator", exit_on_error=False)
 
-    async def holding_keys(self, flow: Coroutine[Any, Any, None]) -> None:
+    async def holding_keys(self, flow: Coroutine[Any, Any, object]) -> None:
         """Run ``flow``, the keys typed before its dialog shows held (``KeyHold``)."""
         try:
             await flow

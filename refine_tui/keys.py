@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from textual.binding import Binding, BindingType
 
 from refine_tui.rows import GoalRow
+from refine_tui.visible import cells, clip
 from store.ops.nodes import NodeView
 
 # The dashboard's keys. Back beside the tables' enter (the focused table's keys lead the
@@ -28,6 +29,7 @@ KEYS: list[BindingType] = [
     Binding("c", "cancel_goal", "Cancel", priority=True),
     Binding("x", "cleanup", "Cleanup", priority=True),
     Binding("R", "release", "Release", priority=True),
+    Binding("m", "reassign", "Move", priority=True),
     Binding("l", "log", "Log"),
     Binding("h", "history", "History"),
     Binding("w", "workers", "Workers", show=False),
@@ -36,8 +38,8 @@ KEYS: list[BindingType] = [
     Binding("r", "refresh", "Refresh", show=False),
 ]
 # The priority keys above: never while a text field has the focus or a dialog is on its way.
-EAGER = frozenset({"stop", "cancel_goal", "cleanup", "release", "filter"})
-# Marks (DESIGN §15): with marks, s c R act on the marked Goals.
+EAGER = frozenset({"stop", "cancel_goal", "cleanup", "release", "reassign", "filter"})
+# Marks (DESIGN §15): with marks, s c R m act on the marked Goals.
 KEYS += [
     Binding("space", "mark", "Mark", show=False),
     Binding("asterisk", "mark_all", "Mark all", show=False),
@@ -45,7 +47,7 @@ KEYS += [
 ]
 MARK_ACTIONS = ("mark", "mark_all", "unmark")
 # The operator actions a batch does (store.ops.bulk's names), with marks.
-BULK = {"stop": "stop", "cancel_goal": "cancel", "release": "release"}
+BULK = {"stop": "stop", "cancel_goal": "cancel", "release": "release", "reassign": "reassign"}
 # The Nodes view (DESIGN §14): its own block, so other keys land beside it without conflict.
 KEYS.append(Binding("n", "nodes", "Nodes", show=False))
 # The attempt timeline (DESIGN §17), of the selected Goal or Run.
@@ -66,14 +68,16 @@ FOOTER_KEEPS = (
     "log",
     "history",
     "timeline",
+    "reassign",
 )
-OPERATOR_ACTIONS = ("stop", "cancel_goal", "cleanup", "release")
+OPERATOR_ACTIONS = ("stop", "cancel_goal", "cleanup", "release", "reassign")
 SELECTION_ACTIONS = ("log", "history", "timeline")
 ACTION_TITLES = {
     "stop": "Stop",
     "cancel_goal": "Cancel",
     "cleanup": "Confirm cleanup",
     "release": "Release",
+    "reassign": "Move to node",
     "log": "Log",
     "history": "History",
     "timeline": "Timeline",
@@ -81,12 +85,13 @@ ACTION_TITLES = {
     "mark_all": "Mark all",
     "unmark": "Unmark",
 }
-ACTION_KEYS = {"stop": "s", "cancel_goal": "c", "cleanup": "x", "release": "R"}
+ACTION_KEYS = {"stop": "s", "cancel_goal": "c", "cleanup": "x", "release": "R", "reassign": "m"}
 SYSTEM_COMMANDS = (
     ("Stop", "Stop the selected goal's attempt (s)", "stop"),
     ("Cancel goal", "Cancel the selected goal, with a reason (c)", "cancel_goal"),
     ("Confirm cleanup", "Confirm a silent attempt's work has ended (x)", "cleanup"),
     ("Release", "Make a held goal actionable again (R)", "release"),
+    ("Move to node", "Move a queued or held goal (or a node's) to another node (m)", "reassign"),
     ("Log", "Show / hide the attempt's log (l)", "log"),
     ("History", "Show / hide the run's event history (h)", "history"),
     ("Workers", "This node's worker processes (w)", "workers"),
@@ -96,7 +101,7 @@ SYSTEM_COMMANDS = (
     ("Pause / resume", "Pause live updates (p)", "pause"),
     ("Refresh", "Reload everything from the journal (r)", "refresh"),
     ("Help", "All keys (?)", "help"),
-    ("Mark / unmark", "Mark the selected goal: s c R act on the marked (space)", "mark"),
+    ("Mark / unmark", "Mark the selected goal: s c R m act on the marked (space)", "mark"),
     ("Mark all shown", "Mark every goal the filter shows (*)", "mark_all"),
     ("Clear marks", "Unmark every goal (u)", "unmark"),
 )
@@ -169,6 +174,13 @@ def why(action: str, sel: Selection) -> tuple[str, str] | None:
     elif action == "release":
         if goal.status != "held":
             return "not held", f"goal is {goal.status}; only a held goal is released"
+    elif action == "reassign":
+        if goal.status not in ("queued", "held"):
+            return (
+                f"{goal.status}",
+                f"goal is {goal.status}; only a queued or held goal moves to another node"
+                + (" (stop it, or confirm its cleanup, first)" if goal.status == "running" else ""),
+            )
     elif action == "history" and sel.run_id is None:
         return "no run", "no run selected"
     return None
@@ -212,11 +224,14 @@ def marks_words(sel: Selection) -> str:
 
 
 def why_node(action: str, node: NodeView | None) -> tuple[str, str] | None:
-    """In the Nodes view only `x` applies: to a silent or stopped node that runs attempts."""
-    if action != "cleanup":
+    """In the Nodes view `x` applies to a silent or stopped node that runs attempts, and `m`
+    to any node (its queued and held goals move: the plan says if there are none)."""
+    if action not in ("cleanup", "reassign"):
         return "n/a here", "not in the Nodes view (escape goes back)"
     if node is None:
         return "no node", "no node selected"
+    if action == "reassign":
+        return None
     if node.state == "live":
         return "node live", f"node {node.node_id} is live: its attempts are its own to end"
     if node.state == "unknown":
@@ -262,20 +277,33 @@ def refusal(action: str, sel: Selection) -> str | None:
     return f"{ACTION_TITLES[action]}: {reason[1]}" if reason is not None else None
 
 
-def hint(sel: Selection) -> str:
-    """The line under the table: why the operator keys are greyed, in short."""
+def hint(sel: Selection, width: int = 1000) -> str:
+    """The line under the table: why the operator keys are greyed, in short; whole entries
+    only, as many as ``width`` cells hold (the rest ends in …: pressed, a key says why)."""
     if sel.read_only:
-        return "read-only: s c x R are disabled"
+        return "read-only: s c x R m are disabled"
     if sel.journal_state in ("missing", "broken"):
         return "journal unavailable: actions are disabled until it is back"
     if sel.bulk:
-        return f"{marks_words(sel)} · s c R act on them · u clears"
+        return f"{marks_words(sel)} · s c R m act on them · u clears"
     marks = [marks_words(sel)] if sel.marked else []
-    return " · ".join(
-        marks
-        + [
-            f"{ACTION_KEYS[a]}: {short}"
-            for a in OPERATOR_ACTIONS
-            if (short := (why(a, sel) or ("", ""))[0])
-        ]
-    )
+    entries = marks + [
+        f"{ACTION_KEYS[a]}: {short}"
+        for a in OPERATOR_ACTIONS
+        if (short := (why(a, sel) or ("", ""))[0])
+    ]
+    return fitted(entries, width)
+
+
+def fitted(entries: list[str], width: int, sep: str = " · ") -> str:
+    """``entries`` joined by ``sep``: those that fit in ``width`` cells whole, then … if any
+    was left out (a first one too long for the line is cut)."""
+    line = ""
+    for entry in entries:
+        longer = f"{line}{sep}{entry}" if line else entry
+        if cells(longer) > width:
+            if not line:
+                return clip(entry, width)
+            return f"{line} …" if cells(line) + 2 <= width else line
+        line = longer
+    return line

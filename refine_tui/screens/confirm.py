@@ -19,7 +19,7 @@ from refine_tui.format import literal, literal_text
 SCROLL_HINT = "↑↓ scroll"
 
 
-class _Fitted:
+class FittedDialog:
     """The body scrolls and the buttons stay on screen, however short the terminal; a body
     cut by the dialog says it scrolls (on the dialog's bottom border)."""
 
@@ -47,7 +47,7 @@ class _Fitted:
         screen.query_one("#dialog-body").scroll_relative(y=lines, animate=False)
 
 
-class ConfirmModal(_Fitted, ModalScreen[bool]):
+class ConfirmModal(FittedDialog, ModalScreen[bool]):
     """Say what will happen, then ask. Dismissed with True (confirmed) or False."""
 
     BINDINGS: ClassVar = [
@@ -94,7 +94,7 @@ class ConfirmModal(_Fitted, ModalScreen[bool]):
         self.dismiss(False)
 
 
-class CancelModal(_Fitted, ModalScreen[str | None]):
+class CancelModal(FittedDialog, ModalScreen[str | None]):
     """Ask for the reason of a Cancel; the reason field has the focus and ``enter`` confirms.
 
     Dismissed with the reason, or None when the operator backs out. An empty reason is refused
