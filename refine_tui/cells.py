@@ -204,7 +204,7 @@ def node_words(n: NodeView) -> str:
     text = f"node {n.node_id} — {presence_words(n)} · {n.running} running"
     if n.presence is not None:
         p = n.presence
-        text += f" of {p.capacity} · host {p.host} · version {p.version}"
+        text += f", capacity {p.capacity} · host {p.host} · version {p.version}"
     if n.state in ("silent", "stopped") and n.running:
         text += " · x: confirm cleanup of its attempts"
     return text

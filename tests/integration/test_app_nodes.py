@@ -72,6 +72,7 @@ async def test_nodes_view_lists_each_node_with_its_presence(journal_path: Path) 
         nodes_table(app).select("n2")
         await pilot.pause()
         assert "silent for" in row_line(app) and "x: confirm cleanup" in row_line(app)
+        assert "· 1 running, capacity 4 · host host-n2 ·" in row_line(app)
         await pilot.press("escape")
         assert app.dashboard.stack.view == "goals"
 
