@@ -299,10 +299,7 @@ class OperatorFlows:
         if not choices:
             self.ui.notify(f"no other node is known to move {what} to", severity="warning")
             return False
-        body = (
-            "Pick the node: a queued goal starts its next round there, a held one waits there"
-            " until released. What will happen to each is shown before anything is written."
-        )
+        body = "A queued goal runs its next round there; a held one waits there until released."
         to = await self.ui.push_screen_wait(NodePickModal(f"Move {what} to…", body, choices))
         if to is None:
             return False

@@ -24,6 +24,7 @@ class FittedDialog:
     cut by the dialog says it scrolls (on the dialog's bottom border)."""
 
     RESERVED = 7  # rows that are not the body: border, title and its gap, the buttons
+    scroll_hint = SCROLL_HINT  # the keys that scroll a cut body
 
     def fit_body(self) -> None:
         screen = cast("ModalScreen[Any]", self)  # mixed into ModalScreens only
@@ -36,7 +37,7 @@ class FittedDialog:
         screen = cast("ModalScreen[Any]", self)
         if screen.is_attached:
             cut = screen.query_one("#dialog-body").max_scroll_y > 0
-            screen.query_one("#dialog").border_subtitle = SCROLL_HINT if cut else ""
+            screen.query_one("#dialog").border_subtitle = self.scroll_hint if cut else ""
 
     def on_resize(self) -> None:
         self.fit_body()

@@ -34,8 +34,13 @@ def node_line(node: NodeView) -> Text:
 class NodePickModal(FittedDialog, ModalScreen[str | None]):
     """Pick a node from ``nodes``: dismissed with its id, or None when the operator backs out."""
 
-    BINDINGS: ClassVar = [Binding("escape", "back", "Back")]
+    BINDINGS: ClassVar = [
+        Binding("escape", "back", "Back"),
+        Binding("pageup", "scroll_body(-5)", "Page up", show=False),
+        Binding("pagedown", "scroll_body(5)", "Page down", show=False),
+    ]
     RESERVED = 8 + LIST_ROWS  # and the list
+    scroll_hint = "pgup pgdn scroll"  # ↑↓ move in the list
 
     def __init__(self, title: str, body: str, nodes: Sequence[NodeView]) -> None:
         super().__init__()
