@@ -24,6 +24,7 @@ from refine_tui.screens.pick_node import NodePickModal
 from store.errors import RefineError, StorageError
 from store.journal.api import Journal, JournalHandle
 from store.model.goal import goal_id_of_run
+from store.model.goals import Goals
 from store.ops.bulk import BulkPlan, plan_bulk, run_bulk
 from store.ops.bulk import Selection as GoalsOfNode
 from store.ops.node_cleanup import NodeCleanup, cleanup_node, count, plan_node_cleanup
@@ -43,6 +44,7 @@ from store.ops.operator import (
 __all__ = ["SYSTEM_COMMANDS", "OperatorFlows"]  # SYSTEM_COMMANDS: refine_tui.keys' own
 
 T = TypeVar("T")
+WAITING = ("held", "queued")  # the statuses a Goal can be moved to another node in
 
 
 # --- the flows ---------------------------------------------------------------------------------
@@ -293,6 +295,12 @@ class OperatorFlows:
         if nodes is None:
             return False
         what = what or f"node {from_node}'s queued and held goals"
+        if from_node is not None:  # nothing of it to move: say so before asking where to
+            waiting = await self.call_store(lambda: self.waiting_on(from_node))
+            if not waiting:  # None: refused, and said
+                if waiting is not None:
+                    self.ui.notify(f"node {from_node} has no queued or held goal to move")
+                return False
         choices = sorted(
             (n for n in nodes if n.node_id != exclude), key=lambda n: (n.state != "live", n.node_id)
         )
@@ -303,7 +311,7 @@ class OperatorFlows:
         to = await self.ui.push_screen_wait(NodePickModal(f"Move {what} to…", body, choices))
         if to is None:
             return False
-        selection = GoalsOfNode(from_node, ("held", "queued")) if from_node else None
+        selection = GoalsOfNode(from_node, WAITING) if from_node else None
         plan = await self.call_store(
             lambda: plan_bulk(
                 self.writer(),
@@ -323,6 +331,10 @@ class OperatorFlows:
         if not await self.ui.push_screen_wait(ConfirmModal(title, plan.summary(), "Move")):
             return False
         return await self.run_plan(plan, title)
+
+    def waiting_on(self, node_id: str) -> bool:
+        """(thread) Whether a queued or held Goal names ``node_id`` (one is enough)."""
+        return bool(Goals(self.writer()).list_readable(status=WAITING, node_id=node_id, limit=1))
 
     async def run_plan(self, plan: BulkPlan, title: str, reason: str | None = None) -> bool:
         """A confirmed batch in a thread, then its summary (the failed ones named). True: ran."""

@@ -32,7 +32,7 @@ class NodesView(TableView):
         return self.nodes.get(key) if key else None
 
     def crumbs(self) -> str:
-        return "Nodes   (x on a silent or stopped node: confirm its attempts · escape: back)"
+        return "Nodes   (x: confirm a gone node's attempts · m: move its goals · escape: back)"
 
     def words(self) -> str | None:
         if self.selected_key is None:

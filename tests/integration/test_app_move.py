@@ -135,3 +135,20 @@ async def test_m_in_the_nodes_view_moves_that_nodes_queued_and_held_goals(
         await pilot.press("y")
         await until(pilot, lambda: any(n.startswith("reassign: 2 of 2") for n in notes(app)))
         assert goal(journal_path, "batch-b") == ("n4", "queued", 2)
+
+
+async def test_m_on_a_node_with_nothing_to_move_says_so_and_asks_nothing(
+    journal_path: Path,
+) -> None:
+    add_queued(journal_path)  # n4 beats, and no goal names it
+    app = RefineApp(journal=journal_path, node=NODE)
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        await pilot.press("n")
+        nodes = app.query_one("#nodes", KeyedTable)
+        await until(pilot, lambda: "n4" in set(nodes.keys()))
+        nodes.select("n4")
+        await pilot.pause()
+        await pilot.press("m")
+        await until(pilot, lambda: "node n4 has no queued or held goal to move" in notes(app))
+        assert not isinstance(app.screen, NodePickModal)
