@@ -28,7 +28,7 @@ from store.model.goals import Goals
 from store.ops.bulk import BulkPlan, plan_bulk, run_bulk
 from store.ops.bulk import Selection as GoalsOfNode
 from store.ops.node_cleanup import NodeCleanup, cleanup_node, count, plan_node_cleanup
-from store.ops.nodes import list_nodes
+from store.ops.nodes import NodeView, list_nodes
 from store.ops.operator import (
     ActionReport,
     CleanupEvidence,
@@ -226,7 +226,8 @@ class OperatorFlows:
             busy=f"Confirming node {node_id}'s attempts…",
         )
         if done is not None:
-            said = [line for line in (node_summary(done), done.next_step()) if line]
+            moves = "m here (Move to node)"
+            said = [line for line in (node_summary(done), done.next_step(moves)) if line]
             self.ui.notify(said, title="Cleanup", timeout=10)
             self.ui.wake()
 
@@ -301,9 +302,7 @@ class OperatorFlows:
                 if waiting is not None:
                     self.ui.notify(f"node {from_node} has no queued or held goal to move")
                 return False
-        choices = sorted(
-            (n for n in nodes if n.node_id != exclude), key=lambda n: (n.state != "live", n.node_id)
-        )
+        choices = sorted((n for n in nodes if n.node_id != exclude), key=pick_order)
         if not choices:
             self.ui.notify(f"no other node is known to move {what} to", severity="warning")
             return False
@@ -377,6 +376,12 @@ class OperatorFlows:
 def refusal_text(exc: RefineError) -> str:
     """A refusal in words, with its code for the curious (never a traceback)."""
     return f"{exc.message} ({exc.code})"
+
+
+def pick_order(node: NodeView) -> tuple[bool, int, str]:
+    """Where goals are best moved first: live nodes, the most room, then by name."""
+    capacity = node.presence.capacity if node.presence is not None else 0
+    return node.state != "live", node.running - capacity, node.node_id
 
 
 def node_summary(done: NodeCleanup) -> str:

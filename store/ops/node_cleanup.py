@@ -59,16 +59,17 @@ class NodeCleanup:
         lines += [f"  {r.text()}" for r in self.reports]
         return "\n".join(lines + ([self.next_step()] if self.next_step() else []))
 
-    def next_step(self) -> str:
-        """What moves the Goals requeued or held here (they wait for this node): "" if none."""
+    def next_step(self, how: str = "") -> str:
+        """What moves the Goals requeued or held here (they wait for this node): "" if none.
+        ``how``: what does it, where the command line is not what the operator uses."""
         waiting = sum(r.outcome in ("requeued", "held") for r in self.reports)
         if not waiting:
             return ""
         node = self.node.node_id
+        how = how or f"`refine reassign --node {node} --status queued,held --to NODE`"
         return (
             f"{count(waiting, 'goal')} now wait{'s' if waiting == 1 else ''} for node {node}:"
-            f" `refine reassign --node {node} --status queued,held --to NODE` moves"
-            f" {'it' if waiting == 1 else 'them'}"
+            f" {how} moves {'it' if waiting == 1 else 'them'}"
         )
 
 

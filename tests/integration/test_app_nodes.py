@@ -107,8 +107,8 @@ async def test_x_on_a_silent_node_confirms_its_attempts_after_one_confirmation(
         assert ": 1 goal will be requeued.\n\nEach attempt is recorded" in body
         await pilot.press("y")
         said = (
-            "node n2: 1 attempt: 1 requeued\n1 goal now waits for node n2: `refine reassign"
-            " --node n2 --status queued,held --to NODE` moves it"
+            "node n2: 1 attempt: 1 requeued\n1 goal now waits for node n2: m here (Move to"
+            " node) moves it"
         )
         await until(pilot, lambda: said in notes(app))
         await until(pilot, lambda: app.goal_rows["gpu-train"].status != "running")
