@@ -20,7 +20,7 @@ from refine_tui import format as fmt
 from refine_tui.keys import SYSTEM_COMMANDS, Selection
 from refine_tui.rows import GoalRow, Reader
 from refine_tui.screens.confirm import CancelModal, ConfirmModal
-from refine_tui.screens.pick_node import NodePickModal
+from refine_tui.screens.pick_node import SPREAD, NodePickModal
 from store.errors import RefineError, StorageError
 from store.journal.api import Journal, JournalHandle
 from store.model.goal import goal_id_of_run
@@ -307,9 +307,14 @@ class OperatorFlows:
             self.ui.notify(f"no other node is known to move {what} to", severity="warning")
             return False
         body = "A queued goal runs its next round there; a held one waits there until released."
-        to = await self.ui.push_screen_wait(NodePickModal(f"Move {what} to…", body, choices))
-        if to is None:
+        live = tuple(n.node_id for n in choices if n.state == "live")
+        spread = len(live) > 1 and (from_node is not None or len(goal_ids or ()) > 1)
+        picked = await self.ui.push_screen_wait(
+            NodePickModal(f"Move {what} to…", body, choices, spread=spread)
+        )
+        if picked is None:
             return False
+        to = live if picked == SPREAD else (picked,)
         selection = GoalsOfNode(from_node, WAITING) if from_node else None
         plan = await self.call_store(
             lambda: plan_bulk(
@@ -323,7 +328,7 @@ class OperatorFlows:
         )
         if plan is None:
             return False
-        title = f"Move {what} to node {to}"
+        title = f"Move {what} to node {to[0]}" if len(to) == 1 else f"Move {what}"
         if not plan.acts:  # nothing would be written: say so
             self.ui.notify(plan.summary(), title=title, severity="warning", timeout=8)
             return False

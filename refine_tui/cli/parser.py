@@ -20,6 +20,7 @@ from refine_tui.cli.values import (
     capacity,
     goal_statuses,
     heartbeat_seconds,
+    node_names,
     non_empty,
     non_negative_float,
     port_number,
@@ -208,9 +209,10 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         reassign.add_argument(
             "--to",
             required=True,
-            type=non_empty,
-            metavar="NODE",
-            help="the node they move to (it must be known: a node that beat, or named by a goal)",
+            type=node_names,
+            metavar="NODE[,NODE...]",
+            help="the node they move to (one the journal knows: it beat, or a goal names it);"
+            " several: each goal to the one with the most room left",
         )
     if wait := command("wait", cli.cmd_wait, "wait until a goal reaches one of the given statuses"):
         wait.add_argument("goal", help="the goal to wait for")

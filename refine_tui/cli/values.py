@@ -82,3 +82,11 @@ def non_empty(text: str) -> str:
     if not text:
         raise argparse.ArgumentTypeError("must not be empty")
     return text
+
+
+def node_names(text: str) -> tuple[str, ...]:
+    """``a`` or ``a,b,c``: the nodes goals move to (each name checked by the store)."""
+    names = tuple(name.strip() for name in text.split(","))
+    if not all(names):
+        raise argparse.ArgumentTypeError(f"{text!r}: give node names separated by commas")
+    return names

@@ -21,6 +21,7 @@ from refine_tui.screens.confirm import FittedDialog
 from store.ops.nodes import NodeView
 
 LIST_ROWS = 6  # the list's height at most; it scrolls beyond
+SPREAD = "*"  # the option that spreads the goals over every live node (no node is named *)
 
 
 def node_line(node: NodeView) -> Text:
@@ -32,7 +33,8 @@ def node_line(node: NodeView) -> Text:
 
 
 class NodePickModal(FittedDialog, ModalScreen[str | None]):
-    """Pick a node from ``nodes``: dismissed with its id, or None when the operator backs out."""
+    """Pick a node from ``nodes``: dismissed with its id, or None when the operator backs out.
+    ``spread``: first offer every live node of them at once (dismissed with ``SPREAD``)."""
 
     BINDINGS: ClassVar = [
         Binding("escape", "back", "Back"),
@@ -42,19 +44,25 @@ class NodePickModal(FittedDialog, ModalScreen[str | None]):
     RESERVED = 8 + LIST_ROWS  # and the list
     scroll_hint = "pgup pgdn scroll"  # ↑↓ move in the list
 
-    def __init__(self, title: str, body: str, nodes: Sequence[NodeView]) -> None:
+    def __init__(
+        self, title: str, body: str, nodes: Sequence[NodeView], *, spread: bool = False
+    ) -> None:
         super().__init__()
         self.title_text, self.body = title, body
         self.nodes = list(nodes)
+        self.spread = spread
 
     def compose(self) -> ComposeResult:
         with Vertical(id="dialog"):
             yield Label(literal(self.title_text), id="dialog-title")
             with VerticalScroll(id="dialog-body"):
                 yield Static(literal(self.body), id="dialog-text")
-            yield OptionList(
-                *(Option(node_line(n), id=n.node_id) for n in self.nodes), id="node-choices"
-            )
+            options = [Option(node_line(n), id=n.node_id) for n in self.nodes]
+            if self.spread:
+                live = sum(n.state == "live" for n in self.nodes)
+                words = f"every live node ({live}): each goal to the one with the most room"
+                options.insert(0, Option(Text(words, style="bold"), id=SPREAD))
+            yield OptionList(*options, id="node-choices")
             with Horizontal(id="dialog-buttons"):
                 yield Button("Back (esc)", id="back", variant="primary")
 

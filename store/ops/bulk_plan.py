@@ -30,8 +30,8 @@ from store.model.goal import GOAL_STATUSES, goal_aggregate_id, goal_from_stored
 from store.model.goals import CorruptGoal, Goal, Goals, check_name
 from store.model.run import run_aggregate_id
 from store.ops.evidence import ending_words, registry_of
-from store.ops.nodes import node_view
-from store.records import dataclass
+from store.ops.nodes import list_nodes
+from store.records import dataclass, replace
 
 BULK_ACTIONS = ("cancel", "stop", "release", "reassign")
 # What each action's turn reports when it was done to the Goal.
@@ -67,6 +67,7 @@ class PlannedGoal:
     why: str
     code: str | None = None  # "refused": the error code the single-goal command gives
     after: str = ""  # what follows (a key of AFTER_WORDS): "stop-process", "requeued", ...
+    to: str = ""  # reassign: the node this Goal moves to
 
     @property
     def stop_after(self) -> bool:
@@ -85,7 +86,7 @@ class PlannedGoal:
             "epoch": self.epoch,
             "pid": self.record.pid if self.record is not None else None,
             "expect": self.expect,
-        }
+        } | ({"to": self.to} if self.to else {})
 
 
 @dataclass(frozen=True)
@@ -96,7 +97,7 @@ class BulkPlan:
     node: str  # this node: where processes can be stopped
     goals: tuple[PlannedGoal, ...]
     selection: Selection | None = None  # None: the Goals were named
-    to: str | None = None  # reassign: the node the Goals move to
+    to: tuple[str, ...] = ()  # reassign: the nodes the Goals move to
 
     @property
     def acts(self) -> bool:
@@ -107,8 +108,8 @@ class BulkPlan:
         """One sentence for a confirmation, e.g. "Cancel 3 goals: 2 running (their processes
         are stopped after), 1 queued"."""
         head = f"{self.action.capitalize()} {_count(len(self.goals), 'goal')}"
-        if self.to is not None:
-            head += f" to node {self.to}"
+        if self.to:
+            head += f" to node{'s' if len(self.to) > 1 else ''} {', '.join(self.to)}"
         if not self.goals:
             return f"{head}: none matches"
         groups = Counter(_group(p) for p in sorted(self.goals, key=_rank))
@@ -170,7 +171,7 @@ def plan_bulk(
     goal_ids: Sequence[str] | None = None,
     selection: Selection | None = None,
     grace_s: float = 5.0,
-    to: str | None = None,
+    to: str | Sequence[str] | None = None,
 ) -> BulkPlan:
     """Read the batch's Goals once (named ones, or a selection) and say what ``action`` does.
 
@@ -178,19 +179,19 @@ def plan_bulk(
     action or status, names and a selection together, or neither; reassign without ``to``,
     or another action with it); a named Goal that does not exist is refused with all such ids
     named (GoalNotFoundError), and so is a ``to`` node the journal does not know
-    (NodeNotFoundError: no Goal names it and it never beat, most likely a typo). Cancel's
-    reason is given to ``run_bulk``: the plan is what a confirmation shows before the reason
-    is asked for.
+    (NodeNotFoundError: no Goal names it and it never beat, most likely a typo). Reassign to
+    several nodes spreads the Goals: each to the node with the most room left (its capacity
+    less the attempts running there, less the Goals already given to it). Cancel's reason is
+    given to ``run_bulk``: the plan is what a confirmation shows before the reason is asked for.
     """
     if action not in BULK_ACTIONS:
         raise InvalidInputError(f"action must be one of {', '.join(BULK_ACTIONS)}")
     check_name(node, "node")
     if (goal_ids is None) == (selection is None):
         raise InvalidInputError("name the goals, or select them by node and status: not both")
-    if (action == "reassign") != (to is not None):
+    targets = _targets(to)
+    if (action == "reassign") != bool(targets):
         raise InvalidInputError("reassign needs the node to move the goals to; no other action")
-    if to is not None:
-        check_name(to, "node")
     with journal.snapshot():  # goals and their runs as of one moment
         if goal_ids is not None:
             entries = _named(journal, goal_ids)
@@ -201,18 +202,53 @@ def plan_bulk(
                 status=list(selection.statuses), node_id=selection.node_id
             )
         runs = _current_runs(journal, [e for e in entries if isinstance(e, Goal)])
-        if to is not None and node_view(journal, to, count=False) is None:
-            raise NodeNotFoundError(
-                f"no node {to} in this journal: no goal names it and it never beat (start its"
-                " `refine node` first, or check the name): nothing was done"
-            )
+        spread = _Spread(_rooms(journal, targets)) if targets else None
     ours = [runs.get(e.goal_id) for e in entries if isinstance(e, Goal) and e.node_id == node]
     records = _records(journal, node, [r for r in ours if isinstance(r, Run)])
     planned = tuple(
-        _plan_one(action, entry, runs.get(entry.goal_id), records, node, grace_s, to)
+        _plan_one(action, entry, runs.get(entry.goal_id), records, node, grace_s, spread)
         for entry in entries
     )
-    return BulkPlan(action, node, planned, selection, to)
+    return BulkPlan(action, node, planned, selection, targets)
+
+
+def _targets(to: str | Sequence[str] | None) -> tuple[str, ...]:
+    """The nodes named to move Goals to, each once, in the order named."""
+    names = [] if to is None else [to] if isinstance(to, str) else list(to)
+    return tuple(dict.fromkeys(check_name(name, "node") for name in names))
+
+
+def _rooms(journal: Journal, targets: tuple[str, ...]) -> dict[str, int]:
+    """Each target's room (capacity less its running attempts; a node that never beat has
+    none); unknown targets refused together."""
+    nodes = {n.node_id: n for n in list_nodes(journal)}
+    unknown = [t for t in targets if t not in nodes]
+    if unknown:
+        raise NodeNotFoundError(
+            f"no node {', '.join(unknown)} in this journal: no goal names it and it never beat"
+            " (start its `refine node` first, or check the name): nothing was done"
+        )
+    rooms = {}
+    for target in targets:
+        presence = nodes[target].presence
+        rooms[target] = (presence.capacity if presence is not None else 0) - nodes[target].running
+    return rooms
+
+
+class _Spread:
+    """The reassign targets and their room, taken Goal by Goal: the most room first."""
+
+    def __init__(self, rooms: dict[str, int]) -> None:
+        self.rooms = rooms
+        self.order = {name: n for n, name in enumerate(rooms)}  # ties: the order named
+
+    def __contains__(self, node_id: str) -> bool:
+        return node_id in self.rooms
+
+    def take(self) -> str:
+        best = max(self.rooms, key=lambda name: (self.rooms[name], -self.order[name]))
+        self.rooms[best] -= 1
+        return best
 
 
 def _check_selection(selection: Selection) -> None:
@@ -285,7 +321,7 @@ def _plan_one(
     records: dict[str, ProcessRecord],
     node: str,
     grace_s: float,
-    to: str | None = None,
+    spread: _Spread | None = None,
 ) -> PlannedGoal:
     if isinstance(entry, CorruptGoal):  # one bad record spoils its own row only
         error = entry.error
@@ -314,8 +350,8 @@ def _plan_one(
     if action == "stop":
         return _plan_stop(goal, run, epoch, record, node, grace_s)
     if action == "reassign":
-        assert to is not None
-        return _plan_reassign(goal, epoch, to)
+        assert spread is not None
+        return _plan_reassign(goal, epoch, spread)
     if goal.terminal:
         return _planned(goal, None, None, "already terminal", f"already {goal.status}")
     if goal.status != "held":
@@ -423,13 +459,13 @@ def _stop_ending(goal: Goal, run: Run, epoch: int) -> str:
     return "held" if goal.redelivery == "operator" else "requeued"
 
 
-def _plan_reassign(goal: Goal, epoch: int | None, to: str) -> PlannedGoal:
-    """A queued or held Goal moves to node ``to`` as its next round (a held one stays held
+def _plan_reassign(goal: Goal, epoch: int | None, spread: _Spread) -> PlannedGoal:
+    """A queued or held Goal moves to a target node as its next round (a held one stays held
     there: moving it is not a release); a running one is refused, its attempt first ends."""
     if goal.terminal:
         return _planned(goal, None, None, "already terminal", f"already {goal.status}")
-    if goal.node_id == to:
-        return _planned(goal, None, None, "already there", f"{goal.status} on node {to}")
+    if goal.node_id in spread:
+        return _planned(goal, None, None, "already there", f"{goal.status} on node {goal.node_id}")
     if goal.status not in ("queued", "held"):
         which = f"attempt {epoch}" if epoch is not None else "its attempt"
         why = (
@@ -437,9 +473,9 @@ def _plan_reassign(goal: Goal, epoch: int | None, to: str) -> PlannedGoal:
             f" {which}, or confirm its cleanup if that node is gone, first)"
         )
         return _planned(goal, epoch, None, REFUSED, why, code=GoalStateError.code)
+    to = spread.take()
     why = f"{goal.status} on node {goal.node_id}: moved to node {to} as round {goal.round + 1}"
     if goal.status == "held":
         why += ", held there until released"
-    return _planned(
-        goal, None, None, "reassigned", why, after="held-there" if goal.status == "held" else ""
-    )
+    after = "held-there" if goal.status == "held" else ""
+    return replace(_planned(goal, None, None, "reassigned", why, after=after), to=to)

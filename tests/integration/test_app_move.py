@@ -152,3 +152,26 @@ async def test_m_on_a_node_with_nothing_to_move_says_so_and_asks_nothing(
         await pilot.press("m")
         await until(pilot, lambda: "node n4 has no queued or held goal to move" in notes(app))
         assert not isinstance(app.screen, NodePickModal)
+
+
+async def test_several_goals_can_be_spread_over_every_live_node(journal_path: Path) -> None:
+    add_queued(journal_path, "batch-a", "batch-b", "batch-c")  # n4 beats
+    with Journal.open(journal_path) as journal:
+        journal.write_presence(Beat("n5", "start", "host-n5", 4, "0.1.0", 3600))
+    app = RefineApp(journal=journal_path, node=NODE)
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        for goal_id in ("batch-a", "batch-b", "batch-c"):
+            await select(pilot, goal_id)
+            await pilot.press("space")
+        await pilot.press("m")
+        await until(pilot, lambda: isinstance(app.screen, NodePickModal))
+        assert choices(app) == ["*", "n4", "n5", "n3", "n1", "n2"]  # then the most room
+        await pilot.press("enter")  # every live node
+        await until(pilot, lambda: isinstance(app.screen, ConfirmModal))
+        body = str(app.screen.query_one("#dialog-body Static").render())
+        assert body == "Reassign 3 goals to nodes n4, n5: 3 queued"
+        await pilot.press("y")
+        await until(pilot, lambda: any(n.startswith("reassign: 3 of 3") for n in notes(app)))
+        moved = [goal(journal_path, g)[0] for g in ("batch-a", "batch-b", "batch-c")]
+        assert moved == ["n4", "n5", "n4"]  # the most room first, ties in the order offered

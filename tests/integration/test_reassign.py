@@ -192,3 +192,34 @@ def test_bad_input_exits_2_in_one_line_and_writes_nothing(
     assert code == 2 and out == "" and err.count("\n") == 1, err
     assert err.startswith(says), err
     assert dump(fleet_file) == before
+
+
+def test_several_nodes_share_the_goals_by_the_room_each_has_left(journal: Journal) -> None:
+    goals = Goals(journal)
+    for goal_id in ("g1", "g2", "g3", "g4"):
+        add(goals, goal_id)
+    add(goals, "busy-b5", node="b5")
+    start(goals, "busy-b5", node="b5")  # b5: capacity 3, one running: room 2
+    journal.write_presence(Beat("b1", "start", "host-b1", 4, "0.1.0", 3600))  # room 4
+    journal.write_presence(Beat("b5", "start", "host-b5", 3, "0.1.0", 3600))
+    plan = plan_bulk(
+        journal, "reassign", node="n1", selection=Selection("b3", ("queued",)), to=["b5", "b1"]
+    )
+    assert plan.summary() == "Reassign 4 goals to nodes b5, b1: 4 queued"
+    # b1 4 → 3 → 2, then b5 and b1 tie at 2: the one named first, b5; then b1 (2 > 1).
+    assert [p.to for p in plan.goals] == ["b1", "b1", "b5", "b1"]
+    assert plan.goals[0].to_json()["to"] == "b1"
+    assert run_bulk(journal, plan).ok
+    assert sorted(goals.read(g).node_id for g in ("g1", "g2", "g3", "g4")) == [
+        "b1", "b1", "b1", "b5",
+    ]  # fmt: skip
+    again = plan_bulk(journal, "reassign", node="n1", goal_ids=["g1", "g3"], to=["b5", "b1"])
+    assert [p.expect for p in again.goals] == ["already there", "already there"]
+
+
+def test_unknown_nodes_among_several_are_all_named(fleet_file: Path, capsys) -> None:
+    before = dump(fleet_file)
+    code, out, err = refine(capsys, fleet_file, "reassign", "waiting", "--to", "b1,b11,b12")
+    assert (code, out) == (2, "")
+    assert err.startswith("refine: NODE_NOT_FOUND: no node b11, b12 in this journal")
+    assert dump(fleet_file) == before
