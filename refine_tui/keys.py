@@ -71,6 +71,7 @@ FOOTER_KEEPS = (
     "reassign",
 )
 OPERATOR_ACTIONS = ("stop", "cancel_goal", "cleanup", "release", "reassign")
+NODE_ACTIONS = ("cleanup", "reassign")  # what the Nodes view's keys do
 SELECTION_ACTIONS = ("log", "history", "timeline")
 ACTION_TITLES = {
     "stop": "Stop",
@@ -248,8 +249,12 @@ def applies(sel: Selection) -> tuple[bool, ...]:
 
 
 def check(action: str, sel: Selection) -> bool | None:
-    """As ``App.check_action``: True (applies), None (shown greyed: it does not, now)."""
+    """As ``App.check_action``: True (applies), None (shown greyed: it does not, now), False
+    (not shown: none of the Goals' keys but `x` and `m` has a meaning in the Nodes view, and
+    its footer has room for those two only when the others are gone)."""
     if action in OPERATOR_ACTIONS or action in SELECTION_ACTIONS or action in MARK_ACTIONS:
+        if sel.view == "nodes" and action not in NODE_ACTIONS:
+            return False
         return True if why(action, sel) is None else None
     return True
 
@@ -287,10 +292,9 @@ def hint(sel: Selection, width: int = 1000) -> str:
     if sel.bulk:
         return f"{marks_words(sel)} · s c R m act on them · u clears"
     marks = [marks_words(sel)] if sel.marked else []
+    shown = NODE_ACTIONS if sel.view == "nodes" else OPERATOR_ACTIONS  # the footer's keys
     entries = marks + [
-        f"{ACTION_KEYS[a]}: {short}"
-        for a in OPERATOR_ACTIONS
-        if (short := (why(a, sel) or ("", ""))[0])
+        f"{ACTION_KEYS[a]}: {short}" for a in shown if (short := (why(a, sel) or ("", ""))[0])
     ]
     return fitted(entries, width)
 

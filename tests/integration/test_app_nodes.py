@@ -73,6 +73,13 @@ async def test_nodes_view_lists_each_node_with_its_presence(journal_path: Path) 
         await pilot.pause()
         assert "silent for" in row_line(app) and "x: confirm cleanup" in row_line(app)
         assert "· 1 running, capacity 4 · host host-n2 ·" in row_line(app)
+        # Its footer: x and m, the Goals' other keys gone (80 columns had no room for m).
+        assert [app.check_action(a, ()) for a in ("stop", "log", "cleanup", "reassign")] == [
+            False, False, True, True,
+        ]  # fmt: skip
+        nodes_table(app).select("n1")
+        await pilot.pause()
+        assert str(app.query_one("#why").render()) == "x: node live"
         await pilot.press("escape")
         assert app.dashboard.stack.view == "goals"
 
