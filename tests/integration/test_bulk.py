@@ -24,6 +24,7 @@ from store.ops.bulk import GoalReport, PlannedGoal, Selection, plan_bulk, run_bu
 from store.ops.check import check_journal
 from store.ops.operator import cancel_goal, release_goal, stop_goal
 from tests.helpers.cli import dump, refine
+from tests.helpers.goal_states import add, held, start
 from tests.helpers.node_env import HANG, Env
 from tests.helpers.registry import record_worker
 from tests.helpers.waits import wait_until
@@ -48,33 +49,6 @@ def refine_run(location: str, *args: str) -> subprocess.CompletedProcess[str]:
     proc = refine_process(location, *args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     out, err = proc.communicate(timeout=120)
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
-
-
-def add(goals: Goals, goal_id: str, *, node: str = "n1", **kw: object) -> None:
-    goals.create(goal_id=goal_id, title=goal_id, node_id=node, argv=["true"], **kw)  # type: ignore[arg-type]
-
-
-def start(goals: Goals, goal_id: str, *, node: str = "n1") -> None:
-    goals.start(goal_id=goal_id, node_id=node, worker=f"{node}:w-{goal_id}", token=f"t-{goal_id}")
-
-
-def held(goals: Goals, goal_id: str) -> None:
-    """A goal held for release: redelivery operator, its attempt interrupted."""
-    add(goals, goal_id, redelivery="operator")
-    start(goals, goal_id)
-    goal = goals.read(goal_id)
-    run = goals.current_run(goal)
-    goals.interrupt(
-        goal_id=goal_id,
-        run_id=goal.run_id,
-        epoch=1,
-        goal_version=goal.version,
-        run_version=run.version,
-        confirmed_by="dana@n1",
-        method="operator-confirmed",
-        command_id=f"test:{goal_id}:interrupt",
-    )
-    assert goals.read(goal_id).status == "held"
 
 
 def cancel_commands(journal: Journal) -> dict[str, list[str]]:

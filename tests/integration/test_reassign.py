@@ -16,40 +16,23 @@ from store.journal.presence import Beat
 from store.model.goals import Goals
 from store.ops.bulk import PlannedGoal, Selection, plan_bulk, run_bulk
 from store.ops.check import check_journal
+from tests.helpers import goal_states
 from tests.helpers.cli import dump, refine
 
 
 def add(goals: Goals, goal_id: str, node: str = "b3", **kw: object) -> None:
-    goals.create(goal_id=goal_id, title=goal_id, node_id=node, argv=["true"], **kw)  # type: ignore[arg-type]
+    goal_states.add(goals, goal_id, node=node, **kw)
 
 
 def start(goals: Goals, goal_id: str, node: str = "b3") -> None:
-    goals.start(goal_id=goal_id, node_id=node, worker=f"{node}/w-{goal_id}", token=f"t-{goal_id}")
-
-
-def held(goals: Goals, goal_id: str) -> None:
-    """Held for release: redelivery operator, its attempt confirmed ended."""
-    add(goals, goal_id, redelivery="operator")
-    start(goals, goal_id)
-    goal = goals.read(goal_id)
-    run = goals.current_run(goal)
-    goals.interrupt(
-        goal_id=goal_id,
-        run_id=goal.run_id,
-        epoch=1,
-        goal_version=goal.version,
-        run_version=run.version,
-        confirmed_by="dana@n1",
-        method="operator-confirmed",
-        command_id=f"test:{goal_id}:interrupt",
-    )
+    goal_states.start(goals, goal_id, node=node)
 
 
 def fleet(journal: Journal) -> Goals:
     """Node b3's goals in every case, and node b1 known by its beat."""
     goals = Goals(journal)
     add(goals, "waiting")
-    held(goals, "careful")
+    goal_states.held(goals, "careful", node="b3")
     add(goals, "busy")
     start(goals, "busy")
     add(goals, "done")
