@@ -71,7 +71,8 @@ FOOTER_KEEPS = (
     "reassign",
 )
 OPERATOR_ACTIONS = ("stop", "cancel_goal", "cleanup", "release", "reassign")
-NODE_ACTIONS = ("cleanup", "reassign")  # what the Nodes view's keys do
+# The views where only some of the Goals' keys mean anything: the others are not shown there.
+VIEW_ACTIONS: dict[str, tuple[str, ...]] = {"nodes": ("cleanup", "reassign"), "workers": ()}
 SELECTION_ACTIONS = ("log", "history", "timeline")
 ACTION_TITLES = {
     "stop": "Stop",
@@ -250,10 +251,10 @@ def applies(sel: Selection) -> tuple[bool, ...]:
 
 def check(action: str, sel: Selection) -> bool | None:
     """As ``App.check_action``: True (applies), None (shown greyed: it does not, now), False
-    (not shown: none of the Goals' keys but `x` and `m` has a meaning in the Nodes view, and
-    its footer has room for those two only when the others are gone)."""
+    (not shown: in the Nodes view only `x` and `m` of the Goals' keys mean anything, in the
+    Workers view none; at 80 columns the Nodes view's footer had no room left for `m`)."""
     if action in OPERATOR_ACTIONS or action in SELECTION_ACTIONS or action in MARK_ACTIONS:
-        if sel.view == "nodes" and action not in NODE_ACTIONS:
+        if sel.view in VIEW_ACTIONS and action not in VIEW_ACTIONS[sel.view]:
             return False
         return True if why(action, sel) is None else None
     return True
@@ -292,7 +293,7 @@ def hint(sel: Selection, width: int = 1000) -> str:
     if sel.bulk:
         return f"{marks_words(sel)} · s c R m act on them · u clears"
     marks = [marks_words(sel)] if sel.marked else []
-    shown = NODE_ACTIONS if sel.view == "nodes" else OPERATOR_ACTIONS  # the footer's keys
+    shown = VIEW_ACTIONS.get(sel.view, OPERATOR_ACTIONS)  # the keys its footer shows
     entries = marks + [
         f"{ACTION_KEYS[a]}: {short}" for a in shown if (short := (why(a, sel) or ("", ""))[0])
     ]

@@ -195,7 +195,9 @@ async def test_workers_view_lists_this_nodes_processes(journal_path: Path) -> No
             assert str(workers.get_cell("loop.r1/1", "pid")) == str(proc.pid)
             assert str(workers.get_cell("loop.r1/1", "alive")) == "yes"
             assert str(workers.get_cell("loop.r1/1", "memory")).endswith("M")
-            assert app.check_action("stop", ()) is None  # actions apply to goals, not here
+            # Actions apply to goals, not here: not shown, and the hint line has none to explain.
+            assert app.check_action("stop", ()) is False
+            assert str(app.query_one("#why").render()) == ""
             await pilot.press("escape")
             assert app.dashboard.stack.view == "goals"
     finally:
