@@ -201,7 +201,10 @@ def node_cells(n: NodeView) -> Cells:
 
 def node_words(n: NodeView) -> str:
     """A node in words: its presence, what runs there, and what `x` would do."""
-    text = f"node {n.node_id} — {presence_words(n)} · {n.running} running"
+    text = f"node {n.node_id} — {presence_words(n)}"
+    if n.presence is not None and n.state != "live":  # the walkthrough's "last seen 10:42:07"
+        text += f" (last seen {fmt.clock(n.presence.last_seen)})"
+    text += f" · {n.running} running"
     if n.presence is not None:
         p = n.presence
         text += f", capacity {p.capacity} · host {p.host} · version {p.version}"

@@ -4,6 +4,7 @@ the Attempts view. The demo's journal: gpu-train runs on node n2, the others bel
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 
@@ -72,7 +73,8 @@ async def test_nodes_view_lists_each_node_with_its_presence(journal_path: Path) 
         nodes_table(app).select("n2")
         await pilot.pause()
         assert "silent for" in row_line(app) and "x: confirm cleanup" in row_line(app)
-        assert "· 1 running, capacity 4 · host host-n2 ·" in row_line(app)
+        assert ") · 1 running, capacity 4 · host host-n2 ·" in row_line(app)
+        assert re.search(r"silent for \S+ \(last seen \d\d:\d\d:\d\d\)", row_line(app))
         # Its footer: x and m, the Goals' other keys gone (80 columns had no room for m).
         assert [app.check_action(a, ()) for a in ("stop", "log", "cleanup", "reassign")] == [
             False, False, True, True,
