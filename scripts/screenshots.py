@@ -102,6 +102,7 @@ SHOTS: dict[str, tuple[tuple[int, int], list[Steps]]] = {
     "help": ((80, 24), [press("question_mark")]),
     "nodes": ((80, 24), [press("n", wait=lambda a: a.dashboard.stack.view == "nodes")]),
     "bulk-modal": ((80, 24), [mark("soak-test", "sync-billing"), press("c", wait=modal_open)]),
+    "move-modal": ((80, 24), [select("migrate-db"), press("m", wait=modal_open)]),
     "goals-small": ((60, 16), []),
     "timeline": ((80, 24), [select("flaky-fetch"), press("t", wait=lambda a: timeline_read(a))]),
 }
