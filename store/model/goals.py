@@ -347,7 +347,9 @@ def _decide_release(goal_id: str, run_id: str, by: str | None, loaded: Any) -> l
     return [_goal_change(goal, before, "goal.released", data, status="queued")]
 
 
-def _decide_reassign(goal_id: str, node_id: str, old_run: str, loaded: Any) -> list[Change]:
+def _decide_reassign(
+    goal_id: str, node_id: str, old_run: str, loaded: Any, by: str | None = None
+) -> list[Change]:
     goal, before = _loaded_goal(loaded, goal_id)
     _refuse_terminal(goal)
     if goal.status not in ("queued", "held"):
@@ -381,7 +383,7 @@ def _decide_reassign(goal_id: str, node_id: str, old_run: str, loaded: Any) -> l
         "round": round_,
         "run_id": new_run,
         "previous_run_id": old_run,
-    }
+    } | ({"by": by} if by is not None else {})
     change = _goal_change(
         goal, before, "goal.reassigned", data, node_id=node_id, round=round_, run_id=new_run
     )
@@ -684,11 +686,15 @@ class Goals:
         )
         return self._result(goal_id, run_id, outcome)
 
-    def reassign(self, *, goal_id: str, node_id: str, expected_version: int) -> GoalResult:
-        """Move a queued or held Goal to another node: a new round with a new Run."""
+    def reassign(
+        self, *, goal_id: str, node_id: str, expected_version: int, by: str | None = None
+    ) -> GoalResult:
+        """Move a queued or held Goal to another node: a new round with a new Run. ``by``: the
+        operator who moved it, recorded with the event (as Cancel and Release record theirs)."""
         check_name(goal_id, "goal_id")
         check_name(node_id, "node_id")
         check_integer(expected_version, "expected_version", 1, 2**53 - 1)
+        check_actor(by)
         goal = self._require(goal_id)
         old_run, new_run = goal.run_id, run_id_for(goal_id, goal.round + 1)
         if goal.version != expected_version:
@@ -703,10 +709,11 @@ class Goals:
             old_run, new_run = moved
         outcome = self._execute(
             _command_id(f"goal:{goal_id}:reassign:{expected_version}:{node_id}"),
-            {"op": "goal.reassign", "goal_id": goal_id, "node_id": node_id},
+            {"op": "goal.reassign", "goal_id": goal_id, "node_id": node_id}
+            | ({"by": by} if by is not None else {}),  # a reassign of before `by` replays
             goal_id,
             [old_run, new_run],
-            lambda loaded: _decide_reassign(goal_id, node_id, old_run, loaded),
+            lambda loaded: _decide_reassign(goal_id, node_id, old_run, loaded, by),
             versions=(expected_version, None, None),
         )
         return self._result(goal_id, new_run, outcome)

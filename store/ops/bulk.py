@@ -285,7 +285,9 @@ class _Batch:
         self.report(p, "released", done.why, report=done)
 
     def reassigned(self, p: PlannedGoal) -> None:
-        done = self.goals.reassign(goal_id=p.goal_id, node_id=p.to, expected_version=p.version)
+        done = self.goals.reassign(
+            goal_id=p.goal_id, node_id=p.to, expected_version=p.version, by=self.operator
+        )
         goal = done.goal
         why = f"moved from node {p.node_id} to node {p.to}: round {goal.round}, {goal.status}"
         self.report(p, "reassigned", why)

@@ -53,7 +53,7 @@ def test_queued_and_held_goals_move_each_by_its_own_command(journal: Journal) ->
         " 1 already terminal (nothing to do), 1 already there (nothing to do),"
         " 1 refused (GOAL_STATE)"
     )
-    done = run_bulk(journal, plan)
+    done = run_bulk(journal, plan, operator="dana")
     assert {g.goal_id: g.outcome for g in done.goals} == {
         "waiting": "reassigned",
         "careful": "reassigned",
@@ -66,6 +66,11 @@ def test_queued_and_held_goals_move_each_by_its_own_command(journal: Journal) ->
     waiting, careful = goals.read("waiting"), goals.read("careful")
     assert (waiting.node_id, waiting.status, waiting.round) == ("b1", "queued", 2)
     assert (careful.node_id, careful.status) == ("b1", "held")  # moving it is not a release
+    moved = [e for e in journal.events_after(0, 1000) if e.type == "goal.reassigned"]
+    assert {e.data["goal_id"]: e.data["by"] for e in moved} == {
+        "waiting": "dana",
+        "careful": "dana",
+    }  # who moved them, as Cancel and Release record theirs
     assert goals.read("busy").node_id == "b3"
     assert check_journal(journal).clean
 
