@@ -37,6 +37,13 @@ def ours(marker: str) -> list[psutil.Process]:
     return found
 
 
+def ours_running(marker: str, argument: str) -> list[psutil.Process]:
+    """``ours`` whose argv holds ``argument`` (e.g. ``store.worker``), as read when they were
+    listed: one that ends meanwhile is a zombie for a moment, and asking for its argv again
+    then raises (psutil.ZombieProcess)."""
+    return [p for p in ours(marker) if argument in (p.info["cmdline"] or ())]
+
+
 def workers_and_recipes(marker: str, node_pid: int) -> list[int]:
     """Our processes but the node and the forkserver it started (store.node.forkserver)."""
     found = []

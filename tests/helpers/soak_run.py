@@ -144,7 +144,8 @@ class Soak:
                 self.figures.restarts += 1
 
     def workers(self) -> list[psutil.Process]:
-        return [p for p in ours(str(self.path)) if "store.worker" in p.cmdline()]
+        # argv as listed: a worker that ends meanwhile is a zombie, whose argv cannot be read
+        return [p for p in ours(str(self.path)) if "store.worker" in (p.info["cmdline"] or ())]
 
     def kill_worker(self) -> None:
         with contextlib.suppress(IndexError, psutil.Error):
@@ -246,7 +247,7 @@ class Soak:
 
     def _worker_alive(self, run_id: str) -> bool:
         goal_id = run_id.rpartition(".r")[0]
-        return any(goal_id in p.cmdline() for p in self.workers())
+        return any(goal_id in (p.info["cmdline"] or ()) for p in self.workers())
 
     def cli_action_killed(self) -> None:
         """`refine stop|cancel` from another process, SIGKILLed at a random moment (maybe

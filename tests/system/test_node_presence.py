@@ -28,7 +28,7 @@ import pytest
 from store.journal.api import Journal
 from store.journal.presence import refine_version
 from tests.helpers.hosts import required
-from tests.helpers.node_env import HANG, ours
+from tests.helpers.node_env import HANG, ours, ours_running
 from tests.helpers.waits import wait_until
 
 PY = sys.executable
@@ -282,13 +282,13 @@ def test_a_stopped_nodes_live_worker_refuses_its_attempt_until_it_is_gone(fleet:
     )
     assert fleet.sequence() == before
 
-    workers = [p for p in ours(fleet.location) if "store.worker" in p.cmdline()]
+    workers = ours_running(fleet.location, "store.worker")
     assert workers
     for worker in workers:  # the work ends (its group: the worker and its recipe)
         with contextlib.suppress(ProcessLookupError):
             os.killpg(os.getpgid(worker.pid), signal.SIGKILL)
     wait_until(
-        lambda: not [p for p in ours(fleet.location) if "store.worker" in p.cmdline()],
+        lambda: not ours_running(fleet.location, "store.worker"),
         30,
         "the worker gone",
     )
