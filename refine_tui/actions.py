@@ -24,10 +24,11 @@ from refine_tui.screens.pick_node import SPREAD, NodePickModal
 from store.errors import RefineError, StorageError
 from store.journal.api import Journal, JournalHandle
 from store.model.goal import goal_id_of_run
-from store.model.goals import Goals
+from store.model.goals import REASSIGNABLE, Goals
 from store.ops.bulk import BulkPlan, plan_bulk, run_bulk
-from store.ops.bulk import Selection as GoalsOfNode
-from store.ops.node_cleanup import NodeCleanup, cleanup_node, count, plan_node_cleanup
+from store.ops.bulk import Selection as Chosen
+from store.ops.evidence import count
+from store.ops.node_cleanup import NodeCleanup, cleanup_node, plan_node_cleanup
 from store.ops.nodes import NodeView, list_nodes
 from store.ops.operator import (
     ActionReport,
@@ -44,7 +45,6 @@ from store.ops.operator import (
 __all__ = ["SYSTEM_COMMANDS", "OperatorFlows"]  # SYSTEM_COMMANDS: refine_tui.keys' own
 
 T = TypeVar("T")
-WAITING = ("held", "queued")  # the statuses a Goal can be moved to another node in
 
 
 # --- the flows ---------------------------------------------------------------------------------
@@ -101,7 +101,7 @@ class OperatorFlows:
         if action == "cleanup" and sel.view == "nodes":
             return self.cleanup_node(sel.presence.node_id) if sel.presence else None
         if action == "reassign" and sel.view == "nodes":
-            return self.reassign(from_node=sel.presence.node_id) if sel.presence else None
+            return self.reassign_node(sel.presence.node_id) if sel.presence else None
         if action == "cleanup":
             return self.cleanup(*attempt) if attempt is not None else None
         if goal is None:
@@ -278,44 +278,46 @@ class OperatorFlows:
     async def reassign_goals(self, goal_ids: list[str], node: str | None = None) -> bool:
         """m on a Goal (``node``: its own, not offered) or on the marked ones."""
         what = f"goal {goal_ids[0]}" if len(goal_ids) == 1 else f"{len(goal_ids)} marked goals"
-        return await self.reassign(goal_ids=goal_ids, what=what, exclude=node)
+        return await self.move(what, node, goal_ids=goal_ids, spread=len(goal_ids) > 1)
 
-    async def reassign(
+    async def reassign_node(self, node_id: str) -> bool:
+        """m in the Nodes view: every queued or held Goal of ``node_id``; none, it says so
+        before asking where to."""
+        waiting = await self.call_store(lambda: self.waiting_on(node_id))
+        if not waiting:  # None: refused, and said
+            if waiting is not None:
+                self.ui.notify(f"node {node_id} has no queued or held goal to move")
+            return False
+        what, selection = f"node {node_id}'s queued and held goals", Chosen(node_id, REASSIGNABLE)
+        return await self.move(what, node_id, selection=selection, spread=True)
+
+    async def move(
         self,
+        what: str,
+        exclude: str | None,
         *,
         goal_ids: list[str] | None = None,
-        from_node: str | None = None,
-        what: str = "",
-        exclude: str | None = None,
+        selection: Chosen | None = None,
+        spread: bool,
     ) -> bool:
-        """Queued and held Goals to another node: the named ones, or every one of ``from_node``
-        (the Nodes view). The node is picked among those the journal knows (live first), then
-        the plan is confirmed once and run; one summary. True: it ran."""
-        exclude = exclude or from_node
+        """Goals (named, or a selection) to another node: picked among those the journal knows
+        but ``exclude`` (live, the most room first; ``spread``: every live node offered too),
+        then the plan confirmed once and run; one summary. True: it ran."""
         nodes = await self.call_store(lambda: list_nodes(self.writer()))
         if nodes is None:
             return False
-        what = what or f"node {from_node}'s queued and held goals"
-        if from_node is not None:  # nothing of it to move: say so before asking where to
-            waiting = await self.call_store(lambda: self.waiting_on(from_node))
-            if not waiting:  # None: refused, and said
-                if waiting is not None:
-                    self.ui.notify(f"node {from_node} has no queued or held goal to move")
-                return False
         choices = sorted((n for n in nodes if n.node_id != exclude), key=pick_order)
         if not choices:
             self.ui.notify(f"no other node is known to move {what} to", severity="warning")
             return False
         body = "A queued goal runs its next round there; a held one waits there until released."
         live = tuple(n.node_id for n in choices if n.state == "live")
-        spread = len(live) > 1 and (from_node is not None or len(goal_ids or ()) > 1)
         picked = await self.ui.push_screen_wait(
-            NodePickModal(f"Move {what} to…", body, choices, spread=spread)
+            NodePickModal(f"Move {what} to…", body, choices, spread=spread and len(live) > 1)
         )
         if picked is None:
             return False
         to = live if picked == SPREAD else (picked,)
-        selection = GoalsOfNode(from_node, WAITING) if from_node else None
         plan = await self.call_store(
             lambda: plan_bulk(
                 self.writer(),
@@ -338,7 +340,8 @@ class OperatorFlows:
 
     def waiting_on(self, node_id: str) -> bool:
         """(thread) Whether a queued or held Goal names ``node_id`` (one is enough)."""
-        return bool(Goals(self.writer()).list_readable(status=WAITING, node_id=node_id, limit=1))
+        goals = Goals(self.writer())
+        return bool(goals.list_readable(status=REASSIGNABLE, node_id=node_id, limit=1))
 
     async def run_plan(self, plan: BulkPlan, title: str, reason: str | None = None) -> bool:
         """A confirmed batch in a thread, then its summary (the failed ones named). True: ran."""
@@ -385,8 +388,7 @@ def refusal_text(exc: RefineError) -> str:
 
 def pick_order(node: NodeView) -> tuple[bool, int, str]:
     """Where goals are best moved first: live nodes, the most room, then by name."""
-    capacity = node.presence.capacity if node.presence is not None else 0
-    return node.state != "live", node.running - capacity, node.node_id
+    return node.state != "live", -node.room, node.node_id
 
 
 def node_summary(done: NodeCleanup) -> str:

@@ -14,6 +14,7 @@ from textual.binding import Binding, BindingType
 
 from refine_tui.rows import GoalRow
 from refine_tui.visible import cells, clip
+from store.model.goals import REASSIGNABLE
 from store.ops.nodes import NodeView
 
 # The dashboard's keys. Back beside the tables' enter (the focused table's keys lead the
@@ -177,7 +178,7 @@ def why(action: str, sel: Selection) -> tuple[str, str] | None:
         if goal.status != "held":
             return "not held", f"goal is {goal.status}; only a held goal is released"
     elif action == "reassign":
-        if goal.status not in ("queued", "held"):
+        if goal.status not in REASSIGNABLE:
             return (
                 f"{goal.status}",
                 f"goal is {goal.status}; only a queued or held goal moves to another node"

@@ -347,12 +347,15 @@ def _decide_release(goal_id: str, run_id: str, by: str | None, loaded: Any) -> l
     return [_goal_change(goal, before, "goal.released", data, status="queued")]
 
 
+REASSIGNABLE = ("held", "queued")  # the statuses a Goal can move to another node in
+
+
 def _decide_reassign(
     goal_id: str, node_id: str, old_run: str, loaded: Any, by: str | None = None
 ) -> list[Change]:
     goal, before = _loaded_goal(loaded, goal_id)
     _refuse_terminal(goal)
-    if goal.status not in ("queued", "held"):
+    if goal.status not in REASSIGNABLE:
         raise GoalStateError(
             f"goal {goal_id} is {goal.status}: only a queued or held goal can be reassigned",
             goal_id=goal_id,

@@ -27,9 +27,9 @@ from store.host.processes import ProcessRecord
 from store.journal.api import Journal
 from store.model.execution import Run, run_from_stored
 from store.model.goal import GOAL_STATUSES, goal_aggregate_id, goal_from_stored
-from store.model.goals import CorruptGoal, Goal, Goals, check_name
+from store.model.goals import REASSIGNABLE, CorruptGoal, Goal, Goals, check_name
 from store.model.run import run_aggregate_id
-from store.ops.evidence import ending_words, registry_of
+from store.ops.evidence import count, ending_of, ending_words, registry_of
 from store.ops.nodes import list_nodes
 from store.records import dataclass, replace
 
@@ -107,7 +107,7 @@ class BulkPlan:
     def summary(self) -> str:
         """One sentence for a confirmation, e.g. "Cancel 3 goals: 2 running (their processes
         are stopped after), 1 queued"."""
-        head = f"{self.action.capitalize()} {_count(len(self.goals), 'goal')}"
+        head = f"{self.action.capitalize()} {count(len(self.goals), 'goal')}"
         if self.to:
             head += f" to node{'s' if len(self.to) > 1 else ''} {', '.join(self.to)}"
         if not self.goals:
@@ -125,10 +125,6 @@ def _rank(p: PlannedGoal) -> tuple[int, int]:
 STATUS_ORDER = ("running", "cancelled", "queued", "held", "completed", "exhausted")
 
 
-def _count(n: int, noun: str) -> str:
-    return f"{n} {noun}{'' if n == 1 else 's'}"
-
-
 # A planned Goal's aftermath (``PlannedGoal.after``) in words: (for one, for several).
 AFTER_WORDS = {
     "stop-process": ("its process is stopped after", "their processes are stopped after"),
@@ -137,7 +133,7 @@ AFTER_WORDS = {
     "requeued": ("requeued after", "requeued after"),
     "held": ("held after, until released", "held after, until released"),
     "exhausted": ("exhausted after", "exhausted after"),
-    "cancel": ("its pending cancellation recorded", "their pending cancellations recorded"),
+    "cancelled": ("its pending cancellation recorded", "their pending cancellations recorded"),
     "queued": ("queued again", "queued again"),
     "held-there": ("it stays held until released", "they stay held until released"),
 }
@@ -228,11 +224,7 @@ def _rooms(journal: Journal, targets: tuple[str, ...]) -> dict[str, int]:
             f"no node {', '.join(unknown)} in this journal: no goal names it and it never beat"
             " (start its `refine node` first, or check the name): nothing was done"
         )
-    rooms = {}
-    for target in targets:
-        presence = nodes[target].presence
-        rooms[target] = (presence.capacity if presence is not None else 0) - nodes[target].running
-    return rooms
+    return {target: nodes[target].room for target in targets}
 
 
 class _Spread:
@@ -447,16 +439,7 @@ def _plan_stop(
         )
         return _planned(goal, epoch, None, REFUSED, why, code=NoProcessRecordError.code)
     why = f"attempt {epoch}: {_signals(record, grace_s)}; {ending_words(goal, run, epoch)}"
-    return _planned(goal, epoch, record, "stopped", why, after=_stop_ending(goal, run, epoch))
-
-
-def _stop_ending(goal: Goal, run: Run, epoch: int) -> str:
-    """What recording the stop does to the Goal (the cases of ``ending_words``)."""
-    if run.cancel_requested:
-        return "cancel"
-    if epoch >= run.budget["max_attempts"]:
-        return "exhausted"
-    return "held" if goal.redelivery == "operator" else "requeued"
+    return _planned(goal, epoch, record, "stopped", why, after=ending_of(goal, run, epoch))
 
 
 def _plan_reassign(goal: Goal, epoch: int | None, spread: _Spread) -> PlannedGoal:
@@ -466,7 +449,7 @@ def _plan_reassign(goal: Goal, epoch: int | None, spread: _Spread) -> PlannedGoa
         return _planned(goal, None, None, "already terminal", f"already {goal.status}")
     if goal.node_id in spread:
         return _planned(goal, None, None, "already there", f"{goal.status} on node {goal.node_id}")
-    if goal.status not in ("queued", "held"):
+    if goal.status not in REASSIGNABLE:
         which = f"attempt {epoch}" if epoch is not None else "its attempt"
         why = (
             f"{goal.status} on node {goal.node_id}: only a queued or held goal moves (stop"

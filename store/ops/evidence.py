@@ -249,6 +249,11 @@ def _records_of(worker: psutil.Process, registry: ProcessRegistry) -> str:
 # --- sentences -------------------------------------------------------------------------------
 
 
+def count(n: int, noun: str) -> str:
+    """``1 attempt``, ``2 attempts``."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def ending_of(goal: Goal, run: Run, epoch: int) -> str:
     """What recording the end of attempt ``epoch`` does to the Goal, in a word: ``cancelled``
     (its pending cancellation recorded), ``exhausted``, ``held`` or ``requeued``."""

@@ -31,7 +31,7 @@ from store.errors import (
 )
 from store.journal.presence import State, iso_utc
 from store.model.goal import OPERATOR_CONFIRMED, check_name, check_reason
-from store.ops.evidence import check_writable, default_operator, ending_of
+from store.ops.evidence import check_writable, count, default_operator, ending_of
 from store.ops.nodes import ActiveAttempt, NodeView, active_attempts, node_view
 from store.ops.operator import ActionReport, confirm_cleanup
 from store.records import dataclass, replace
@@ -57,7 +57,7 @@ class NodeCleanup:
             return f"{head}: nothing left to confirm (no attempt runs there)"
         lines = [f"{head}: {count(len(self.reports), 'running attempt')}"]
         lines += [f"  {r.text()}" for r in self.reports]
-        return "\n".join(lines + ([self.next_step()] if self.next_step() else []))
+        return "\n".join(line for line in (*lines, self.next_step()) if line)
 
     def next_step(self, how: str = "") -> str:
         """What moves the Goals requeued or held here (they wait for this node): "" if none.
@@ -155,11 +155,6 @@ def cleanup_node(
     done = [_confirm(journal, node_id, a, here, operator, method) for a in plan.attempts]
     errors = tuple(error for _, error in done if error is not None)
     return NodeCleanup(plan.node, tuple(report for report, _ in done), errors)
-
-
-def count(n: int, noun: str) -> str:
-    """``1 attempt``, ``2 attempts``."""
-    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 def _refuse_live(node: NodeView) -> None:

@@ -42,6 +42,12 @@ class NodeView:
     presence: Presence | None
     age_s: float | None  # seconds since its last beat, by the database's clock
 
+    @property
+    def room(self) -> int:
+        """Attempts it could start: its capacity less those running (a node that never beat
+        has no capacity known: none; an orphan counted beyond capacity: below none)."""
+        return (self.presence.capacity if self.presence is not None else 0) - self.running
+
     def to_json(self) -> dict[str, object]:
         p = self.presence
         return {

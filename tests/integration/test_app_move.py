@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from textual.pilot import Pilot
 from textual.widgets import OptionList
 
 from refine_tui.app import RefineApp
@@ -40,6 +41,16 @@ def add_queued(path: Path, *goal_ids: str, node: str = "n3") -> None:
         for goal_id in goal_ids:
             Goals(journal).create(goal_id=goal_id, title=goal_id, argv=["true"], node_id=node)
         journal.write_presence(Beat("n4", "start", "host-n4", 4, "0.1.0", 3600))
+
+
+async def m_on_node(pilot: Pilot, node_id: str) -> None:
+    """`m` on ``node_id`` in the Nodes view."""
+    await pilot.press("n")
+    nodes = pilot.app.query_one("#nodes", KeyedTable)
+    await until(pilot, lambda: node_id in set(nodes.keys()))
+    nodes.select(node_id)
+    await pilot.pause()
+    await pilot.press("m")
 
 
 def choices(app: RefineApp) -> list[str]:
@@ -119,12 +130,7 @@ async def test_m_in_the_nodes_view_moves_that_nodes_queued_and_held_goals(
     app = RefineApp(journal=journal_path, node=NODE)
     async with app.run_test(size=SIZE) as pilot:
         await loaded(pilot)
-        await pilot.press("n")
-        nodes = app.query_one("#nodes", KeyedTable)
-        await until(pilot, lambda: "n3" in set(nodes.keys()))
-        nodes.select("n3")
-        await pilot.pause()
-        await pilot.press("m")
+        await m_on_node(pilot, "n3")
         await until(pilot, lambda: isinstance(app.screen, NodePickModal))
         assert "node n3's queued and held goals" in str(
             app.screen.query_one("#dialog-title").render()
@@ -144,12 +150,7 @@ async def test_m_on_a_node_with_nothing_to_move_says_so_and_asks_nothing(
     app = RefineApp(journal=journal_path, node=NODE)
     async with app.run_test(size=SIZE) as pilot:
         await loaded(pilot)
-        await pilot.press("n")
-        nodes = app.query_one("#nodes", KeyedTable)
-        await until(pilot, lambda: "n4" in set(nodes.keys()))
-        nodes.select("n4")
-        await pilot.pause()
-        await pilot.press("m")
+        await m_on_node(pilot, "n4")
         await until(pilot, lambda: "node n4 has no queued or held goal to move" in notes(app))
         assert not isinstance(app.screen, NodePickModal)
 
