@@ -19,7 +19,7 @@ from textual.screen import Screen
 from refine_tui import format as fmt
 from refine_tui.keys import SYSTEM_COMMANDS, Selection
 from refine_tui.rows import GoalRow, Reader
-from refine_tui.screens.confirm import CancelModal, ConfirmModal
+from refine_tui.screens.confirm import MOVE, CancelModal, ConfirmModal
 from refine_tui.screens.pick_node import SPREAD, NodePickModal
 from store.errors import RefineError, StorageError
 from store.journal.api import Journal, JournalHandle
@@ -28,7 +28,13 @@ from store.model.goals import REASSIGNABLE, Goals
 from store.ops.bulk import BulkPlan, plan_bulk, run_bulk
 from store.ops.bulk import Selection as Chosen
 from store.ops.evidence import count
-from store.ops.node_cleanup import NodeCleanup, cleanup_node, plan_node_cleanup
+from store.ops.node_cleanup import (
+    NodeCleanup,
+    NodeCleanupPlan,
+    cleanup_node,
+    plan_moving_waiting,
+    plan_node_cleanup,
+)
 from store.ops.nodes import NodeView, list_nodes
 from store.ops.operator import (
     ActionReport,
@@ -201,35 +207,63 @@ class OperatorFlows:
         self.notify_report(report)
 
     async def cleanup_node(self, node_id: str) -> None:
-        """One confirmation with the counts, then every attempt of the node, one summary."""
-        plan = await self.call_store(lambda: plan_node_cleanup(self.writer(), node_id))
-        if plan is None:
+        """One confirmation with the counts, then every attempt of the node, one summary. With
+        another node live, a second way to confirm (m) then moves every goal that waits for
+        this one to the live nodes (WALKTHROUGH step 9: "the other machines pick the work up")."""
+        found = await self.call_store(lambda: self.cleanup_plan(node_id))
+        if found is None:
             return
+        plan, live = found
         if not plan.attempts:  # ended meanwhile: nothing to ask
             self.ui.notify(plan.text(), title="Cleanup", timeout=5)
             return
-        body = Text("\n\n").join(
-            [
-                fmt.literal(f"{plan.text(fmt.clock)}."),  # the node's name is the journal's
-                Text(
-                    "Each attempt is recorded as ended by its own confirmation, its evidence"
-                    " naming the node's last beat; refused if the node is live again. Confirm"
-                    " only if that machine's work has really ended."
-                ),
-            ]
+        parts = [
+            fmt.literal(f"{plan.text(fmt.clock)}."),  # the node's name is the journal's
+            Text(
+                "Each attempt is recorded as ended by its own confirmation, its evidence"
+                " naming the node's last beat; refused if the node is live again. Confirm"
+                " only if that machine's work has really ended."
+            ),
+        ]
+        if live:
+            parts.append(fmt.literal(moving_words(live)))
+        modal = ConfirmModal(
+            f"Confirm cleanup of node {node_id}",
+            Text("\n\n").join(parts),
+            "Confirm" if live else "Confirm cleanup",
+            "Confirm, move" if live else None,
         )
-        modal = ConfirmModal(f"Confirm cleanup of node {node_id}", body, "Confirm cleanup")
-        if not await self.ui.push_screen_wait(modal):
+        answer = await self.ui.push_screen_wait(modal)
+        if not answer:
             return
-        done = await self.call_store(
-            lambda: cleanup_node(self.writer(), node_id, here=self.node, operator=self.operator),
-            busy=f"Confirming node {node_id}'s attempts…",
+        to = live if answer == MOVE else ()
+        said = await self.call_store(
+            lambda: self.clean_node(node_id, to), busy=f"Confirming node {node_id}'s attempts…"
         )
-        if done is not None:
-            moves = "m here (Move to node)"
-            said = [line for line in (node_summary(done), done.next_step(moves)) if line]
-            self.ui.notify(said, title="Cleanup", timeout=10)
+        if said is not None:
+            ok, lines = said
+            severity: SeverityLevel = "information" if ok else "warning"
+            self.ui.notify(lines, title="Cleanup", severity=severity, timeout=10)
             self.ui.wake()
+
+    def cleanup_plan(self, node_id: str) -> tuple[NodeCleanupPlan, tuple[str, ...]]:
+        """(thread) What confirming ``node_id`` does, and the live nodes its goals may go to
+        (the most room first)."""
+        plan = plan_node_cleanup(self.writer(), node_id)
+        nodes = sorted(list_nodes(self.writer()), key=pick_order)
+        return plan, tuple(n.node_id for n in nodes if n.state == "live" and n.node_id != node_id)
+
+    def clean_node(self, node_id: str, to: tuple[str, ...]) -> tuple[bool, list[str]]:
+        """(thread) The node's cleanup, then (``to``) the move of the goals that wait for it:
+        whether all went as planned, and the lines that say so."""
+        done = cleanup_node(self.writer(), node_id, here=self.node, operator=self.operator)
+        if not to:
+            said = [node_summary(done), done.next_step("m here (Move to node)")]
+            return not done.errors, [line for line in said if line]
+        plan = plan_moving_waiting(self.writer(), node_id, here=self.node, to=to)
+        moved = run_bulk(self.writer(), plan, operator=self.operator)
+        failed = [g.text() for g in moved.failed[:5]]
+        return not done.errors and moved.ok, [node_summary(done), moved.summary(), *failed]
 
     async def release(self, goal: GoalRow) -> None:
         body = (
@@ -401,6 +435,14 @@ def node_summary(done: NodeCleanup) -> str:
     said = ", ".join(f"{n} {outcome}" for outcome, n in sorted(counts.items()))
     refusals = "".join(f"; {e.code}: {e.message}" for e in done.errors[:1])
     return f"node {done.node.node_id}: {count(len(done.reports), 'attempt')}: {said}{refusals}"
+
+
+def moving_words(live: Sequence[str]) -> str:
+    """The cleanup confirmation's second way (m): where the node's waiting goals would go."""
+    if len(live) == 1:
+        return f"m: also move its queued and held goals to node {live[0]}."
+    shown = ", ".join(live[:5]) + (f" and {len(live) - 5} more" if len(live) > 5 else "")
+    return f"m: also move its queued and held goals to the live nodes {shown}, most room first."
 
 
 def describe(attempt: tuple[str, str | None, int | None] | None) -> str:

@@ -155,6 +155,8 @@ def cmd_cleanup(args: argparse.Namespace) -> int:
 
     if args.run is None:
         return cmd_cleanup_node(args)
+    if args.to:
+        raise UsageError("--to moves a whole node's waiting goals: give --node N, not RUN")
     from store.model.goal import goal_id_of_run
 
     if args.epoch is None and goal_id_of_run(args.run) is not None:
@@ -195,29 +197,47 @@ def goal_attempt(journal: Journal, goal_id: str) -> tuple[str, int]:
 
 
 def cmd_cleanup_node(args: argparse.Namespace) -> int:
-    """`refine cleanup --node N`: every running attempt of node N, while N is silent or stopped."""
-    from store.ops.node_cleanup import cleanup_node
+    """`refine cleanup --node N [--to M[,M...]]`: every running attempt of node N, while N is
+    silent or stopped; with --to, then every goal that waits for N (queued or held) moves."""
+    from store.ops.node_cleanup import cleanup_node, plan_moving_waiting
     from store.ops.operator import default_node, default_operator
 
     if args.target_node is None:
-        raise UsageError("cleanup needs RUN --epoch E (one attempt), or --node N (a whole node)")
+        usage = "cleanup needs RUN --epoch E (one attempt), or --node N (a whole node)"
+        raise UsageError(usage + (" (--to follows --node N)" if args.to else ""))
     if args.epoch is not None:
         raise UsageError("--epoch names an attempt of RUN: give RUN, or --node N without --epoch")
-    here, operator = args.node or default_node(), default_operator()
+    node, here, operator = args.target_node, args.node or default_node(), default_operator()
     with open_journal(args, write=True) as journal:
-        done = cleanup_node(
-            journal, args.target_node, here=here, operator=operator, method=args.method
+        if args.to:  # an unknown --to is refused before anything is written
+            plan_moving_waiting(journal, node, here=here, to=args.to)
+        done = cleanup_node(journal, node, here=here, operator=operator, method=args.method)
+        moved = None
+        if args.to:
+            from store.ops.bulk import run_bulk
+
+            plan = plan_moving_waiting(journal, node, here=here, to=args.to)
+            moved = run_bulk(journal, plan, operator=operator)
+    reports = [report.to_json() for report in done.reports]
+    lines = [done.text(next_step=moved is None)]
+    if moved is not None:
+        reports += [goal.to_json() for goal in moved.goals]
+        lines += [goal.text() for goal in moved.goals] + [moved.summary()]
+    emit(args, reports, "\n".join(lines))
+    code = EXIT_OK
+    if done.errors:
+        first = done.errors[0]
+        print(
+            f"refine: {first.code}: {len(done.errors)} of {len(done.reports)} attempts of node"
+            f" {node} not confirmed; first: {printable(first.message)}",
+            file=sys.stderr,
         )
-    emit(args, [report.to_json() for report in done.reports], done.text())
-    if not done.errors:
-        return EXIT_OK
-    first = done.errors[0]
-    print(
-        f"refine: {first.code}: {len(done.errors)} of {len(done.reports)} attempts of node"
-        f" {args.target_node} not confirmed; first: {printable(first.message)}",
-        file=sys.stderr,
-    )
-    return EXIT_REFUSED
+        code = EXIT_REFUSED
+    for goal in moved.failed if moved is not None else ():
+        code_word = goal.code or goal.outcome.upper().replace("-", "_").replace(" ", "_")
+        print(f"refine: {code_word}: {printable(goal.text())}", file=sys.stderr)
+        code = EXIT_REFUSED
+    return code
 
 
 def cmd_reassign(args: argparse.Namespace) -> int:

@@ -200,6 +200,13 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
             default="operator-confirmed",
             help="how you know the work ended (recorded; default operator-confirmed)",
         )
+        cleanup.add_argument(
+            "--to",
+            type=node_names,
+            metavar="NODE[,NODE...]",
+            help="with --node N: then move N's queued and held goals there (as refine reassign"
+            " --node N --status queued,held --to does)",
+        )
     if release := command("release", cli.cmd_release, "make held goals actionable again"):
         add_target_arguments(release)
     if reassign := command(

@@ -48,11 +48,16 @@ class FittedDialog:
         screen.query_one("#dialog-body").scroll_relative(y=lines, animate=False)
 
 
-class ConfirmModal(FittedDialog, ModalScreen[bool]):
-    """Say what will happen, then ask. Dismissed with True (confirmed) or False."""
+MOVE = "move"  # what ConfirmModal returns for its second way to confirm
+
+
+class ConfirmModal(FittedDialog, ModalScreen[bool | str]):
+    """Say what will happen, then ask. Dismissed with True (confirmed) or False; with
+    ``move_label``, a second way to confirm (``m``: confirm, then move goals) returns MOVE."""
 
     BINDINGS: ClassVar = [
         Binding("y", "confirm", "Confirm"),
+        Binding("m", "move", "Confirm, move", show=False),
         Binding("n,escape", "back", "Back"),
         Binding("up", "scroll_body(-1)", "Scroll up", show=False),
         Binding("down", "scroll_body(1)", "Scroll down", show=False),
@@ -60,11 +65,14 @@ class ConfirmModal(FittedDialog, ModalScreen[bool]):
         Binding("pagedown", "scroll_body(5)", "Page down", show=False),
     ]
 
-    def __init__(self, title: str, body: str | Text, confirm_label: str) -> None:
+    def __init__(
+        self, title: str, body: str | Text, confirm_label: str, move_label: str | None = None
+    ) -> None:
         super().__init__()
         self.title_text = title
         self.body = body
         self.confirm_label = confirm_label
+        self.move_label = move_label
 
     def compose(self) -> ComposeResult:
         with Vertical(id="dialog", classes="destructive"):
@@ -80,16 +88,22 @@ class ConfirmModal(FittedDialog, ModalScreen[bool]):
             with Horizontal(id="dialog-buttons"):
                 yield Button("Back (n)", id="back", variant="primary")
                 yield Button(f"{self.confirm_label} (y)", id="confirm", variant="error")
+                if self.move_label:
+                    yield Button(f"{self.move_label} (m)", id=MOVE, variant="error")
 
     def on_mount(self) -> None:
         self.fit_body()
         self.query_one("#back", Button).focus()
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
-        self.dismiss(event.button.id == "confirm")
+        self.dismiss(MOVE if event.button.id == MOVE else event.button.id == "confirm")
 
     def action_confirm(self) -> None:
         self.dismiss(True)
+
+    def action_move(self) -> None:
+        if self.move_label:
+            self.dismiss(MOVE)
 
     def action_back(self) -> None:
         self.dismiss(False)

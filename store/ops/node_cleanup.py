@@ -15,12 +15,13 @@ recorded with each confirmation names the node's state and last beat.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from store.errors import (
     GoalStateError,
     GoalTerminalError,
+    InvalidInputError,
     NoActiveAttemptError,
     NodeLiveError,
     NodeNotFoundError,
@@ -31,6 +32,8 @@ from store.errors import (
 )
 from store.journal.presence import State, iso_utc
 from store.model.goal import OPERATOR_CONFIRMED, check_name, check_reason
+from store.model.goals import REASSIGNABLE
+from store.ops.bulk_plan import BulkPlan, Selection, plan_bulk
 from store.ops.evidence import check_writable, count, default_operator, ending_of
 from store.ops.nodes import ActiveAttempt, NodeView, active_attempts, node_view
 from store.ops.operator import ActionReport, confirm_cleanup
@@ -51,13 +54,16 @@ class NodeCleanup:
     reports: tuple[ActionReport, ...]
     errors: tuple[RefineError, ...]  # why each attempt reported ``refused`` was, in order
 
-    def text(self) -> str:
+    def text(self, *, next_step: bool = True) -> str:
+        """Each attempt's line; ``next_step``: and what moves the Goals now waiting here."""
         head = f"node {self.node.node_id} {_seen_words(self.node)}"
         if not self.reports:
             return f"{head}: nothing left to confirm (no attempt runs there)"
         lines = [f"{head}: {count(len(self.reports), 'running attempt')}"]
         lines += [f"  {r.text()}" for r in self.reports]
-        return "\n".join(line for line in (*lines, self.next_step()) if line)
+        if next_step:
+            lines.append(self.next_step())
+        return "\n".join(line for line in lines if line)
 
     def next_step(self, how: str = "") -> str:
         """What moves the Goals requeued or held here (they wait for this node): "" if none.
@@ -155,6 +161,22 @@ def cleanup_node(
     done = [_confirm(journal, node_id, a, here, operator, method) for a in plan.attempts]
     errors = tuple(error for _, error in done if error is not None)
     return NodeCleanup(plan.node, tuple(report for report, _ in done), errors)
+
+
+def plan_moving_waiting(
+    journal: Journal, node_id: str, *, here: str, to: Sequence[str]
+) -> BulkPlan:
+    """The reassign of every Goal that waits for ``node_id`` (queued or held there) to ``to``
+    (several: spread by room): what follows a node's cleanup when its machine is gone for good.
+    Refused as the reassign refuses (an unknown ``to`` node), and ``to`` naming the node
+    itself (InvalidInputError); writes nothing."""
+    check_name(node_id, "node")
+    if node_id in to:
+        raise InvalidInputError(
+            f"the goals of node {node_id} cannot move to node {node_id}: they wait there already"
+        )
+    waiting = Selection(node_id, REASSIGNABLE)
+    return plan_bulk(journal, "reassign", node=here, selection=waiting, to=to)
 
 
 def _refuse_live(node: NodeView) -> None:

@@ -4,9 +4,12 @@ the Attempts view. The demo's journal: gpu-train runs on node n2, the others bel
 
 from __future__ import annotations
 
+import itertools
 import re
 import time
 from pathlib import Path
+
+from textual.widgets import Button
 
 from refine_tui.app import RefineApp
 from refine_tui.cells import bar
@@ -122,6 +125,35 @@ async def test_x_on_a_silent_node_confirms_its_attempts_after_one_confirmation(
         await until(pilot, lambda: said in notes(app))
         await until(pilot, lambda: app.goal_rows["gpu-train"].status != "running")
         await until(pilot, lambda: cell(app, "n2", "running") == "░░░░░░ 0/4")
+
+
+async def test_m_in_the_node_confirmation_also_moves_its_goals_to_the_live_nodes(
+    journal_path: Path,
+) -> None:
+    """WALKTHROUGH step 9: "She confirms once; the other machines pick the work up"."""
+    write_beat(journal_path, NODE)  # live: where n2's goals can go
+    silent(journal_path, "n2")
+    app = RefineApp(journal=journal_path, node=NODE)
+    async with app.run_test(size=(60, 16)) as pilot:  # the smallest terminal: three buttons
+        await loaded(pilot)
+        await pilot.press("n")
+        await until(pilot, lambda: "n2" in set(nodes_table(app).keys()))
+        nodes_table(app).select("n2")
+        await pilot.pause()
+        await pilot.press("x")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmModal))
+        body = str(app.screen.body)
+        assert body.endswith("m: also move its queued and held goals to node n1.")
+        buttons = list(app.screen.query(Button))
+        assert [str(b.label) for b in buttons] == ["Back (n)", "Confirm (y)", "Confirm, move (m)"]
+        for left, right in itertools.pairwise(buttons):
+            assert left.region.right <= right.region.x  # side by side, none cut
+        assert buttons[-1].region.right <= 60 and buttons[0].has_focus
+        await pilot.press("m")
+        said = "node n2: 1 attempt: 1 requeued\nreassign: 1 of 1 goals done (1 reassigned)"
+        await until(pilot, lambda: said in notes(app))
+        await until(pilot, lambda: app.goal_rows["gpu-train"].node_id == NODE)
+        assert app.goal_rows["gpu-train"].status == "queued"
 
 
 async def test_x_on_a_live_node_is_refused_in_words(journal_path: Path) -> None:

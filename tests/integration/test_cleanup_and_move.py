@@ -1,0 +1,141 @@
+"""A dead machine in one step (WALKTHROUGH step 9: "She confirms once; the other machines pick
+the work up"): `refine cleanup --node N --to M[,M...]` confirms N's attempts, then moves every
+goal that waits for N (queued or held there) as `refine reassign --node N --status queued,held`
+does. On both backends; its refusals are made before anything is written."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+
+import pytest
+
+from refine_tui.cli import main
+from store.journal.api import Journal
+from store.journal.presence import MISSED_BEATS, Beat
+from store.model.goals import Goals
+from store.ops.check import check_journal
+from tests.helpers import goal_states
+
+FAST_S = 0.05  # a heartbeat interval that goes silent at once
+
+Refine = Callable[..., tuple[int, str, str]]
+
+
+@pytest.fixture
+def refine(journal_location: str, capsys: pytest.CaptureFixture[str]) -> Refine:
+    def run(*args: str) -> tuple[int, str, str]:
+        capsys.readouterr()
+        code = main(["--journal", journal_location, "--node", "op", *args])
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return run
+
+
+def beat(journal: Journal, node_id: str, capacity: int, interval_s: float = 3600) -> None:
+    journal.write_presence(Beat(node_id, "start", f"host-{node_id}", capacity, "0.1.0", interval_s))
+
+
+@pytest.fixture
+def dead_b7(journal: Journal) -> Goals:
+    """Node b7 silent with three running goals (one redelivered by the operator only) and one
+    queued; b1 (room 4) and b2 (room 2) live."""
+    goals = Goals(journal)
+    for goal_id in ("a", "b", "ops"):
+        goal_states.add(
+            goals, goal_id, node="b7", redelivery="operator" if goal_id == "ops" else "safe"
+        )
+        goal_states.start(goals, goal_id, node="b7")
+    goal_states.add(goals, "next", node="b7")
+    beat(journal, "b1", 4)
+    beat(journal, "b2", 2)
+    beat(journal, "b7", 4, FAST_S)
+    time.sleep(FAST_S * (MISSED_BEATS + 1))
+    return goals
+
+
+def events(journal: Journal) -> int:
+    return journal.last_sequence()
+
+
+def test_the_attempts_are_confirmed_and_the_waiting_goals_move(
+    journal: Journal, dead_b7: Goals, refine: Refine
+) -> None:
+    code, out, err = refine("cleanup", "--node", "b7", "--to", "b1,b2", "--json")
+    assert (code, err) == (0, "")
+    reports = json.loads(out)
+    assert [(r["action"], r["goal_id"]) for r in reports[:3]] == [
+        ("cleanup", g) for g in ("a", "b", "ops")
+    ]
+    moved = {r["goal_id"]: (r["outcome"], r["planned"]["to"]) for r in reports[3:]}
+    assert moved == {
+        "a": ("reassigned", "b1"),
+        "b": ("reassigned", "b1"),
+        "next": ("reassigned", "b1"),
+        "ops": ("reassigned", "b2"),
+    }  # in id order, by room: b1 4, 3, then b1 and b2 tie at 2 (b1 named first), then b2
+    read = {g: dead_b7.read(g) for g in ("a", "b", "ops", "next")}
+    assert {g: (x.node_id, x.status) for g, x in read.items()} == {
+        "a": ("b1", "queued"),
+        "b": ("b1", "queued"),
+        "ops": ("b2", "held"),  # moving is not a release
+        "next": ("b1", "queued"),
+    }
+    assert check_journal(journal).clean
+
+    before = events(journal)  # again: harmless, and it says there is nothing left
+    code, out, err = refine("cleanup", "--node", "b7", "--to", "b1,b2")
+    assert (code, err) == (0, "")
+    assert out.splitlines() == [
+        out.splitlines()[0],
+        "reassign: 0 of 0 goals done",
+    ]
+    assert out.startswith("node b7 silent, last beat ") and "nothing left to confirm" in out
+    assert events(journal) == before
+
+
+def test_the_text_says_each_attempt_and_each_move_and_no_next_step(
+    dead_b7: Goals, refine: Refine
+) -> None:
+    code, out, err = refine("cleanup", "--node", "b7", "--to", "b2")
+    assert (code, err) == (0, "")
+    lines = out.splitlines()
+    assert lines[0].startswith("node b7 silent, last beat ") and lines[0].endswith(
+        ": 3 running attempts"
+    )
+    assert sum(line.startswith("  cleanup ") for line in lines) == 3
+    assert [line.split(":")[0] for line in lines if line.startswith("reassign ")] == [
+        "reassign a",
+        "reassign b",
+        "reassign next",
+        "reassign ops",
+    ]
+    assert lines[-1] == "reassign: 4 of 4 goals done (4 reassigned)"
+    assert not any("now wait" in line for line in lines)  # they do not: they moved
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "says"),
+    [
+        (("--node", "b7", "--to", "b1,b9"), 2, "refine: NODE_NOT_FOUND: no node b9 in this"),
+        (("--node", "b7", "--to", "b1,b7"), 2, "refine: INVALID_INPUT: the goals of node b7"),
+        (("--node", "b1", "--to", "b2"), 1, "refine: NODE_LIVE: node b1 is live"),
+        (("a.r1", "--epoch", "1", "--to", "b1"), 2, "refine: USAGE: --to moves a whole node's"),
+        (("--to", "b1"), 2, "refine: USAGE: cleanup needs RUN --epoch E (one attempt), or"),
+        (("--node", "b7", "--to", ""), 2, "refine: USAGE: "),
+    ],
+)
+def test_refused_in_one_line_before_anything_is_written(
+    journal: Journal, dead_b7: Goals, refine: Refine, args: tuple[str, ...], code: int, says: str
+) -> None:
+    if args[:2] == ("--node", "b1"):
+        goal_states.add(dead_b7, "b1-work", node="b1")
+        goal_states.start(dead_b7, "b1-work", node="b1")
+    before = events(journal)
+    done, out, err = refine("cleanup", *args)
+    assert (done, out) == (code, "") and err.count("\n") == 1, err
+    assert err.startswith(says), err
+    assert events(journal) == before
+    assert dead_b7.read("a").status == "running"
