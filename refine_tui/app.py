@@ -37,6 +37,7 @@ from store.ops.operator import default_node, default_operator
 
 # A new filter's list usually arrives in 20–60 ms: paint nothing meanwhile, at most this long.
 HOLD_PAINT_S = 0.5
+MIN_SHOWN_AGAIN_S = 3.0  # a toast a dialog hid is shown again at least this long
 
 
 # Young collections every 5,000 allocations while the dashboard runs, not CPython's 700: under a
@@ -69,8 +70,10 @@ class RefineApp(App[None]):
     ) -> None:
         super().__init__()
         self._gc_threshold: tuple[int, ...] | None = None  # the process's own, while mounted
-        # What was said while a dialog was up: shown once it closes.
+        # What was said while a dialog was up, or still showing when it opened: shown (again)
+        # once it closes. ``_shown``: what shows now, each with when its time ends.
         self._held_notes: list[tuple[str | Sequence[str], str, dict[str, Any]]] = []
+        self._shown: list[tuple[float, str | Sequence[str], str, dict[str, Any]]] = []
         self.journal_path = location = resolve_location(journal)  # once: watches derive from it
         self.journal_label = label = redact(journal)  # a URL without its password
         self.node = node or default_node()
@@ -160,9 +163,26 @@ class RefineApp(App[None]):
         lines = [message] if isinstance(message, str) else message
         text = "\n".join(fmt.visible(line) for line in lines)
         super().notify(text, title=fmt.visible(title), **options)
+        now, timeout = time.monotonic(), options.get("timeout") or self.NOTIFICATION_TIMEOUT
+        self._shown = [note for note in self._shown if note[0] > now]
+        self._shown.append((now + timeout, message, title, options))
+
+    def on_dashboard_suspended(self) -> None:
+        """A dialog opened: what still shows would cover it (its buttons, at 80×24), so it is
+        taken off and shown again when the dialog closes, for the time it had left."""
+        if not isinstance(self.screen, ModalScreen) or not self._shown:
+            return
+        now, shown, self._shown = time.monotonic(), self._shown, []
+        self.clear_notifications()
+        again = [  # each for the time it had left, and a few seconds at least to read it
+            (message, title, {**options, "timeout": max(ends - now, MIN_SHOWN_AGAIN_S)})
+            for ends, message, title, options in shown
+            if ends > now
+        ]
+        self._held_notes[:0] = again  # before what the dialog's time adds
 
     def on_dashboard_resumed(self) -> None:
-        """A dialog closed: what was said meanwhile is shown now, for its whole time."""
+        """A dialog closed: what was said meanwhile (or hidden by it) is shown now."""
         held, self._held_notes = self._held_notes, []
         for message, title, options in held:
             self.notify(message, title=title, **options)

@@ -408,7 +408,11 @@ class Dashboard(Screen[None]):
         finally:
             self.held.stop()
 
+    class Suspended(Message):
+        """Another screen (a dialog) is shown over this one: the toasts showing are held."""
+
     def on_screen_suspend(self) -> None:
+        self.post_message(self.Suspended())
         if held := self.held.stop():  # the dialog is up: once focused, its field gets the text
             self.app.call_after_refresh(type_into_focused, self.app, held)
 

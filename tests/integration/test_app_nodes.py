@@ -156,6 +156,32 @@ async def test_m_in_the_node_confirmation_also_moves_its_goals_to_the_live_nodes
         assert app.goal_rows["gpu-train"].status == "queued"
 
 
+async def test_a_toast_showing_when_a_dialog_opens_waits_until_it_closes(
+    journal_path: Path,
+) -> None:
+    """At 80×24 the toasts sat over the dialog's buttons; they are held, then shown again."""
+    write_beat(journal_path, NODE)
+    silent(journal_path, "n2")
+    app = RefineApp(journal=journal_path, node=NODE)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await loaded(pilot)
+        await pilot.press("n")
+        await until(pilot, lambda: "n2" in set(nodes_table(app).keys()))
+        nodes_table(app).select(NODE)
+        await pilot.pause()
+        await pilot.press("x")  # refused: n1 is live
+        await until(pilot, lambda: any("n1 is live" in n for n in notes(app)))
+        nodes_table(app).select("n2")
+        await pilot.pause()
+        await pilot.press("x")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmModal))
+        await pilot.pause()
+        assert notes(app) == []  # nothing over the dialog
+        await pilot.press("n")
+        await until(pilot, lambda: any("n1 is live" in n for n in notes(app)))
+        assert app.goal_rows["gpu-train"].status == "running"
+
+
 async def test_x_on_a_live_node_is_refused_in_words(journal_path: Path) -> None:
     write_beat(journal_path, "n2")
     app = RefineApp(journal=journal_path, node=NODE)
