@@ -44,3 +44,26 @@ async def test_the_selected_goal_stays_in_the_window_when_the_terminal_shrinks(
             await pilot.pause()
             assert table.selected_key == selected, size
             assert in_window(table), (size, table.cursor_row, table.scroll_y, table.size)
+
+
+async def test_toasts_keep_off_the_row_line_unless_the_terminal_is_short(tmp_path: Path) -> None:
+    """At 60×16 the table shows seven rows: an alert there hid what Stop answered below it, so
+    the toasts may then cover the row line too, down to the footer (at 80×24 they stop above
+    the row line, which says what the keys act on)."""
+    path = populate(tmp_path / "journal.db", node=NODE, live=False)
+    app = RefineApp(journal=path, node=NODE)
+    async with app.run_test(size=(80, 24), notifications=True) as pilot:
+        await until(pilot, lambda: len(app.goal_rows) > 5)
+        app.notify("one", timeout=30)
+        await pilot.pause()
+        rack = app.screen.query_one("#textual-toastrack")
+        line, footer = app.screen.query_one("#rowline"), app.screen.query_one("KeyFooter")
+        for size, reaches in (((80, 24), "row line"), ((60, 16), "footer"), ((80, 24), "row line")):
+            await pilot.resize_terminal(*size)
+            await pilot.pause()
+            await pilot.pause()
+            top = rack.styles.margin.top  # the rack is docked at the top, this far down
+            end = top + int(rack.styles.max_height.value)  # type: ignore[union-attr]
+            bottom = line.region.y if reaches == "row line" else footer.region.y
+            assert end <= bottom, (size, end, bottom)
+            assert reaches == "row line" or end == footer.region.y, (size, end)
