@@ -9,6 +9,7 @@ import re
 import time
 from pathlib import Path
 
+from textual.pilot import Pilot
 from textual.widgets import Button
 
 from refine_tui.app import RefineApp
@@ -48,6 +49,25 @@ def cell(app: RefineApp, node_id: str, column: str) -> str:
 
 def notes(app: RefineApp) -> list[str]:
     return [n.message for n in notifications(app)]
+
+
+async def nodes_view(pilot: Pilot[None], node_id: str) -> None:
+    """`n`, then ``node_id`` selected in the Nodes view."""
+    await pilot.press("n")
+    await until(pilot, lambda: node_id in set(nodes_table(pilot.app).keys()))  # type: ignore[arg-type]
+    await select_node(pilot, node_id)
+
+
+async def select_node(pilot: Pilot[None], node_id: str) -> None:
+    nodes_table(pilot.app).select(node_id)  # type: ignore[arg-type]
+    await pilot.pause()
+
+
+async def x_on_node(pilot: Pilot[None], node_id: str) -> None:
+    """`x` on ``node_id`` in the Nodes view, its confirmation opened."""
+    await nodes_view(pilot, node_id)
+    await pilot.press("x")
+    await until(pilot, lambda: isinstance(pilot.app.screen, ConfirmModal))
 
 
 def test_the_bar_reads_without_colour() -> None:
@@ -108,12 +128,7 @@ async def test_x_on_a_silent_node_confirms_its_attempts_after_one_confirmation(
     app = RefineApp(journal=journal_path, node=NODE)
     async with app.run_test(size=SIZE) as pilot:
         await loaded(pilot)
-        await pilot.press("n")
-        await until(pilot, lambda: "n2" in set(nodes_table(app).keys()))
-        nodes_table(app).select("n2")
-        await pilot.pause()
-        await pilot.press("x")
-        await until(pilot, lambda: isinstance(app.screen, ConfirmModal))
+        await x_on_node(pilot, "n2")
         body = str(app.screen.body)
         assert "Confirm the end of 1 attempt of node n2 (silent since " in body
         assert ": 1 goal will be requeued.\n\nEach attempt is recorded" in body
@@ -136,12 +151,7 @@ async def test_m_in_the_node_confirmation_also_moves_its_goals_to_the_live_nodes
     app = RefineApp(journal=journal_path, node=NODE)
     async with app.run_test(size=(60, 16)) as pilot:  # the smallest terminal: three buttons
         await loaded(pilot)
-        await pilot.press("n")
-        await until(pilot, lambda: "n2" in set(nodes_table(app).keys()))
-        nodes_table(app).select("n2")
-        await pilot.pause()
-        await pilot.press("x")
-        await until(pilot, lambda: isinstance(app.screen, ConfirmModal))
+        await x_on_node(pilot, "n2")
         body = str(app.screen.body)
         assert body.endswith("m: also move its queued and held goals to node n1.")
         buttons = list(app.screen.query(Button))
@@ -165,14 +175,10 @@ async def test_a_toast_showing_when_a_dialog_opens_waits_until_it_closes(
     app = RefineApp(journal=journal_path, node=NODE)
     async with app.run_test(size=(80, 24)) as pilot:
         await loaded(pilot)
-        await pilot.press("n")
-        await until(pilot, lambda: "n2" in set(nodes_table(app).keys()))
-        nodes_table(app).select(NODE)
-        await pilot.pause()
+        await nodes_view(pilot, NODE)
         await pilot.press("x")  # refused: n1 is live
         await until(pilot, lambda: any("n1 is live" in n for n in notes(app)))
-        nodes_table(app).select("n2")
-        await pilot.pause()
+        await select_node(pilot, "n2")
         await pilot.press("x")
         await until(pilot, lambda: isinstance(app.screen, ConfirmModal))
         await pilot.pause()
@@ -187,10 +193,7 @@ async def test_x_on_a_live_node_is_refused_in_words(journal_path: Path) -> None:
     app = RefineApp(journal=journal_path, node=NODE)
     async with app.run_test(size=SIZE) as pilot:
         await loaded(pilot)
-        await pilot.press("n")
-        await until(pilot, lambda: "n2" in set(nodes_table(app).keys()))
-        nodes_table(app).select("n2")
-        await pilot.pause()
+        await nodes_view(pilot, "n2")
         await pilot.press("x")
         await until(pilot, lambda: any("n2 is live" in n for n in notes(app)))
         assert not isinstance(app.screen, ConfirmModal)
