@@ -32,6 +32,7 @@ from refine_tui.demo import DEMO_NODE, finish, populate, start_node, stop_node
 from refine_tui.screens.timeline import TimelineScreen
 from store.goals import Goals
 from store.journal.api import Journal
+from store.journal.presence import Beat
 
 Steps = Callable[[Pilot], Awaitable[None]]
 
@@ -75,6 +76,26 @@ def mark(*goal_ids: str) -> Steps:
     return steps
 
 
+def silent(node_id: str) -> Steps:
+    """``node_id`` beat once, quickly, and then nothing more: its machine is gone."""
+
+    async def steps(pilot: Pilot) -> None:
+        with Journal.open(pilot.app.journal_path, create=False) as journal:
+            journal.write_presence(Beat(node_id, "start", "gpu-1", 4, "0.1.0", 0.05))
+        await pilot.pause(2.5)  # silent for a few seconds, as the row line says
+
+    return steps
+
+
+def select_node(node_id: str) -> Steps:
+    async def steps(pilot: Pilot) -> None:
+        await press("n", wait=lambda a: node_id in set(a.query_one("#nodes").keys()))(pilot)
+        pilot.app.query_one("#nodes").select(node_id)
+        await pilot.pause()
+
+    return steps
+
+
 def timeline_read(app: RefineApp) -> bool:
     return isinstance(app.screen, TimelineScreen) and app.screen.read_once
 
@@ -105,6 +126,11 @@ SHOTS: dict[str, tuple[tuple[int, int], list[Steps]]] = {
     "move-modal": ((80, 24), [select("migrate-db"), press("m", wait=modal_open)]),
     "goals-small": ((60, 16), []),
     "timeline": ((80, 24), [select("flaky-fetch"), press("t", wait=lambda a: timeline_read(a))]),
+    # Last: its node n2 stays silent in the journal after it.
+    "node-cleanup-modal": (
+        (80, 24),
+        [silent("n2"), select_node("n2"), press("x", wait=modal_open)],
+    ),
 }
 LIVE_GOALS = {"soak-test", "index-rebuild", "sync-billing"}  # running for a minute at least
 
