@@ -1,6 +1,7 @@
 """Alerts for the operator at the dashboard (DESIGN §16): a Goal that becomes ``exhausted``, an
-attempt that becomes ``needs cleanup``, a node that goes ``silent``: one notification each,
-never twice for the same thing, never for what was already so when the dashboard opened.
+attempt that becomes ``needs cleanup``, a node that goes ``silent``: one notification each (or
+one for many of a kind raised together: ``grouped``), never twice for the same thing, never for
+what was already so when the dashboard opened.
 
 ``Alerts.take`` sees each journal update's Goal rows (on the UI thread: a dict look-up a row).
 A full read (the first one, a new filter, a reload) only learns what is so; a row that a commit
@@ -15,13 +16,54 @@ full read) was silent before the dashboard looked: never said.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Literal
 
 from refine_tui import format as fmt
 from refine_tui.rows import GoalRow
 from store.journal.presence import Presence, State
+from store.records import dataclass
 
 Key = tuple[str, ...]
+Kind = Literal["exhausted", "cleanup", "silent"]
+ONE_BY_ONE = 2  # more alerts of a kind at once than this are said in one notification
+NAMED = 5  # the subjects a grouped alert names
+
+
+@dataclass(frozen=True)
+class Alert:
+    """One thing that became so: its kind, what it is about (a goal, a node), in words."""
+
+    kind: Kind
+    subject: str
+    words: str
+
+
+def grouped(alerts: Sequence[Alert]) -> list[str]:
+    """The notifications for alerts raised together: each in its own words, but a kind raised
+    more than ``ONE_BY_ONE`` times in one notification naming them (a bad deploy exhausting 14
+    goals is one notification, not 14 stacked over the table)."""
+    by_kind: dict[Kind, list[Alert]] = {}
+    for alert in alerts:
+        by_kind.setdefault(alert.kind, []).append(alert)
+    said = []
+    for kind, these in by_kind.items():
+        if len(these) <= ONE_BY_ONE:
+            said += [alert.words for alert in these]
+        else:
+            said.append(_together(kind, [alert.subject for alert in these]))
+    return said
+
+
+def _together(kind: Kind, subjects: list[str]) -> str:
+    n, names = len(subjects), ", ".join(subjects[:NAMED])
+    if n > NAMED:
+        names += f" and {n - NAMED} more"
+    if kind == "exhausted":
+        return f"{n} goals are exhausted: {names}"
+    if kind == "cleanup":
+        return f"{n} attempts need cleanup (their processes are gone; x confirms each): {names}"
+    return f"{n} nodes went silent: {names} (n: the nodes; x there confirms a node's attempts)"
 
 
 class Alerts:
@@ -33,8 +75,8 @@ class Alerts:
         self.node_states: dict[str, State] = {}  # each node's presence at the last look
         self._silences: dict[str, float] = {}  # node → the last beat its known silence follows
 
-    def take(self, goals: Mapping[str, GoalRow | None], full: bool) -> list[str]:
-        """The alerts an update raises, in words."""
+    def take(self, goals: Mapping[str, GoalRow | None], full: bool) -> list[Alert]:
+        """The alerts an update raises."""
         said = []
         for row in goals.values():
             if row is None:
@@ -44,14 +86,15 @@ class Alerts:
                 self._known[key] = holds
                 if holds and key not in self._said and (was is False or (was is None and not full)):
                     self._said.add(key)
-                    said.append(words)
+                    kind: Kind = "exhausted" if key[0] == "exhausted" else "cleanup"
+                    said.append(Alert(kind, row.goal_id, words))
                 elif holds:
                     self._said.add(key)  # so from the start: never said
         return said
 
-    def take_nodes(self, presence: tuple[float, list[Presence]], full: bool) -> list[str]:
+    def take_nodes(self, presence: tuple[float, list[Presence]], full: bool) -> list[Alert]:
         """The alerts a look at the nodes' presence raises (``presence``: the database's
-        clock now and every node's row), in words."""
+        clock now and every node's row)."""
         now, rows = presence
         said = []
         for row in rows:
@@ -62,7 +105,7 @@ class Alerts:
                 continue
             self._silences[row.node_id] = row.last_seen
             if was is not None or not full:
-                said.append(silent_words(row, now))
+                said.append(Alert("silent", row.node_id, silent_words(row, now)))
         return said
 
 

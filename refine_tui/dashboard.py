@@ -25,7 +25,7 @@ from textual.widgets import DataTable, Input, Label, Static
 from refine_tui import cells
 from refine_tui import format as fmt
 from refine_tui.actions import OperatorFlows
-from refine_tui.alerts import Alerts
+from refine_tui.alerts import Alert, Alerts, grouped
 from refine_tui.detail import DetailPane
 from refine_tui.follow import JournalFollower
 from refine_tui.key_hold import KeyHold, type_into_focused
@@ -71,6 +71,7 @@ PULSES_MIN_HEIGHT = 20  # a shorter terminal has no line to spare for the pulses
 ROWLINE_MAX = 3  # the row line's max-height in app.tcss
 MIN_TOAST_ROWS = 10  # fewer over the table: the toasts may cover the row line too
 PRESENCE_INTERVAL_S = 2.0  # the Nodes view reads presence again (beats commit nothing)
+ALERT_GATHER_S = 0.5  # alerts raised within this of the first are said together
 
 
 class Dashboard(Screen[None]):
@@ -118,6 +119,7 @@ class Dashboard(Screen[None]):
         self._enabled: tuple[bool, ...] = ()  # which actions the footer last showed enabled
         self._reload_asked = False  # `r` pressed: confirm when the full reload is shown
         self._held_updates: list[JournalUpdate] = []  # read while paused, shown on resume
+        self._alerts_due: list[Alert] = []  # raised, to be said once gathered (``alert``)
         self.timeline: TimelineScreen | None = None  # the attempt timeline, while shown
 
     def compose(self) -> ComposeResult:
@@ -423,9 +425,18 @@ class Dashboard(Screen[None]):
 
     # --- alerts (DESIGN §16) -------------------------------------------------------------------
 
-    def alert(self, said: list[str]) -> None:
-        """One notification each, and the terminal bell (unless quiet)."""
-        for words in said:
+    def alert(self, said: list[Alert]) -> None:
+        """Alerts are gathered for ``ALERT_GATHER_S`` from the first (a burst arrives over
+        several updates), then said (``grouped``) with one ring of the bell (unless quiet)."""
+        if not said:
+            return
+        if not self._alerts_due:
+            self.set_timer(ALERT_GATHER_S, self.say_alerts)
+        self._alerts_due += said
+
+    def say_alerts(self) -> None:
+        said, self._alerts_due = self._alerts_due, []
+        for words in grouped(said):
             self.app.notify(words, title="Alert", severity="warning", timeout=15)
         if said and not self.quiet:
             self.app.bell()

@@ -76,6 +76,26 @@ async def test_a_goal_becoming_exhausted_alerts_once_and_rings(journal_path: Pat
         assert len(alerts(app)) == 1 and app.bells == 1
 
 
+async def test_many_goals_exhausted_together_are_one_alert_and_one_ring(
+    journal_path: Path,
+) -> None:
+    """A bad deploy: five goals exhausted at once (read while paused, shown on the resume, as
+    if in one burst) are one notification naming them, and one ring."""
+    app = BellCounting(journal=journal_path, node=NODE)
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        await pilot.press("p")
+        for n in range(5):
+            exhaust(journal_path, f"deploy-{n}")
+        await pilot.press("p")
+        await until(pilot, lambda: len(app.said) == 1)
+        assert app.said == [
+            "5 goals are exhausted: deploy-0, deploy-1, deploy-2, deploy-3, deploy-4"
+        ]
+        await pilot.pause(refine_tui.dashboard.ALERT_GATHER_S + 0.2)
+        assert len(app.said) == 1 and app.bells == 1
+
+
 async def test_quiet_alerts_without_the_bell(journal_path: Path) -> None:
     app = BellCounting(journal=journal_path, node=NODE, quiet=True)
     async with app.run_test(size=SIZE) as pilot:
