@@ -426,15 +426,13 @@ class Dashboard(Screen[None]):
     # --- alerts (DESIGN §16) -------------------------------------------------------------------
 
     def alert(self, said: list[Alert]) -> None:
-        """Alerts are gathered for ``ALERT_GATHER_S`` from the first (a burst arrives over
-        several updates), then said (``grouped``) with one ring of the bell (unless quiet)."""
-        if not said:
-            return
-        if not self._alerts_due:
+        """Gathered for ``ALERT_GATHER_S`` from the first (a burst spans updates), then said."""
+        if said and not self._alerts_due:
             self.set_timer(ALERT_GATHER_S, self.say_alerts)
         self._alerts_due += said
 
     def say_alerts(self) -> None:
+        """Each kind's alerts (``grouped``), with one ring of the bell (unless quiet)."""
         said, self._alerts_due = self._alerts_due, []
         for words in grouped(said):
             self.app.notify(words, title="Alert", severity="warning", timeout=15)
