@@ -27,7 +27,7 @@ from store.records import dataclass
 Key = tuple[str, ...]
 Kind = Literal["exhausted", "cleanup", "silent"]
 ONE_BY_ONE = 2  # more alerts of a kind at once than this are said in one notification
-NAMED = 5  # the subjects a grouped alert names
+NAMED = 8  # the subjects a grouped alert names (the rest counted)
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
 """Alerts raised together (``refine_tui.alerts.grouped``): one or two of a kind in their own
-words; more, one notification that names them (the first five) and says how many."""
+words; more, one notification that names them (the first eight) and says how many."""
 
 from __future__ import annotations
 
@@ -15,9 +15,11 @@ def test_one_or_two_of_a_kind_keep_their_own_words() -> None:
     assert grouped([]) == []
 
 
-def test_more_of_a_kind_are_one_notification_naming_the_first_five() -> None:
+def test_more_of_a_kind_are_one_notification_naming_the_first_eight() -> None:
     assert grouped(exhausted(3)) == ["3 goals are exhausted: g0, g1, g2"]
-    assert grouped(exhausted(14)) == ["14 goals are exhausted: g0, g1, g2, g3, g4 and 9 more"]
+    assert grouped(exhausted(14)) == [
+        "14 goals are exhausted: g0, g1, g2, g3, g4, g5, g6, g7 and 6 more"
+    ]
 
 
 def test_each_kind_is_grouped_on_its_own_in_the_order_first_raised() -> None:
