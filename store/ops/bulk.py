@@ -141,10 +141,19 @@ class BulkReport:
         left = Counter(g.outcome for g in self.goals if not g.ok)
         head = f"{self.plan.action}: {sum(done.values())} of {len(self.goals)} goals done"
         if done:
-            head += " (" + ", ".join(f"{n} {what}" for what, n in done.items()) + ")"
+            head += (
+                " (" + ", ".join(f"{n} {what}" for what, n in done.items()) + self._where() + ")"
+            )
         if left:
             head += "; " + ", ".join(f"{n} {what}" for what, n in left.items())
         return head
+
+    def _where(self) -> str:
+        """Where a reassign moved its Goals, when it spread them: ": 3 to b, 1 to a"."""
+        moved = Counter(g.planned.to for g in self.goals if g.outcome == DONE["reassign"])
+        if len(moved) < 2:
+            return ""
+        return ": " + ", ".join(f"{n} to {node}" for node, n in moved.most_common())
 
 
 Turn = Callable[[PlannedGoal], None]

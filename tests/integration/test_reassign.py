@@ -197,7 +197,10 @@ def test_several_nodes_share_the_goals_by_the_room_each_has_left(journal: Journa
     # b1 4 → 3 → 2, then b5 and b1 tie at 2: the one named first, b5; then b1 (2 > 1).
     assert [p.to for p in plan.goals] == ["b1", "b1", "b5", "b1"]
     assert plan.goals[0].to_json()["to"] == "b1"
-    assert run_bulk(journal, plan).ok
+    done = run_bulk(journal, plan)
+    assert (
+        done.ok and done.summary() == "reassign: 4 of 4 goals done (4 reassigned: 3 to b1, 1 to b5)"
+    )
     assert sorted(goals.read(g).node_id for g in ("g1", "g2", "g3", "g4")) == [
         "b1", "b1", "b1", "b5",
     ]  # fmt: skip
