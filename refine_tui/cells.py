@@ -56,6 +56,7 @@ NODE_COLUMNS = (
     Column("state", "State", 7),
     Column("seen", "Seen", 7),
     Column("running", "Running", 13),
+    Column("waiting", "Waiting", 7),
     Column("host", "Host", None),
 )
 BAR_CELLS = 6  # the running/capacity bar's width, in cells
@@ -195,6 +196,7 @@ def node_cells(n: NodeView) -> Cells:
         state_text(n.state),
         fmt.duration(n.age_s) if n.age_s is not None else "never",
         bar(n.running, p.capacity if p else None),
+        str(n.waiting) if n.waiting else "",
         p.host if p else "",
     )
 
@@ -205,11 +207,18 @@ def node_words(n: NodeView) -> str:
     if n.presence is not None and n.state != "live":  # the walkthrough's "last seen 10:42:07"
         text += f" (last seen {fmt.clock(n.presence.last_seen)})"
     text += f" · {n.running} running"
-    if n.presence is not None:
-        p = n.presence
-        text += f", capacity {p.capacity} · host {p.host} · version {p.version}"
+    p = n.presence
+    if p is not None:
+        text += f", capacity {p.capacity}"
+    if n.waiting:
+        one = n.waiting == 1
+        text += f" · {n.waiting} goal{'' if one else 's'} wait{'s' if one else ''} for it"
+    if p is not None:
+        text += f" · host {p.host} · version {p.version}"
     if n.state in ("silent", "stopped") and n.running:
         text += " · x: confirm cleanup of its attempts"
+    elif n.state != "live" and n.waiting:
+        text += " · m: move them to another node"
     return text
 
 

@@ -244,11 +244,12 @@ def cmd_nodes(args: argparse.Namespace) -> int:
             seen = f"{seen} ({age_words(view.age_s)} ago)"
         capacity = data["capacity"]
         running = view.running if capacity is None else f"{view.running}/{capacity}"
-        rows.append((view.node_id, view.state, seen, running, data["host"], data["version"]))
+        row = (view.node_id, view.state, seen, running, view.waiting, data["host"], data["version"])
+        rows.append(row)
     emit(
         args,
         [view.to_json() for view in nodes],
-        table(["node", "state", "last seen", "running", "host", "version"], rows),
+        table(["node", "state", "last seen", "running", "waiting", "host", "version"], rows),
     )
     return EXIT_OK
 

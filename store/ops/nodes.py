@@ -1,7 +1,8 @@
 """The nodes a journal knows (DESIGN §14): each one's presence and the attempts it runs.
 
 ``list_nodes`` is what `refine nodes` prints: one row per node that has Goals or has beaten,
-with its presence (store.journal.presence) and the attempts the journal says run there.
+with its presence (store.journal.presence), the attempts the journal says run there and the
+Goals that wait for it (queued or held there: after its machine is gone, until moved).
 ``active_attempts`` finds those attempts: every Run whose status is ``running`` (an attempt
 runs, its Goal ``running``, or ``cancelled`` while its cleanup is pending), read where it is
 stored. Reads only.
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING
 from store.errors import RefineError
 from store.journal.presence import Presence, State, iso_utc
 from store.model.goal import Goal, goal_aggregate_id, goal_from_stored, goal_id_of_run
+from store.model.goals import REASSIGNABLE
 from store.model.run import Run, run_from_stored
 from store.records import dataclass
 
@@ -41,6 +43,7 @@ class NodeView:
     running: int  # attempts the journal says run there
     presence: Presence | None
     age_s: float | None  # seconds since its last beat, by the database's clock
+    waiting: int = 0  # its Goals queued or held: only this node starts them (or a reassign)
 
     @property
     def room(self) -> int:
@@ -57,6 +60,7 @@ class NodeView:
             "last_seen": iso_utc(p.last_seen) if p else None,
             "seen_ago_s": None if self.age_s is None else round(self.age_s, 3),
             "running": self.running,
+            "waiting": self.waiting,
             "capacity": p.capacity if p else None,
             "version": p.version if p else None,
             "heartbeat_s": p.interval_s if p else None,
@@ -102,9 +106,10 @@ def list_nodes(journal: Journal) -> list[NodeView]:
         now, rows = journal.presence()
         named = journal.goal_nodes()
         running = Counter(a.goal.node_id for a in active_attempts(journal))
+        waiting = _waiting(journal)
     beaten = {row.node_id: row for row in rows}
     return [
-        _view(node_id, beaten.get(node_id), running[node_id], now)
+        _view(node_id, beaten.get(node_id), running[node_id], now, waiting[node_id])
         for node_id in sorted({*beaten, *named})
     ]
 
@@ -117,10 +122,22 @@ def node_view(journal: Journal, node_id: str, *, count: bool = True) -> NodeView
         row = next((r for r in rows if r.node_id == node_id), None)
         known = row is not None or node_id in journal.goal_nodes()
         running = len(active_attempts(journal, node_id)) if known and count else 0
-    return _view(node_id, row, running, now) if known else None
+        waiting = _waiting(journal)[node_id] if known and count else 0
+    return _view(node_id, row, running, now, waiting) if known else None
 
 
-def _view(node_id: str, row: Presence | None, running: int, now: float) -> NodeView:
+def _waiting(journal: Journal) -> Counter[str]:
+    """Each node's Goals queued or held (one read of the index of the Goals still moving)."""
+    counts = journal.count_by_status_and_node("goal", REASSIGNABLE)
+    waiting: Counter[str] = Counter()
+    for (_, node_id), n in counts.items():
+        if node_id is not None:
+            waiting[node_id] += n
+    return waiting
+
+
+def _view(node_id: str, row: Presence | None, running: int, now: float, waiting: int) -> NodeView:
     if row is None:
-        return NodeView(node_id, "unknown", running, None, None)
-    return NodeView(node_id, row.state(now), running, row, max(0.0, now - row.last_seen))
+        return NodeView(node_id, "unknown", running, None, None, waiting)
+    age = max(0.0, now - row.last_seen)
+    return NodeView(node_id, row.state(now), running, row, age, waiting)

@@ -140,6 +140,9 @@ async def test_x_on_a_silent_node_confirms_its_attempts_after_one_confirmation(
         await until(pilot, lambda: said in notes(app))
         await until(pilot, lambda: app.goal_rows["gpu-train"].status != "running")
         await until(pilot, lambda: cell(app, "n2", "running") == "░░░░░░ 0/4")
+        await until(pilot, lambda: cell(app, "n2", "waiting") == "1")  # gpu-train, requeued
+        assert "capacity 4 · 1 goal waits for it · host host-n2" in row_line(app)
+        assert row_line(app).endswith(" · m: move them to another node")
 
 
 async def test_m_in_the_node_confirmation_also_moves_its_goals_to_the_live_nodes(

@@ -116,6 +116,34 @@ def test_the_text_says_each_attempt_and_each_move_and_no_next_step(
     assert not any("now wait" in line for line in lines)  # they do not: they moved
 
 
+def test_refine_nodes_counts_the_goals_that_wait_for_each_node(
+    dead_b7: Goals, refine: Refine
+) -> None:
+    def waiting() -> dict[str, int]:
+        code, out, _ = refine("nodes", "--json")
+        assert code == 0
+        return {n["node_id"]: n["waiting"] for n in json.loads(out)}
+
+    assert waiting() == {"b1": 0, "b2": 0, "b7": 1}  # "next": queued there
+    assert refine("cleanup", "--node", "b7")[0] == 0
+    assert waiting() == {"b1": 0, "b2": 0, "b7": 4}  # 3 requeued or held: they wait for b7
+    code, out, _ = refine("nodes")
+    header, *rows = out.splitlines()
+    assert header.split() == [
+        "NODE",
+        "STATE",
+        "LAST",
+        "SEEN",
+        "RUNNING",
+        "WAITING",
+        "HOST",
+        "VERSION",
+    ]
+    assert rows[2].split()[0] == "b7" and "  4  " in rows[2]
+    assert refine("cleanup", "--node", "b7", "--to", "b1")[0] == 0
+    assert waiting() == {"b1": 4, "b2": 0, "b7": 0}
+
+
 @pytest.mark.parametrize(
     ("args", "code", "says"),
     [
