@@ -49,8 +49,13 @@ class KeyHold:
         return keys
 
 
-def type_into_focused(app: App[Any], keys: list[events.Key]) -> None:
-    """The printable keys' text into the focused text field, if a text field has the focus."""
+def type_into_focused(app: App[Any], keys: list[events.Key], tries: int = 100) -> None:
+    """The printable keys' text into the focused text field, if a text field has the focus,
+    once the dialog on top is mounted: before its ``on_mount`` has focused its field, the
+    focus may be on what Textual focused first (the dialog's scrolling body: seen under load)."""
+    if not app.screen.is_mounted and tries:
+        app.call_after_refresh(type_into_focused, app, keys, tries - 1)
+        return
     field = app.focused
     if isinstance(field, Input):
         field.insert_text_at_cursor("".join(k.character or "" for k in keys if k.is_printable))
