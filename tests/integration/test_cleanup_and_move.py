@@ -128,6 +128,7 @@ def test_refine_nodes_counts_the_goals_that_wait_for_each_node(
     assert refine("cleanup", "--node", "b7")[0] == 0
     assert waiting() == {"b1": 0, "b2": 0, "b7": 4}  # 3 requeued or held: they wait for b7
     code, out, _ = refine("nodes")
+    assert code == 0
     header, *rows = out.splitlines()
     assert header.split() == [
         "NODE",
