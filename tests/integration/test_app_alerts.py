@@ -79,8 +79,8 @@ async def test_a_goal_becoming_exhausted_alerts_once_and_rings(journal_path: Pat
 async def test_many_goals_exhausted_together_are_one_alert_and_one_ring(
     journal_path: Path,
 ) -> None:
-    """A bad deploy: five goals exhausted at once (read while paused, shown on the resume, as
-    if in one burst) are one notification naming them, and one ring."""
+    """A bad deploy: five goals exhausted at once (committed while paused, when nothing is
+    read: the resume reads them in one go) are one notification naming them, and one ring."""
     app = BellCounting(journal=journal_path, node=NODE)
     async with app.run_test(size=SIZE) as pilot:
         await loaded(pilot)
