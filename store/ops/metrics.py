@@ -34,6 +34,7 @@ from prometheus_client.registry import Collector
 from store.errors import JournalClosedError, RefineError
 from store.journal.api import MAX_PAGE, ChangeSource, Journal, JournalHandle, Location
 from store.journal.locations import JournalLocation
+from store.model.goals import REASSIGNABLE
 from store.ops.journal_stats import (
     FOLDED,
     OUTCOMES,
@@ -75,6 +76,7 @@ class JournalCollector(Collector):
         self.stats = JournalStats()
         self.goals: Counter[str] = Counter()  # status → Goals
         self.nodes: set[str] = set()  # nodes of attempts and of the Goals still moving
+        self.waiting: Counter[str] = Counter()  # node → its Goals queued or held
         self._version = version()
 
     @property
@@ -122,9 +124,12 @@ class JournalCollector(Collector):
             stats.sequence = journal.last_sequence()  # the types not folded end the range
             moving = journal.count_by_status_and_node("goal", ACTIVE_GOAL_STATUSES)
         goals: Counter[str] = Counter(stats.terminal_goals)
-        for (status, _), count in moving.items():
+        waiting: Counter[str] = Counter()
+        for (status, node), count in moving.items():
             goals[str(status)] += count
-        self.goals = goals
+            if status in REASSIGNABLE and node:
+                waiting[str(node)] += count
+        self.goals, self.waiting = goals, waiting
         self.nodes = stats.nodes | {str(node) for _, node in moving if node}
         self._unread = False
 
@@ -162,14 +167,21 @@ class JournalCollector(Collector):
             "Attempts that ended, by node and outcome (completed, failed, interrupted).",
             labels=["node", "outcome"],
         )
+        waiting = GaugeMetricFamily(
+            f"{PREFIX}_goals_waiting",
+            "Goals queued or held on the node: only it starts them (refine nodes' waiting).",
+            labels=["node"],
+        )
         for node in sorted(self.nodes):
             running.add_metric([node], stats.running_count[node])
             for outcome in OUTCOMES:
                 finished.add_metric([node, outcome], stats.finished[(node, outcome)])
+            waiting.add_metric([node], self.waiting[node])
         return [
             goals,
             running,
             finished,
+            waiting,
             _histogram(
                 "attempt_duration_seconds",
                 "Attempts that ended: from claim to ending (commit times).",

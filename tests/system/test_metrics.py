@@ -37,6 +37,7 @@ from store.goals import Goals
 from store.journal.api import Journal
 from store.journal.presence import Beat
 from store.ops.metrics import JournalCollector, exposition, scrape
+from store.ops.nodes import list_nodes
 from tests.helpers.postgres_server import PostgresServer
 from tests.helpers.waits import wait_until
 
@@ -46,6 +47,10 @@ README_PROMQL = (
     'sum(rate(refine_attempts_finished_total{outcome="failed"}[5m]))'
     " / sum(rate(refine_attempts_finished_total[5m]))",
     "histogram_quantile(0.95, sum by (le) (rate(refine_attempt_duration_seconds_bucket[5m])))",
+)
+# docs/operations.md's alert: a node down with work on it (running there, or waiting for it).
+GONE_WITH_WORK = (
+    "refine_node_up == 0 and on (node) (refine_attempts_running + refine_goals_waiting) > 0"
 )
 OPENMETRICS = "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5"
 
@@ -151,6 +156,7 @@ def expected(capsys: pytest.CaptureFixture[str], location: str) -> dict[str, Any
         ),
         "nodes": {g["node_id"] for g in goals if g["status"] in ("queued", "held", "running")}
         | {node(a) for a in attempts},
+        "waiting": Counter(g["node_id"] for g in goals if g["status"] in ("queued", "held")),
     }
 
 
@@ -164,6 +170,7 @@ def assert_agrees(figures: dict[Any, float], want: dict[str, Any], last: int) ->
             key = ("refine_attempts_finished_total", (("node", node), ("outcome", outcome)))
             assert figures[key] == want["finished"][(node, outcome)], (node, outcome)
         assert ("refine_node_up", labels) in figures
+        assert figures[("refine_goals_waiting", labels)] == want["waiting"][node], node
     finished = sum(want["finished"].values())
     assert figures[("refine_attempt_duration_seconds_count", ())] == finished
     inf = ("le", "+Inf")
@@ -209,11 +216,15 @@ def test_node_up_and_last_seen_follow_the_nodes_heartbeats(
         _, beats = journal.presence()
         seen = {row.node_id: row.last_seen for row in beats}
         assert main(["--journal", journal_location, "nodes", "--json"]) == 0
-        states = {n["node_id"]: n["state"] for n in json.loads(capsys.readouterr().out)}
+        nodes = json.loads(capsys.readouterr().out)
+        states = {n["node_id"]: n["state"] for n in nodes}
         assert states["n1"] == "live" and states["beaten"] == "stopped"
         for node, state in states.items():
             up = figures[("refine_node_up", (("node", node),))]
             assert up == (1 if state == "live" else 0), node
+        for n in nodes:  # refine nodes' waiting, for the nodes the figures are about
+            waiting = figures.get(("refine_goals_waiting", (("node", n["node_id"]),)), 0)
+            assert waiting == n["waiting"], n["node_id"]
             if node in seen:
                 last = figures[("refine_node_last_seen_timestamp_seconds", (("node", node),))]
                 assert last == pytest.approx(seen[node]), node
@@ -540,6 +551,12 @@ scrape_configs:
         assert set(sequences.values()) <= {float(last)}
         for promql in README_PROMQL:  # the README's examples parse and run
             query(base, promql)
+        with Journal.open(location) as journal:  # no node beats here: all down
+            nodes = list_nodes(journal)
+        want_nodes = {n.node_id for n in nodes if n.running + n.waiting}
+        assert want_nodes  # the scenario has work somewhere
+        gone = {r["metric"]["node"] for r in query(base, GONE_WITH_WORK)}
+        assert gone == want_nodes
     finally:
         served.stop()
 
