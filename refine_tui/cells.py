@@ -171,11 +171,14 @@ def _attempt_start(
 
 
 STATE_STYLES = {"live": "green", "silent": "bold red", "stopped": "dim", "unknown": "dim"}
+IDLE_SILENT_STYLE = "dim red"  # silent, but nothing runs there or waits for it (retired?)
 
 
-def state_text(state: str) -> Text:
-    """A node's presence state: the word says it, the colour only repeats it."""
-    return Text(state, STATE_STYLES.get(state, ""))
+def state_text(state: str, idle: bool = False) -> Text:
+    """A node's presence state: the word says it, the colour only repeats it (a silent node
+    with no work left on it does not call for the operator as one with work does)."""
+    style = IDLE_SILENT_STYLE if idle and state == "silent" else STATE_STYLES.get(state, "")
+    return Text(state, style)
 
 
 def bar(used: int, capacity: int | None, cells: int = BAR_CELLS) -> str:
@@ -193,7 +196,7 @@ def node_cells(n: NodeView) -> Cells:
     p = n.presence
     return (
         fmt.clip(n.node_id, 14),
-        state_text(n.state),
+        state_text(n.state, idle=not (n.running or n.waiting)),
         fmt.duration(n.age_s) if n.age_s is not None else "never",
         bar(n.running, p.capacity if p else None),
         str(n.waiting) if n.waiting else "",
