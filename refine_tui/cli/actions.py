@@ -155,8 +155,9 @@ def cmd_cleanup(args: argparse.Namespace) -> int:
 
     if args.run is None:
         return cmd_cleanup_node(args)
-    if args.to:
-        raise UsageError("--to moves a whole node's waiting goals: give --node N, not RUN")
+    if args.to or args.dry_run:
+        flag = "--to moves a whole node's waiting goals" if args.to else "--dry-run shows"
+        raise UsageError(f"{flag}{'' if args.to else ' a whole node'}: give --node N, not RUN")
     from store.model.goal import goal_id_of_run
 
     if args.epoch is None and goal_id_of_run(args.run) is not None:
@@ -208,6 +209,8 @@ def cmd_cleanup_node(args: argparse.Namespace) -> int:
     if args.epoch is not None:
         raise UsageError("--epoch names an attempt of RUN: give RUN, or --node N without --epoch")
     node, here, operator = args.target_node, args.node or default_node(), default_operator()
+    if args.dry_run:
+        return cleanup_node_dry_run(args, node, here)
     with open_journal(args, write=True) as journal:
         if args.to:  # an unknown --to is refused before anything is written
             plan_moving_waiting(journal, node, here=here, to=args.to)
@@ -238,6 +241,45 @@ def cmd_cleanup_node(args: argparse.Namespace) -> int:
         print(f"refine: {code_word}: {printable(goal.text())}", file=sys.stderr)
         code = EXIT_REFUSED
     return code
+
+
+def cleanup_node_dry_run(args: argparse.Namespace, node: str, here: str) -> int:
+    """What `refine cleanup --node N [--to M]` would do, refused as it refuses; writes nothing."""
+    from store.ops.evidence import ending_of
+    from store.ops.node_cleanup import plan_moving_waiting, plan_node_cleanup
+
+    with open_journal(args, write=False) as journal:
+        if args.to:  # an unknown --to is refused as the cleanup refuses it
+            plan_moving_waiting(journal, node, here=here, to=args.to)
+        plan = plan_node_cleanup(journal, node, dry_run=True)
+        moving = plan.waiting_after(journal) if args.to else []
+    attempts = [
+        {
+            "action": "cleanup",
+            "goal_id": a.goal.goal_id,
+            "run_id": a.run.run_id,
+            "epoch": a.epoch,
+            "expect": ending_of(a.goal, a.run, a.epoch),
+        }
+        for a in plan.attempts
+    ]
+    lines = [plan.text()]
+    lines += [f"  cleanup {a['goal_id']}: attempt {a['epoch']} → {a['expect']}" for a in attempts]
+    if args.to:
+        lines.append(moving_sentence(node, args.to, moving))
+    lines.append("dry run: nothing was written")
+    data = {"cleanup": attempts, "move": {"to": args.to, "goals": moving} if args.to else None}
+    emit(args, {**data, "dry_run": True}, "\n".join(lines))
+    return EXIT_OK
+
+
+def moving_sentence(node: str, to: list[str], goals: list[str]) -> str:
+    if not goals:
+        return f"then no goal waits for node {node}: nothing moves"
+    where = f"node {to[0]}" if len(to) == 1 else f"nodes {', '.join(to)} (by room left)"
+    shown = ", ".join(goals[:8]) + (f" and {len(goals) - 8} more" if len(goals) > 8 else "")
+    moves = "1 goal moves" if len(goals) == 1 else f"{len(goals)} goals move"
+    return f"then {moves} to {where}: {shown}"
 
 
 def cmd_reassign(args: argparse.Namespace) -> int:

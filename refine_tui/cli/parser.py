@@ -201,6 +201,11 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
             help="how you know the work ended (recorded; default operator-confirmed)",
         )
         cleanup.add_argument(
+            "--dry-run",
+            action="store_true",
+            help="with --node N: print what the cleanup (and --to) would do; write nothing",
+        )
+        cleanup.add_argument(
             "--to",
             type=node_names,
             metavar="NODE[,NODE...]",

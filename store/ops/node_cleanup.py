@@ -32,7 +32,7 @@ from store.errors import (
 )
 from store.journal.presence import State, iso_utc
 from store.model.goal import OPERATOR_CONFIRMED, check_name, check_reason
-from store.model.goals import REASSIGNABLE
+from store.model.goals import REASSIGNABLE, Goals
 from store.ops.bulk_plan import BulkPlan, Selection, plan_bulk
 from store.ops.evidence import check_writable, count, default_operator, ending_of
 from store.ops.nodes import ActiveAttempt, NodeView, active_attempts, node_view
@@ -118,12 +118,28 @@ class NodeCleanupPlan:
             + ", ".join(endings)
         )
 
+    def waiting_after(self, journal: Journal) -> list[str]:
+        """The Goals that will wait for this node once its cleanup is done (queued or held
+        there now, and those the cleanup requeues or holds), by id: what ``--to`` moves."""
+        node_id = self.node.node_id
+        now = Goals(journal).list_readable(status=list(REASSIGNABLE), node_id=node_id)
+        ids = {goal.goal_id for goal in now}
+        for a in self.attempts:
+            if ending_of(a.goal, a.run, a.epoch) in REASSIGNABLE_ENDINGS:
+                ids.add(a.goal.goal_id)
+        return sorted(ids)
 
-def plan_node_cleanup(journal: Journal, node_id: str) -> NodeCleanupPlan:
+
+REASSIGNABLE_ENDINGS = ("requeued", "held")  # an ending that leaves the Goal waiting here
+
+
+def plan_node_cleanup(journal: Journal, node_id: str, *, dry_run: bool = False) -> NodeCleanupPlan:
     """The attempts `cleanup_node` would confirm, refused as it refuses (a bad or unknown node,
-    a live one, one that never beat) and writing nothing."""
+    a live one, one that never beat) and writing nothing. ``dry_run``: a preview, which a
+    journal opened read-only may show too."""
     check_name(node_id, "node")
-    check_writable(journal)
+    if not dry_run:
+        check_writable(journal)
     node = node_view(journal, node_id, count=False)  # its attempts are read just below
     if node is None:
         raise NodeNotFoundError(

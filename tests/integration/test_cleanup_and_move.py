@@ -116,6 +116,42 @@ def test_the_text_says_each_attempt_and_each_move_and_no_next_step(
     assert not any("now wait" in line for line in lines)  # they do not: they moved
 
 
+def test_a_dry_run_says_what_would_be_confirmed_and_moved_and_writes_nothing(
+    journal: Journal, dead_b7: Goals, refine: Refine
+) -> None:
+    before = events(journal)
+    code, out, err = refine("cleanup", "--node", "b7", "--to", "b1,b2", "--dry-run")
+    assert (code, err) == (0, "")
+    lines = out.splitlines()
+    assert lines[0].startswith("Confirm the end of 3 attempts of node b7 (silent since ")
+    assert lines[0].endswith("): 2 goals will be requeued, 1 held (redelivery: operator)")
+    assert lines[1:4] == [
+        "  cleanup a: attempt 1 → requeued",
+        "  cleanup b: attempt 1 → requeued",
+        "  cleanup ops: attempt 1 → held",
+    ]
+    assert lines[4:] == [
+        "then 4 goals move to nodes b1, b2 (by room left): a, b, next, ops",
+        "dry run: nothing was written",
+    ]
+    code, out, _ = refine("cleanup", "--node", "b7", "--dry-run", "--json")
+    assert code == 0
+    data = json.loads(out)
+    assert data["dry_run"] is True and data["move"] is None
+    assert [(a["goal_id"], a["epoch"], a["expect"]) for a in data["cleanup"]] == [
+        ("a", 1, "requeued"),
+        ("b", 1, "requeued"),
+        ("ops", 1, "held"),
+    ]
+    assert events(journal) == before
+    assert dead_b7.read("a").status == "running"  # type: ignore[union-attr]
+    # Refused as the cleanup refuses, and only with --node.
+    assert refine("cleanup", "--node", "b7", "--to", "b9", "--dry-run")[0] == 2
+    code, _, err = refine("cleanup", "a.r1", "--epoch", "1", "--dry-run")
+    assert code == 2 and err.startswith("refine: USAGE: --dry-run shows a whole node")
+    assert events(journal) == before
+
+
 def test_refine_nodes_counts_the_goals_that_wait_for_each_node(
     dead_b7: Goals, refine: Refine
 ) -> None:
