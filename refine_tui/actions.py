@@ -21,6 +21,7 @@ from refine_tui.keys import SYSTEM_COMMANDS, Selection
 from refine_tui.rows import GoalRow, Reader
 from refine_tui.screens.confirm import MOVE, CancelModal, ConfirmModal
 from refine_tui.screens.pick_node import SPREAD, NodePickModal
+from refine_tui.visible import listed
 from store.errors import RefineError, StorageError
 from store.journal.api import Journal, JournalHandle
 from store.model.goal import goal_id_of_run
@@ -441,7 +442,7 @@ def moving_words(live: Sequence[str]) -> str:
     """The cleanup confirmation's second way (m): where the node's waiting goals would go."""
     if len(live) == 1:
         return f"m: also move its queued and held goals to node {live[0]}."
-    shown = ", ".join(live[:5]) + (f" and {len(live) - 5} more" if len(live) > 5 else "")
+    shown = listed(live, 5)
     return f"m: also move its queued and held goals to the live nodes {shown}, most room first."
 
 

@@ -21,6 +21,7 @@ from typing import Literal
 
 from refine_tui import format as fmt
 from refine_tui.rows import GoalRow
+from refine_tui.visible import listed
 from store.journal.presence import Presence, State
 from store.records import dataclass
 
@@ -56,9 +57,7 @@ def grouped(alerts: Sequence[Alert]) -> list[str]:
 
 
 def _together(kind: Kind, subjects: list[str]) -> str:
-    n, names = len(subjects), ", ".join(subjects[:NAMED])
-    if n > NAMED:
-        names += f" and {n - NAMED} more"
+    n, names = len(subjects), listed(subjects, NAMED)
     if kind == "exhausted":
         return f"{n} goals are exhausted: {names}"
     if kind == "cleanup":

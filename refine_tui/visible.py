@@ -8,6 +8,7 @@ text loads ``rich.cells``, the width table the dashboard lays out with.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 # C0, DEL, C1, and the bidi/line controls that reorder or break what follows them on screen.
 # Pattern text, compiled by ``re`` (and cached there) the first time text is not printable:
@@ -54,3 +55,9 @@ def clip(text: str, width: int) -> str:
         if used > width - 1:
             break
     return text[:cut] + "…"
+
+
+def listed(names: Sequence[str], most: int) -> str:
+    """``a, b, c``: the first ``most`` names, then how many more (``a, b and 3 more``)."""
+    shown = ", ".join(names[:most])
+    return shown + (f" and {len(names) - most} more" if len(names) > most else "")

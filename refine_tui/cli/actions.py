@@ -22,6 +22,7 @@ from refine_tui.cli.common import (
     terminated_as_interrupted,
 )
 from refine_tui.cli.reads import require_goal
+from refine_tui.visible import listed
 from store.journal.locations import journal_file_exists
 from store.journal.url import redact
 
@@ -236,9 +237,10 @@ def cmd_cleanup_node(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         code = EXIT_REFUSED
-    for goal in moved.failed if moved is not None else ():
-        code_word = goal.code or goal.outcome.upper().replace("-", "_").replace(" ", "_")
-        print(f"refine: {code_word}: {printable(goal.text())}", file=sys.stderr)
+    if moved is not None and moved.failed:
+        from refine_tui.cli.bulk import say_failed
+
+        say_failed(moved.failed)
         code = EXIT_REFUSED
     return code
 
@@ -274,12 +276,12 @@ def cleanup_node_dry_run(args: argparse.Namespace, node: str, here: str) -> int:
 
 
 def moving_sentence(node: str, to: list[str], goals: list[str]) -> str:
+    """The dry run's last line with --to: which goals would then move, and where."""
     if not goals:
         return f"then no goal waits for node {node}: nothing moves"
     where = f"node {to[0]}" if len(to) == 1 else f"nodes {', '.join(to)} (by room left)"
-    shown = ", ".join(goals[:8]) + (f" and {len(goals) - 8} more" if len(goals) > 8 else "")
     moves = "1 goal moves" if len(goals) == 1 else f"{len(goals)} goals move"
-    return f"then {moves} to {where}: {shown}"
+    return f"then {moves} to {where}: {listed(goals, 8)}"
 
 
 def cmd_reassign(args: argparse.Namespace) -> int:

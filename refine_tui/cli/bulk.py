@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from refine_tui.cli.common import (
@@ -100,13 +101,18 @@ def run_batch(args: argparse.Namespace, action: str) -> int:
         done = run_bulk(
             journal, plan, reason=reason, operator=operator, grace_s=grace, on_report=lines
         )
-    for report in done.failed:  # before the last output: a lost stdout loses no name
-        code = report.code or report.outcome.upper().replace("-", "_").replace(" ", "_")
-        print(f"refine: {code}: {printable(report.text())}", file=sys.stderr)
+    say_failed(done.failed)  # before the last output: a lost stdout loses no name
     if lines.lost is not None:
         raise lines.lost
     emit(args, [r.to_json() for r in done.goals], done.summary())
     return EXIT_OK if done.ok else EXIT_REFUSED
+
+
+def say_failed(reports: Sequence[GoalReport]) -> None:
+    """One line on stderr per goal refused or skipped, with its code (or its outcome's)."""
+    for report in reports:
+        code = report.code or report.outcome.upper().replace("-", "_").replace(" ", "_")
+        print(f"refine: {code}: {printable(report.text())}", file=sys.stderr)
 
 
 class _Lines:

@@ -68,7 +68,7 @@ class NodeCleanup:
     def next_step(self, how: str = "") -> str:
         """What moves the Goals requeued or held here (they wait for this node): "" if none.
         ``how``: what does it, where the command line is not what the operator uses."""
-        waiting = sum(r.outcome in ("requeued", "held") for r in self.reports)
+        waiting = sum(r.outcome in WAITING_ENDINGS for r in self.reports)
         if not waiting:
             return ""
         node = self.node.node_id
@@ -80,6 +80,7 @@ class NodeCleanup:
 
 
 ENDINGS = ("requeued", "held", "exhausted", "cancelled")  # as ``ending_of`` says, in this order
+WAITING_ENDINGS = ("requeued", "held")  # the endings that leave the Goal waiting for the node
 _ENDING_WORDS = {
     "requeued": "requeued",
     "held": "held (redelivery: operator)",
@@ -125,12 +126,9 @@ class NodeCleanupPlan:
         now = Goals(journal).list_readable(status=list(REASSIGNABLE), node_id=node_id)
         ids = {goal.goal_id for goal in now}
         for a in self.attempts:
-            if ending_of(a.goal, a.run, a.epoch) in REASSIGNABLE_ENDINGS:
+            if ending_of(a.goal, a.run, a.epoch) in WAITING_ENDINGS:
                 ids.add(a.goal.goal_id)
         return sorted(ids)
-
-
-REASSIGNABLE_ENDINGS = ("requeued", "held")  # an ending that leaves the Goal waiting here
 
 
 def plan_node_cleanup(journal: Journal, node_id: str, *, dry_run: bool = False) -> NodeCleanupPlan:

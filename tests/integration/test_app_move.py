@@ -53,6 +53,15 @@ async def m_on_node(pilot: Pilot, node_id: str) -> None:
     await pilot.press("m")
 
 
+async def m_on_marked(pilot: Pilot, *goal_ids: str) -> None:
+    """``goal_ids`` marked (space), then `m`: the node picker open."""
+    for goal_id in goal_ids:
+        await select(pilot, goal_id)
+        await pilot.press("space")
+    await pilot.press("m")
+    await until(pilot, lambda: isinstance(pilot.app.screen, NodePickModal))
+
+
 def choices(app: RefineApp) -> list[str]:
     options = app.screen.query_one("#node-choices", OptionList)
     return [str(options.get_option_at_index(i).id) for i in range(options.option_count)]
@@ -105,11 +114,7 @@ async def test_m_on_marked_goals_moves_them_together(journal_path: Path) -> None
     app = RefineApp(journal=journal_path, node=NODE)
     async with app.run_test(size=SIZE) as pilot:
         await loaded(pilot)
-        for goal_id in ("batch-a", "batch-b", "nightly-report"):
-            await select(pilot, goal_id)
-            await pilot.press("space")
-        await pilot.press("m")
-        await until(pilot, lambda: isinstance(app.screen, NodePickModal))
+        await m_on_marked(pilot, "batch-a", "batch-b", "nightly-report")
         assert "3 marked goals" in str(app.screen.query_one("#dialog-title").render())
         await pilot.press("enter")  # n4, live
         await until(pilot, lambda: isinstance(app.screen, ConfirmModal))
@@ -162,11 +167,7 @@ async def test_several_goals_can_be_spread_over_every_live_node(journal_path: Pa
     app = RefineApp(journal=journal_path, node=NODE)
     async with app.run_test(size=SIZE) as pilot:
         await loaded(pilot)
-        for goal_id in ("batch-a", "batch-b", "batch-c"):
-            await select(pilot, goal_id)
-            await pilot.press("space")
-        await pilot.press("m")
-        await until(pilot, lambda: isinstance(app.screen, NodePickModal))
+        await m_on_marked(pilot, "batch-a", "batch-b", "batch-c")
         assert choices(app) == ["*", "n4", "n5", "n3", "n1", "n2"]  # then the most room
         await pilot.press("enter")  # every live node
         await until(pilot, lambda: isinstance(app.screen, ConfirmModal))
