@@ -14,7 +14,7 @@ from collections.abc import Callable
 import psycopg
 
 _QUERY = (
-    "SELECT application_name FROM pg_stat_activity"
+    "SELECT application_name, pid, backend_start::text, state, wait_event FROM pg_stat_activity"
     " WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()"
     " AND datname = current_database()"  # this journal's: other tests' nodes share the server
 )
@@ -44,6 +44,10 @@ class ConnectionSampler:
         self.samples = 0
         self.peak_total = 0  # every client connection but the sampler's own
         self.peak_by_node: Counter[str] = Counter()
+        # Each group's connections at its peak (application, pid, start, state, wait event): what
+        # a failed bound shows, to tell a 6th connection held from a backend still exiting.
+        self.peak_rows: dict[str, list[tuple[object, ...]]] = {}
+        self._rows: dict[str, list[tuple[object, ...]]] = {}  # the last sample's, by group
         self.errors: list[str] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="pg-sampler", daemon=True)
@@ -75,14 +79,18 @@ class ConnectionSampler:
                 self.samples += 1
                 self.peak_total = max(self.peak_total, total)
                 for node, count in by_node.items():
-                    self.peak_by_node[node] = max(self.peak_by_node[node], count)
+                    if count > self.peak_by_node[node]:
+                        self.peak_by_node[node] = count
+                        self.peak_rows[node] = self._rows[node]
                 self._stop.wait(self.interval_s)
 
     def _count(self, conn: psycopg.Connection) -> tuple[Counter[str], int]:
         rows = conn.execute(_QUERY).fetchall()
         by_node: Counter[str] = Counter()
-        for (application,) in rows:
-            node = self.group_of(application or "")
+        self._rows = {}
+        for row in rows:
+            node = self.group_of(row[0] or "")
             if node is not None:
                 by_node[node] += 1
+                self._rows.setdefault(node, []).append(tuple(row))
         return by_node, len(rows)
