@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import select
 import subprocess
 import sys
@@ -42,7 +41,7 @@ if str(_ROOT) not in sys.path:  # tests/helpers lives beside the package, not in
 from bench.attempts import _cpu  # noqa: E402
 from bench.common import percentile  # noqa: E402
 from bench.fleet import _bare, _end, _env, _refine, _wait  # noqa: E402
-from bench.postgres import proc_stat, server_cpu  # noqa: E402
+from bench.postgres import cpu_seconds, server_cpu_since, server_reading  # noqa: E402
 from store.journal.api import Journal  # noqa: E402
 from store.model.goals import Goals  # noqa: E402
 from tests.helpers.pg_activity import ConnectionSampler  # noqa: E402
@@ -109,7 +108,7 @@ def measure(
                     },
                 )
                 backends_before = _backends_cpu(roles)
-                server_before = server_cpu(pg)
+                server_before = server_reading(pg)
                 began = time.monotonic()
                 commits = 0
                 # goal → when its create was called: a dashboard may paint the row before the
@@ -127,7 +126,7 @@ def measure(
                 committed_s = time.monotonic() - began
                 time.sleep(1.0)  # the last notifications are read
                 wall = time.monotonic() - began
-                server = server_cpu(pg) - server_before
+                server = server_cpu_since(pg, server_before)
                 by_role = _by_role(roles, backends_before, _backends_cpu(roles))
                 node_cpu = _cpu(families) - node_before
                 readers_cpu = _cpu(reader_procs) - readers_before
@@ -169,9 +168,8 @@ def _backends_cpu(roles: dict[int, str]) -> dict[int, float]:
     """CPU seconds each backend has used (a backend gone since is left out)."""
     found = {}
     for pid in roles:
-        fields = proc_stat(pid)
-        if fields is not None:
-            found[pid] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        if (seconds := cpu_seconds(pid)) is not None:
+            found[pid] = seconds
     return found
 
 

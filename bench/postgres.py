@@ -30,6 +30,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import psycopg
@@ -94,6 +95,59 @@ def server_cpu(pg: PostgresServer) -> float:
         if fields is not None and int(fields[13]) + int(fields[14]) == reaped:
             own = int(fields[11]) + int(fields[12])
             return (total + own + reaped) / os.sysconf("SC_CLK_TCK")
+
+
+@dataclass(frozen=True)
+class ServerReading:
+    """The server's CPU at one instant, to time an interval to the ns: each live process's own
+    (``schedstat``) by pid and start, and what its reaped children used (in clock ticks)."""
+
+    live: dict[tuple[int, int], float]
+    reaped: float
+
+
+def server_reading(pg: PostgresServer) -> ServerReading:
+    assert pg.root is not None
+    postmaster = int((pg.root / "data" / "postmaster.pid").read_text().split()[0])
+    while True:  # a child reaped during the scan is in neither: scan again
+        reaped = _reaped_children(postmaster)
+        live = dict(_children_ns(postmaster))
+        fields, own = proc_stat(postmaster), cpu_seconds(postmaster)
+        if fields is not None and own is not None and int(fields[13]) + int(fields[14]) == reaped:
+            live[(postmaster, int(fields[19]))] = own
+            return ServerReading(live, reaped / os.sysconf("SC_CLK_TCK"))
+
+
+def server_cpu_since(pg: PostgresServer, before: ServerReading) -> float:
+    """The server's CPU seconds since ``before``. A tick is 10 ms: a short interval's few ms on
+    each of several backends read 0 by ticks (a CI failure), so a process alive at both ends
+    counts to the ns; one reaped between counts in ticks, less what it had used before."""
+    after = server_reading(pg)
+    both = after.live.keys() & before.live.keys()
+    went, came = before.live.keys() - both, after.live.keys() - both
+    return (
+        sum(after.live[key] - before.live[key] for key in both)
+        + sum(after.live[key] for key in came)
+        + (after.reaped - before.reaped)
+        - sum(before.live[key] for key in went)
+    )
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """One single-threaded process's CPU time to the ns (None when it is gone)."""
+    try:
+        return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0]) / 1e9
+    except OSError:
+        return None
+
+
+def _children_ns(parent: int) -> Iterator[tuple[tuple[int, int], float]]:
+    for name in os.listdir("/proc"):
+        fields = proc_stat(int(name)) if name.isdigit() else None
+        if fields is not None and int(fields[1]) == parent:
+            seconds = cpu_seconds(int(name))
+            if seconds is not None:  # else it went, and is counted with the reaped
+                yield (int(name), int(fields[19])), seconds
 
 
 def proc_stat(pid: int) -> list[str] | None:

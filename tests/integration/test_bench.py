@@ -232,6 +232,30 @@ def test_server_cpu_never_goes_back_while_backends_come_and_go(
     assert all(b >= a for a, b in itertools.pairwise(readings))
 
 
+def test_the_servers_interval_clock_counts_a_few_ms_that_ticks_miss(
+    postgres_server: PostgresServer,
+) -> None:
+    """Twenty commits of the fan-out bench once read 0.0 ms of server CPU (a CI failure): a
+    tick is 10 ms, and a few ms on each backend rounded away. Counted to the ns, a backend's
+    few queries show, and a backend born and gone in between counts too."""
+    import psycopg
+
+    from bench import postgres
+
+    with psycopg.connect(postgres_server.url(), autocommit=True) as conn:
+        conn.execute("SELECT 1")
+        before = postgres.server_reading(postgres_server)
+        for _ in range(5):
+            conn.execute("SELECT 1")
+        few = postgres.server_cpu_since(postgres_server, before)
+    assert 0 < few < 0.5
+    before = postgres.server_reading(postgres_server)
+    with psycopg.connect(postgres_server.url()) as conn:
+        conn.execute("SELECT count(*) FROM generate_series(1, 2000000)")
+    busy = postgres.server_cpu_since(postgres_server, before)
+    assert busy > 0.05  # the two million rows' scan, by a backend reaped before the reading
+
+
 def test_bulk_bench_cancels_by_selection_on_both_backends() -> None:
     measured = bulk.measure(goals=5, rounds=1, fsync=False)
     assert set(measured) == {
