@@ -313,6 +313,11 @@ class Journal(Protocol):
         nothing is held."""
         return contextlib.nullcontext()
 
+    def session_fds(self) -> tuple[int, ...]:
+        """Descriptors that keep this journal's server session and its connection slot while
+        any copy of them is open (``store.journal.session_end``); none by default."""
+        return ()
+
     def held(self) -> AbstractContextManager[Journal]:
         """Keep one connection for the calls inside. A journal that shares its connections
         (``store.journal.slots``: a worker's) otherwise connects for each call and lets go."""

@@ -57,6 +57,7 @@ from store.errors import (
     StorageUnreachableError,
     TargetNotEmptyError,
 )
+from store.journal import session_end
 from store.journal.api import Journal, WakeUps
 from store.journal.core import (
     COPY_BATCH,
@@ -610,14 +611,27 @@ class PostgresJournal(Journal):
             self._let_go()
 
     def _let_go(self) -> None:
-        """Close the connection, if any, and give its slot back."""
+        """Close the connection, if any, and give its slot back once the server let go of the
+        session (``store.journal.session_end``)."""
         conn, self._conn = self._conn, None
+        slot, self._slot = self._slot, None
+        watched = None
         if conn is not None:
+            if slot is not None and not conn.closed:
+                watched = session_end.watch(conn.fileno())
             with contextlib.suppress(psycopg.Error):
                 conn.close()
-        slot, self._slot = self._slot, None
+        if watched is not None:
+            session_end.until_gone(watched)
         if slot is not None:
             slot.release()
+
+    def session_fds(self) -> tuple[int, ...]:
+        """The socket of this journal's session and the lock of its slot, when it holds one:
+        what a claim helper hands its worker before its exec ends the session."""
+        if self._conn is None or self._conn.closed or self._slot is None:
+            return ()
+        return (self._conn.fileno(), self._slot.fileno())
 
     @contextlib.contextmanager
     def _in_use(self) -> Iterator[None]:

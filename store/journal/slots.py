@@ -51,6 +51,12 @@ class Slot:
         if fd is not None:
             os.close(fd)  # closing the only descriptor of its open file drops the lock
 
+    def fileno(self) -> int:
+        """The descriptor whose open file holds the lock (a copy of it holds it too)."""
+        if self._fd is None:
+            raise ValueError("the slot was given back")
+        return self._fd
+
     def __enter__(self) -> Slot:
         return self
 

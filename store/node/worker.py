@@ -40,6 +40,7 @@ import hashlib
 import json
 import os
 import signal
+import socket
 import stat
 import subprocess
 import sys
@@ -66,6 +67,7 @@ from store.host.processes import (
     same_process,
     stop_group_members,
 )
+from store.journal import session_end
 from store.journal.api import ChangeSource, Journal
 from store.journal.locations import STATE_DIR_ENV, JournalLocation
 from store.journal.slots import SLOTS_ENV, WAKE_FILE_ENV, keeping_connections, share_from_env
@@ -242,8 +244,9 @@ def run_attempt(
     only.
 
     On PostgreSQL the helper does all that on one connection (a slot of the node's limit),
-    given back right before its exec; the worker then opens the journal by the id the claim
-    found, which costs no connection until it rereads (woken by its node) or reports.
+    handed to this worker right before its exec, which ends it and gives the slot back once the
+    server let go of it; the worker then opens the journal by the id the claim found, which
+    costs no connection until it rereads (woken by its node) or reports.
     """
     # Bound before the claim: a change committed after the helper's reread wakes us.
     with Inbox(token, poll_s=_poll_s(location)) as inbox:
@@ -339,10 +342,12 @@ def _state_dir(path: str) -> Iterator[None]:
 
 # --- the claim helper ------------------------------------------------------------------------
 #
-# It tells the worker what it did on a pipe that closes by itself when the helper execs
+# It tells the worker what it did on a Unix socket that closes by itself when the helper execs
 # (non-inheritable), one line each: the Ready it claimed (JSON), then nothing more once it
 # became the recipe; or an exit code (nothing launched: the end was reported when it had to be);
-# or "failed WHY" (the recipe could not be started). Nothing at all: the helper crashed.
+# or "failed WHY" (the recipe could not be started). Nothing at all: the helper crashed. On
+# PostgreSQL, right before the exec, it hands over its session's socket and slot with them
+# (``session_end``): the worker ends that session, and gives the slot back once it is gone.
 
 
 def _launch_in_helper(
@@ -350,19 +355,20 @@ def _launch_in_helper(
 ) -> int | Launched:
     """Fork the claim helper, and learn from it what became of the attempt."""
     owner = os.getpid()  # here, not in the helper
-    read_end, write_end = os.pipe()
+    ours, theirs = socket.socketpair()  # both close-on-exec
     try:
         pid = os.fork()
     except OSError as exc:  # e.g. EAGAIN: nothing is claimed; the node tries again later
-        os.close(read_end)
-        os.close(write_end)
+        ours.close()
+        theirs.close()
         _say(f"{goal_id}: not started: no claim helper ({exc})")
         return EXIT_NO_HELPER
     if pid == 0:  # the helper: never returns
-        _helper(location, node_id, goal_id, token, round, owner, write_end, read_end)
-    os.close(write_end)
-    with open(read_end) as pipe:
-        lines = pipe.read().splitlines()  # until the helper exec'd or exited
+        _helper(location, node_id, goal_id, token, round, owner, theirs.detach(), ours.detach())
+    theirs.close()
+    with ours:
+        lines, handed = session_end.receive(ours)  # until the helper exec'd or exited
+    session_end.end_handed(handed)  # its session, ended before its slot is given back
     head, last = (lines[0], lines[-1]) if lines else ("", "")
     if not head.startswith("{"):
         os.waitpid(pid, 0)
@@ -430,8 +436,8 @@ def _claim_and_launch(
 
     One connection for it all (the open, the claim, its record, the reread, a report when not
     launching), kept from the open on although this process's connections are otherwise
-    transient (``keeping_connections``), and given back by ``_exec_if_ours`` right before the
-    exec (or when the journal closes)."""
+    transient (``keeping_connections``), and handed to the worker by ``_exec_if_ours`` right
+    before the exec (or given back when the journal closes)."""
     try:
         with keeping_connections():
             journal = Journal.open(location, create=False)
@@ -444,10 +450,10 @@ def _claim_and_launch(
             return ready
         pipe.write(ready.to_json() + "\n")
         pipe.flush()
-        return _exec_if_ours(Goals(journal), ready, owner)
+        return _exec_if_ours(Goals(journal), ready, owner, pipe.fileno())
 
 
-def _exec_if_ours(goals: Goals, ready: Ready, owner: int) -> int | str:
+def _exec_if_ours(goals: Goals, ready: Ready, owner: int, channel: int) -> int | str:
     """Reread Goal and Run and, while the attempt is ours, become the recipe at once.
 
     What can be made ready for the exec is made before the reread, and only the exec's own
@@ -495,6 +501,8 @@ def _exec_if_ours(goals: Goals, ready: Ready, owner: int) -> int | str:
                 os.dup2(log, 2)
                 if os.getppid() != owner:  # the worker died meanwhile: nobody would own it
                     return EXIT_SUPERSEDED
+                # The exec ends the session with no one to wait for its end: the worker does.
+                session_end.hand_over(channel, goals.journal.session_fds())
                 os.execvpe(ready.argv[0], list(ready.argv), env)
     except OSError as exc:
         return str(exc)
