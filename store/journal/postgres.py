@@ -618,7 +618,8 @@ class PostgresJournal(Journal):
         watched = None
         if conn is not None:
             if slot is not None and not conn.closed:
-                watched = session_end.watch(conn.fileno())
+                with contextlib.suppress(psycopg.Error):  # a lost connection has no socket
+                    watched = session_end.watch(conn.fileno())
             with contextlib.suppress(psycopg.Error):
                 conn.close()
         if watched is not None:
@@ -631,7 +632,10 @@ class PostgresJournal(Journal):
         what a claim helper hands its worker before its exec ends the session."""
         if self._conn is None or self._conn.closed or self._slot is None:
             return ()
-        return (self._conn.fileno(), self._slot.fileno())
+        try:
+            return (self._conn.fileno(), self._slot.fileno())
+        except psycopg.Error:  # lost: the server ends the session by itself
+            return ()
 
     @contextlib.contextmanager
     def _in_use(self) -> Iterator[None]:
