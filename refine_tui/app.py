@@ -28,6 +28,7 @@ from refine_tui.keys import SYSTEM_COMMANDS
 from refine_tui.live import LiveReader
 from refine_tui.messages import JournalTrouble, JournalUpdate
 from refine_tui.rows import GoalRow
+from refine_tui.toasts import ToastHold
 from refine_tui.widgets.status_header import HeaderState
 from store.journal.api import JournalHandle
 from store.journal.locations import resolve_location
@@ -37,7 +38,6 @@ from store.ops.operator import default_node, default_operator
 
 # A new filter's list usually arrives in 20–60 ms: paint nothing meanwhile, at most this long.
 HOLD_PAINT_S = 0.5
-MIN_SHOWN_AGAIN_S = 3.0  # a toast a dialog hid is shown again at least this long
 
 
 # Young collections every 5,000 allocations while the dashboard runs, not CPython's 700: under a
@@ -70,10 +70,7 @@ class RefineApp(App[None]):
     ) -> None:
         super().__init__()
         self._gc_threshold: tuple[int, ...] | None = None  # the process's own, while mounted
-        # What was said while a dialog was up, or still showing when it opened: shown (again)
-        # once it closes. ``_shown``: what shows now, each with when its time ends.
-        self._held_notes: list[tuple[str | Sequence[str], str, dict[str, Any]]] = []
-        self._shown: list[tuple[float, str | Sequence[str], str, dict[str, Any]]] = []
+        self._toasts = ToastHold()  # what waits for a dialog to close
         self.journal_path = location = resolve_location(journal)  # once: watches derive from it
         self.journal_label = label = redact(journal)  # a URL without its password
         self.node = node or default_node()
@@ -157,34 +154,23 @@ class RefineApp(App[None]):
         (a line break inside one is shown as ``\\n``; ``message`` as lines keeps its own)."""
         options["markup"] = False
         if isinstance(self.screen, ModalScreen):  # never over a dialog: shown when it closes
-            self._held_notes.append((message, title, options))
+            self._toasts.hold((message, title, options))
             return
         self.dashboard.place_toasts()
         lines = [message] if isinstance(message, str) else message
         text = "\n".join(fmt.visible(line) for line in lines)
         super().notify(text, title=fmt.visible(title), **options)
-        now, timeout = time.monotonic(), options.get("timeout") or self.NOTIFICATION_TIMEOUT
-        self._shown = [note for note in self._shown if note[0] > now]
-        self._shown.append((now + timeout, message, title, options))
+        timeout = options.get("timeout") or self.NOTIFICATION_TIMEOUT
+        self._toasts.shown((message, title, options), time.monotonic(), timeout)
 
     def on_dashboard_suspended(self) -> None:
-        """A dialog opened: what still shows would cover it (its buttons, at 80×24), so it is
-        taken off and shown again when the dialog closes, for the time it had left."""
-        if not isinstance(self.screen, ModalScreen) or not self._shown:
-            return
-        now, shown, self._shown = time.monotonic(), self._shown, []
-        self.clear_notifications()
-        again = [  # each for the time it had left, and a few seconds at least to read it
-            (message, title, {**options, "timeout": max(ends - now, MIN_SHOWN_AGAIN_S)})
-            for ends, message, title, options in shown
-            if ends > now
-        ]
-        self._held_notes[:0] = again  # before what the dialog's time adds
+        """A dialog opened: what still shows would cover it, so it waits for it to close."""
+        if isinstance(self.screen, ModalScreen) and self._toasts.dialog_opened(time.monotonic()):
+            self.clear_notifications()
 
     def on_dashboard_resumed(self) -> None:
         """A dialog closed: what was said meanwhile (or hidden by it) is shown now."""
-        held, self._held_notes = self._held_notes, []
-        for message, title, options in held:
+        for message, title, options in self._toasts.dialog_closed():
             self.notify(message, title=title, **options)
 
     def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:

@@ -22,7 +22,7 @@ from textual.reactive import var
 from textual.screen import Screen
 from textual.widgets import DataTable, Input, Label, Static
 
-from refine_tui import cells
+from refine_tui import cells, toasts
 from refine_tui import format as fmt
 from refine_tui.actions import OperatorFlows
 from refine_tui.alerts import Alert, Alerts, grouped
@@ -68,8 +68,6 @@ from store.ops.pulses import Pulses
 
 OBSERVE_INTERVAL_S = 5.0  # CPU/memory/liveness of this node's processes (they change silently)
 PULSES_MIN_HEIGHT = 20  # a shorter terminal has no line to spare for the pulses
-ROWLINE_MAX = 3  # the row line's max-height in app.tcss
-MIN_TOAST_ROWS = 10  # fewer over the table: the toasts may cover the row line too
 PRESENCE_INTERVAL_S = 2.0  # the Nodes view reads presence again (beats commit nothing)
 ALERT_GATHER_S = 0.5  # alerts raised within this of the first are said together
 
@@ -145,19 +143,11 @@ class Dashboard(Screen[None]):
         self.post_message(self.Resumed())
 
     def place_toasts(self) -> None:
-        """Notifications over the table's rows (the CSS puts them top right), never over the row
-        line below it, even once that line has grown to its three lines; on a short terminal
-        (60×16: seven rows, where an alert hid what Stop answered) down to the footer."""
+        """Notifications over the table's rows (``toasts.place``; the CSS puts them top right)."""
         racks = self.query("#textual-toastrack")  # none when notifications are off (tests)
-        if not racks or not self.is_mounted:
-            return
-        rack, table, line = racks.first(), self.stack.region, self.query_one("#rowline")
-        top = table.y + 1  # below the column headers
-        room = table.bottom - top - (ROWLINE_MAX - line.outer_size.height)
-        if room < MIN_TOAST_ROWS:
-            room = self.query_one(KeyFooter).region.y - top
-        rack.styles.margin = (top, 0, 0, 0)
-        rack.styles.max_height = max(1, room)
+        if racks and self.is_mounted:
+            footer = self.query_one(KeyFooter).region
+            toasts.place(racks.first(), self.stack.region, self.query_one("#rowline"), footer)
 
     def on_mount(self) -> None:
         self.header.show()
