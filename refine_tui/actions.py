@@ -9,6 +9,7 @@ back as notifications, through a ``Dashboard``. Which keys apply, and why not, i
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, Protocol, TypeVar
 
@@ -52,6 +53,7 @@ from store.ops.operator import (
 __all__ = ["SYSTEM_COMMANDS", "OperatorFlows"]  # SYSTEM_COMMANDS: refine_tui.keys' own
 
 T = TypeVar("T")
+BUSY_AFTER_S = 0.4  # a store call quicker than this says nothing until its answer
 
 
 # --- the flows ---------------------------------------------------------------------------------
@@ -398,15 +400,22 @@ class OperatorFlows:
         return True
 
     async def call_store(self, fn: Callable[[], T], busy: str | None = None) -> T | None:
-        """Run a blocking store call in a thread; a refusal becomes a notification, in words."""
+        """Run a blocking store call in a thread; a refusal becomes a notification, in words.
+        ``busy`` is said only once the call has taken ``BUSY_AFTER_S``: a quicker one's answer
+        comes alone (its "Stopping…" stayed beside it for 2 s)."""
+        later = None
         if busy:
-            self.ui.notify(busy, timeout=2)
+            say = functools.partial(self.ui.notify, busy, timeout=2)
+            later = asyncio.get_running_loop().call_later(BUSY_AFTER_S, say)
         try:
             return await asyncio.to_thread(fn)
         except RefineError as exc:
             self.ui.notify(refusal_text(exc), title="Refused", severity="error", timeout=8)
         except Exception as exc:  # never a traceback on the operator's screen
             self.ui.notify(f"{type(exc).__name__}: {exc}", title="Failed", severity="error")
+        finally:
+            if later is not None:
+                later.cancel()
         return None
 
     def notify_report(self, report: ActionReport | None) -> None:
