@@ -26,6 +26,7 @@ from store.journal.api import Event, Journal
 from store.model.goals import Goal, ended_by_words
 from store.model.run import Run
 from store.ops import reads
+from store.ops.evidence import records_here
 from store.ops.reads import ClaimTimes, GoalAndRun
 from store.statuses import ACTIVE_GOAL_STATUSES, TERMINAL_GOAL_STATUSES
 
@@ -33,6 +34,7 @@ ACTIVE = ACTIVE_GOAL_STATUSES
 TERMINAL = TERMINAL_GOAL_STATUSES
 ACTIVE_LIMIT = 1000  # active Goals shown at most (DataTable paints ~1k rows in ≈ 0.4 s)
 RECENT_LIMIT = 200  # most recent terminal Goals shown beside them
+HERE_FOR_S = 2.0  # how long whether this machine keeps the node's records is taken as known
 
 
 @dataclass(frozen=True)
@@ -107,6 +109,18 @@ class Reader:
         self.node = node
         self.registry = ProcessRegistry.for_journal(journal, node)
         self.claims = ClaimTimes()
+        self._here, self._here_at = True, -HERE_FOR_S
+
+    def records_here(self) -> bool:
+        """Whether this machine keeps this node's process records (``evidence.records_here``):
+        else no attempt of it is judged gone from here. Looked up at most every ``HERE_FOR_S``
+        (a presence read, only when the node's lock is not held here)."""
+        now = time.monotonic()
+        if now - self._here_at >= HERE_FOR_S:
+            with contextlib.suppress(RefineError, OSError):
+                self._here = records_here(self.journal, self.node)
+            self._here_at = now
+        return self._here
 
     def learn(self, events: Iterable[Event]) -> None:
         """Take in a polled batch: its claims give running rows their start times."""
@@ -180,6 +194,8 @@ class Reader:
         between the signal and the record showed "needs cleanup", and alerted, on an attempt
         the operator had just cancelled.
         """
+        if not self.records_here():  # they are elsewhere: nothing here proves it gone
+            return False, False
         # The log first: a worker writes its record, then creates its log. Read the other way
         # round, a record written between the two reads showed a starting attempt as an
         # orphan for a moment (CI, 2026-12-02).
@@ -196,7 +212,8 @@ class Reader:
         the processes.
 
         A process can die without any commit; checking its record and pid here (no journal
-        read) keeps the periodic look cheap, and only rows that flipped are read again.
+        read, but for ``records_here`` when the node's lock is not held here) keeps the
+        periodic look cheap, and only rows that flipped are read again.
         """
         changed = []
         for row in rows:

@@ -11,9 +11,11 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import struct
 from pathlib import Path
 
 LOCK_FILE = "node.lock"
+_FLOCK = "hhqqi4x"  # struct flock: type, whence, start, len, pid (Linux, 64-bit off_t)
 
 
 class NodeLock:
@@ -49,6 +51,23 @@ class NodeLock:
         except OSError:
             return "?"
         return text if text.isdigit() else "?"
+
+    def held_now(self) -> bool:
+        """Whether a process holds the lock now, found without taking it (``F_GETLK``): a probe
+        that took it, even for a moment, could make a node starting then refuse to. This
+        process's own lock does not conflict with it, so its pid in the file counts too."""
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:  # no file: no node ever served from this state dir
+            return False
+        try:
+            probe = struct.pack(_FLOCK, fcntl.F_WRLCK, os.SEEK_SET, 0, 0, 0)
+            found = struct.unpack(_FLOCK, fcntl.fcntl(fd, fcntl.F_GETLK, probe))
+        except OSError:
+            return False
+        finally:
+            os.close(fd)
+        return found[0] != fcntl.F_UNLCK or self.holder() == str(os.getpid())
 
     def release(self) -> None:
         if self._fd is not None:

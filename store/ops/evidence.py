@@ -28,6 +28,7 @@ from store.errors import (
     StaleAttemptError,
     VersionConflictError,
 )
+from store.host.node_lock import NodeLock
 from store.host.processes import (
     ProcessRecord,
     ProcessRegistry,
@@ -155,6 +156,19 @@ def registry_of(journal: Journal, node: str) -> ProcessRegistry:
 
 def record_of(journal: Journal, node: str, run_id: str, epoch: int) -> ProcessRecord | None:
     return registry_of(journal, node).get(run_id, epoch)
+
+
+def records_here(journal: Journal, node: str) -> bool:
+    """Whether this machine's state dir keeps ``node``'s process records, so that a missing
+    or dead one means its process is gone: its node runs from this state dir now (its lock is
+    held), or no node of that name is live anywhere. A live node whose lock is not held here
+    keeps them elsewhere (the state dir of the user it runs as, another machine): a dashboard
+    opened there saw every attempt of it as gone and alerted so, about live work."""
+    if NodeLock(registry_of(journal, node).root).held_now():
+        return True
+    now, rows = journal.presence()
+    row = next((r for r in rows if r.node_id == node), None)
+    return row is None or row.state(now) != "live"
 
 
 def check_writable(journal: Journal) -> None:
@@ -395,7 +409,8 @@ def cleanup_evidence(journal: Journal, run_id: str, *, epoch: int, node: str) ->
     except OSError:
         output_at = None
     output_age = None if output_at is None else max(0.0, now - output_at)
-    sentence = _evidence_sentence(goal, node, record, alive)
+    here = goal.node_id != node or alive or records_here(journal, node)
+    sentence = _evidence_sentence(goal, node, record, alive, here)
     if found is not None:
         sentence = f"its worker (pid {found.pid}) is alive on this machine; {sentence}"
     return CleanupEvidence(
@@ -414,9 +429,17 @@ def cleanup_evidence(journal: Journal, run_id: str, *, epoch: int, node: str) ->
     )
 
 
-def _evidence_sentence(goal: Goal, node: str, record: ProcessRecord | None, alive: bool) -> str:
+def _evidence_sentence(
+    goal: Goal, node: str, record: ProcessRecord | None, alive: bool, here: bool = True
+) -> str:
+    """``here``: this machine keeps the node's records (``records_here``)."""
     parts: list[str] = []
-    if record is None and goal.node_id != node:
+    if goal.node_id == node and not here and not alive:
+        parts.append(
+            f"node {node} is live and its records are not in this state dir (another user's,"
+            " or another machine's): its process cannot be checked from here"
+        )
+    elif record is None and goal.node_id != node:
         # Its records live on its own machine: their absence here proves nothing.
         parts.append(f"it runs on node {goal.node_id}: no process record can be checked from here")
     elif record is None:

@@ -1,0 +1,81 @@
+"""An attempt of this dashboard's node is judged gone only where that node keeps its process
+records. Opened as another user (another default state dir) than the node's, a dashboard saw
+every running attempt of the live node as gone: `needs cleanup`, an alert and the bell, about
+live work (found in tmux, session 21). Now: this machine keeps the records when the node's lock
+is held in its state dir, or when no node of that name is live; otherwise nothing here proves
+an attempt gone, and the cleanup's evidence says why. Real journal (the demo's: nightly-report
+is n1's running attempt with no process record), real lock holders, real app under Pilot."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from refine_tui.app import RefineApp
+from store.host.node_lock import NodeLock
+from store.journal.presence import Beat
+from store.journal.sqlite import Journal
+from store.ops.evidence import cleanup_evidence, records_here
+from tests.helpers.dashboard import loaded
+from tests.helpers.waits import until
+
+HOLD = "from store.host.node_lock import NodeLock; import sys, time\n" \
+    "assert NodeLock(__import__('pathlib').Path(sys.argv[1])).acquire()\n" \
+    "print('held', flush=True); time.sleep(60)"  # fmt: skip
+
+
+def beat(path: Path, kind: str) -> None:
+    with Journal.open(path) as journal:
+        journal.write_presence(Beat("n1", kind, "elsewhere", 4, "0.1.0", 3600))  # type: ignore[arg-type]
+
+
+def test_a_node_lock_is_seen_held_without_being_taken(tmp_path: Path) -> None:
+    lock = NodeLock(tmp_path)
+    assert not lock.held_now()  # no file: no node ever served from here
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(tmp_path)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        assert lock.held_now() and lock.held_now()
+        assert not NodeLock(tmp_path).acquire()  # the probes took nothing from its holder
+    finally:
+        holder.kill()
+        holder.wait()
+    assert not lock.held_now()
+    mine = NodeLock(tmp_path)
+    assert mine.acquire() and mine.held_now()  # this process's own lock counts too
+    mine.release()
+
+
+def test_a_live_node_with_its_lock_elsewhere_keeps_its_records_elsewhere(
+    journal_path: Path,
+) -> None:
+    with Journal.open(journal_path) as journal:
+        assert records_here(journal, "n1")  # no node of that name is live anywhere
+    beat(journal_path, "start")
+    with Journal.open(journal_path) as journal:
+        assert not records_here(journal, "n1")
+        evidence = cleanup_evidence(journal, "nightly-report.r1", epoch=1, node="n1")
+        assert "its records are not in this state dir" in evidence.sentence
+        assert "cannot be checked from here" in evidence.sentence
+    beat(journal_path, "stop")
+    with Journal.open(journal_path) as journal:
+        assert records_here(journal, "n1")
+        evidence = cleanup_evidence(journal, "nightly-report.r1", epoch=1, node="n1")
+        assert "no process record on node n1" in evidence.sentence
+
+
+async def test_the_dashboard_calls_nothing_gone_that_it_cannot_check(journal_path: Path) -> None:
+    beat(journal_path, "start")  # n1 live, its lock held nowhere here
+    app = RefineApp(journal=journal_path, node="n1")
+    async with app.run_test(size=(100, 30)) as pilot:
+        await loaded(pilot)
+        row = app.goal_rows["nightly-report"]
+        assert row.status == "running" and not row.needs_cleanup and row.note == ""
+        beat(journal_path, "stop")  # the node exited: a missing record now means gone
+        await pilot.pause(2.1)  # HERE_FOR_S: the last answer is kept that long
+        await pilot.press("r")  # a full read (the liveness look comes every 5 s)
+        await until(pilot, lambda: app.goal_rows["nightly-report"].needs_cleanup)
+        assert app.goal_rows["nightly-report"].note == "needs cleanup"
