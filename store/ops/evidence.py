@@ -475,7 +475,8 @@ def unproven(journal: Journal, goal: Goal, run: Run, *, node: str) -> bool:
     if attempt is None or goal.node_id != node or goal.run_id != run.run_id:
         return False
     record = record_of(journal, node, run.run_id, attempt.epoch)
-    return record is None or not same_process(record)
+    gone_here = record is None or not same_process(record)
+    return gone_here and records_here(journal, node)  # else nothing here proves it gone
 
 
 def check_grace(grace_s: float) -> None:

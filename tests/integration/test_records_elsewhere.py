@@ -16,7 +16,9 @@ from refine_tui.app import RefineApp
 from store.host.node_lock import NodeLock
 from store.journal.presence import Beat
 from store.journal.sqlite import Journal
-from store.ops.evidence import cleanup_evidence, records_here
+from store.model.execution import Run
+from store.model.goals import Goals
+from store.ops.evidence import cleanup_evidence, needs_cleanup, records_here
 from tests.helpers.dashboard import loaded
 from tests.helpers.waits import until
 
@@ -57,14 +59,25 @@ def test_a_live_node_with_its_lock_elsewhere_keeps_its_records_elsewhere(
     beat(journal_path, "start")
     with Journal.open(journal_path) as journal:
         assert not records_here(journal, "n1")
+        assert not needs_cleanup(journal, _run(journal), node="n1")
         evidence = cleanup_evidence(journal, "nightly-report.r1", epoch=1, node="n1")
         assert "its records are not in this state dir" in evidence.sentence
         assert "cannot be checked from here" in evidence.sentence
     beat(journal_path, "stop")
     with Journal.open(journal_path) as journal:
         assert records_here(journal, "n1")
+        assert needs_cleanup(journal, _run(journal), node="n1")
         evidence = cleanup_evidence(journal, "nightly-report.r1", epoch=1, node="n1")
         assert "no process record on node n1" in evidence.sentence
+
+
+def _run(journal: Journal) -> Run:
+    goals = Goals(journal)
+    goal = goals.read("nightly-report")
+    assert goal is not None
+    run = goals.current_run(goal)
+    assert run is not None
+    return run
 
 
 async def test_the_dashboard_calls_nothing_gone_that_it_cannot_check(journal_path: Path) -> None:
