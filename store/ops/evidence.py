@@ -231,6 +231,11 @@ def _no_record(registry: ProcessRegistry, journal: Journal, run_id: str, attempt
             f"no process record for {which} in {where}, yet its worker (pid {worker.pid}) runs"
             f" on this machine: {_records_of(worker, registry)}"
         )
+    if not records_here(journal, registry.node_id):
+        return (
+            f"no process record for {which} in {where}, and node {registry.node_id} is live"
+            " from another state dir (another user's, or another machine's): stop it there"
+        )
     return (
         f"no process record for {which} in {where}: if its work has ended, confirm cleanup instead"
     )

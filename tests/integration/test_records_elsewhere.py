@@ -12,13 +12,17 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from refine_tui.app import RefineApp
+from store.errors import NoProcessRecordError
 from store.host.node_lock import NodeLock
 from store.journal.presence import Beat
 from store.journal.sqlite import Journal
 from store.model.execution import Run
 from store.model.goals import Goals
 from store.ops.evidence import cleanup_evidence, needs_cleanup, records_here
+from store.ops.operator import stop_goal
 from tests.helpers.dashboard import loaded
 from tests.helpers.waits import until
 
@@ -63,9 +67,13 @@ def test_a_live_node_with_its_lock_elsewhere_keeps_its_records_elsewhere(
         evidence = cleanup_evidence(journal, "nightly-report.r1", epoch=1, node="n1")
         assert "its records are not in this state dir" in evidence.sentence
         assert "cannot be checked from here" in evidence.sentence
+        with pytest.raises(NoProcessRecordError, match="node n1 is live from another state dir"):
+            stop_goal(journal, "nightly-report", node="n1", grace_s=0)
     beat(journal_path, "stop")
     with Journal.open(journal_path) as journal:
         assert records_here(journal, "n1")
+        with pytest.raises(NoProcessRecordError, match="confirm cleanup instead"):
+            stop_goal(journal, "nightly-report", node="n1", grace_s=0)
         assert needs_cleanup(journal, _run(journal), node="n1")
         evidence = cleanup_evidence(journal, "nightly-report.r1", epoch=1, node="n1")
         assert "no process record on node n1" in evidence.sentence
