@@ -289,6 +289,8 @@ def attempt_words(
         if presence.state in ("silent", "stopped"):
             text += " · needs cleanup? n: Nodes, x there confirms its attempts"
         return text
+    if a.pid is None and a.running:  # starting, or its node keeps its records elsewhere
+        return text + " · its process is not observed from here"
     if a.pid is not None:
         seen = {True: "alive", False: "not alive", None: "not observed"}[a.alive]
         text += f" · pid {a.pid} {seen}"

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from refine_tui.app import RefineApp
+from refine_tui.widgets.keyed_table import KeyedTable
 from store.errors import NoProcessRecordError
 from store.host.node_lock import NodeLock
 from store.journal.presence import Beat
@@ -23,7 +24,7 @@ from store.model.execution import Run
 from store.model.goals import Goals
 from store.ops.evidence import cleanup_evidence, needs_cleanup, records_here
 from store.ops.operator import stop_goal
-from tests.helpers.dashboard import loaded
+from tests.helpers.dashboard import loaded, row_line, select
 from tests.helpers.waits import until
 
 HOLD = "from store.host.node_lock import NodeLock; import sys, time\n" \
@@ -95,6 +96,13 @@ async def test_the_dashboard_calls_nothing_gone_that_it_cannot_check(journal_pat
         await loaded(pilot)
         row = app.goal_rows["nightly-report"]
         assert row.status == "running" and not row.needs_cleanup and row.note == ""
+        await select(pilot, "nightly-report")
+        await pilot.press("enter", "enter")  # its Attempts: the row line says what is known
+        attempts = app.query_one("#attempts", KeyedTable)
+        await until(pilot, lambda: attempts.keys() == ["1"])
+        await until(pilot, lambda: "not observed from here" in row_line(app))
+        assert "needs cleanup" not in row_line(app)
+        await pilot.press("escape", "escape")
         beat(journal_path, "stop")  # the node exited: a missing record now means gone
         await pilot.pause(2.1)  # HERE_FOR_S: the last answer is kept that long
         await pilot.press("r")  # a full read (the liveness look comes every 5 s)
