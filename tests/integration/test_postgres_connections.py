@@ -225,6 +225,7 @@ def test_a_free_slot_never_has_a_worker_session_still_listed(pg: PgEnv) -> None:
 
 
 def _worker_sessions(conn: psycopg.Connection, application: str) -> int:
+    """How many sessions of ``conn``'s database carry ``application`` as their name."""
     row = conn.execute(
         "SELECT count(*) FROM pg_stat_activity"
         " WHERE datname = current_database() AND application_name = %s",
@@ -245,12 +246,7 @@ def _all_free(slots: ConnectionSlots) -> bool:
 def _connections(url: str, application: str) -> int:
     """How many connections to ``url``'s database carry ``application`` as their name."""
     with psycopg.connect(url, autocommit=True) as conn:
-        row = conn.execute(
-            "SELECT count(*) FROM pg_stat_activity"
-            " WHERE datname = current_database() AND application_name = %s",
-            (application,),
-        ).fetchone()
-    return int(row[0]) if row else 0
+        return _worker_sessions(conn, application)
 
 
 def _text(path: Path) -> str:
