@@ -44,8 +44,9 @@ def until_gone(fd: int, timeout_s: float = GONE_WAIT_S) -> None:
         poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
         deadline = time.monotonic() + timeout_s
         while (left := deadline - time.monotonic()) > 0 and poller.poll(left * 1000):
-            if not os.read(fd, 65536):
-                break
+            with contextlib.suppress(BlockingIOError):  # libpq's socket is non-blocking
+                if not os.read(fd, 65536):
+                    break
     except OSError:  # reset by the server, or not a socket any more: gone either way
         pass
     finally:
