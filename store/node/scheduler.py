@@ -41,7 +41,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import IO
 
-from store.errors import InvalidInputError, RefineError, StorageError, VersionConflictError
+from store.errors import (
+    InvalidInputError,
+    NodeLiveError,
+    RefineError,
+    StorageError,
+    VersionConflictError,
+)
 from store.host.processes import (
     ProcessRecord,
     ProcessRegistry,
@@ -752,7 +758,11 @@ def run_node(
     heartbeat_s: float | None = None,
     connections: int | None = None,
 ) -> int:
-    """Run this node's scheduler in the foreground until SIGINT/SIGTERM; the exit code."""
+    """Run this node's scheduler in the foreground until SIGINT/SIGTERM; the exit code. It
+    holds the node's lock as `refine node` does (``claim_node_name``): a dashboard judges this
+    node's attempts by its records only where that lock is held (the demo's node runs so)."""
+    from store.ops.node_start import claim_node_name
+
     with named(f"refine node {node_id}"):
         try:
             node = Node(
@@ -762,7 +772,15 @@ def run_node(
             print(f"refine node: {exc}", file=sys.stderr)
             return 2 if isinstance(exc, InvalidInputError) else 3
         with node:
-            return asyncio.run(node.serve())
+            try:
+                lock = claim_node_name(node.journal, node.node_id)
+            except NodeLiveError as exc:
+                print(f"refine node: {exc}", file=sys.stderr)
+                return 1
+            try:
+                return asyncio.run(node.serve())
+            finally:
+                lock.release()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
