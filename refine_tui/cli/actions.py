@@ -156,9 +156,10 @@ def cmd_cleanup(args: argparse.Namespace) -> int:
 
     if args.run is None:
         return cmd_cleanup_node(args)
-    if args.to or args.dry_run:
-        flag = "--to moves a whole node's waiting goals" if args.to else "--dry-run shows"
-        raise UsageError(f"{flag}{'' if args.to else ' a whole node'}: give --node N, not RUN")
+    if args.to:
+        raise UsageError("--to moves a whole node's waiting goals: give --node N, not RUN")
+    if args.dry_run:
+        raise UsageError("--dry-run shows a whole node: give --node N, not RUN")
     from store.model.goal import goal_id_of_run
 
     if args.epoch is None and goal_id_of_run(args.run) is not None:

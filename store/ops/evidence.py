@@ -437,9 +437,10 @@ def cleanup_evidence(journal: Journal, run_id: str, *, epoch: int, node: str) ->
 def _evidence_sentence(
     goal: Goal, node: str, record: ProcessRecord | None, alive: bool, here: bool = True
 ) -> str:
-    """``here``: this machine keeps the node's records (``records_here``)."""
+    """``here``: another node's attempt, one proven alive, or this machine keeps the node's
+    records (``records_here``); else nothing here can be checked."""
     parts: list[str] = []
-    if goal.node_id == node and not here and not alive:
+    if not here:
         parts.append(
             f"node {node} is live and its records are not in this state dir (another user's,"
             " or another machine's): its process cannot be checked from here"

@@ -24,6 +24,7 @@ from store.model.execution import Run
 from store.model.goals import Goals
 from store.ops.evidence import cleanup_evidence, needs_cleanup, records_here
 from store.ops.operator import stop_goal
+from tests.helpers import goal_states
 from tests.helpers.dashboard import loaded, row_line, select
 from tests.helpers.waits import until
 
@@ -108,3 +109,18 @@ async def test_the_dashboard_calls_nothing_gone_that_it_cannot_check(journal_pat
         await pilot.press("r")  # a full read (the liveness look comes every 5 s)
         await until(pilot, lambda: app.goal_rows["nightly-report"].needs_cleanup)
         assert app.goal_rows["nightly-report"].note == "needs cleanup"
+
+
+def test_the_rule_on_each_backend(journal: Journal) -> None:
+    """The same rule on SQLite and PostgreSQL: a running attempt with no record is gone only
+    while no node of its name is live (no lock of it is held in this test's state dir)."""
+    goals = Goals(journal)
+    goal_states.add(goals, "g")
+    goal_states.start(goals, "g")
+    run = goals.current_run(goals.read("g"))  # type: ignore[arg-type]
+    assert run is not None
+    assert records_here(journal, "n1") and needs_cleanup(journal, run, node="n1")
+    journal.write_presence(Beat("n1", "start", "elsewhere", 4, "0.1.0", 3600))
+    assert not records_here(journal, "n1") and not needs_cleanup(journal, run, node="n1")
+    journal.write_presence(Beat("n1", "stop", "elsewhere", 4, "0.1.0", 3600))
+    assert records_here(journal, "n1") and needs_cleanup(journal, run, node="n1")
