@@ -51,9 +51,14 @@ class KeyHold:
 
 def type_into_focused(app: App[Any], keys: list[events.Key], tries: int = 100) -> None:
     """The printable keys' text into the focused text field, if a text field has the focus,
-    once the dialog on top is mounted: before its ``on_mount`` has focused its field, the
-    focus may be on what Textual focused first (the dialog's scrolling body: seen under load)."""
-    if not app.screen.is_mounted and tries:
+    once the dialog on top is mounted and, if it has a text field, has focused it: until then
+    the focus may be on what Textual focused first (the dialog's scrolling body), and a
+    widget's ``focus()`` in ``on_mount`` takes effect only after a refresh (both seen in CI)."""
+    screen = app.screen
+    waiting = not screen.is_mounted or (
+        bool(screen.query(Input)) and not isinstance(app.focused, Input)
+    )
+    if waiting and tries:
         app.call_after_refresh(type_into_focused, app, keys, tries - 1)
         return
     field = app.focused
