@@ -21,6 +21,10 @@ recipe runs:
 - idle CPU of the node, and of all N workers together, over ``--idle`` seconds while the N
   attempts sleep (% of one core).
 
+``--modes floor`` measures what no node can beat on this machine, beside the others: the same
+commits and recipes, each recipe started by the committing process itself right after its
+Goal's commit (``subprocess.Popen``: no node, no worker, no claim), launch p50 and p95 as above.
+
 ``--serial K`` (count 1 only): K single attempts one after another on the same node, each
 committed once the previous one's recipe runs, so p50/p95 of one attempt are over K launches.
 ``--trees A B``: the node runs the code of each tree in turn (its ``PYTHONPATH``), rounds
@@ -187,6 +191,42 @@ def measure_one(
                 child.kill()  # any recipe the node's ending left behind (our own children)
 
 
+def measure_floor(count: int, timeout_s: float = 600.0) -> dict[str, Any]:
+    """Launch p50/p95 when each recipe starts right after its Goal's commit, by the committing
+    process: the recipes' own start on this machine, with nothing of ours between."""
+    with tempfile.TemporaryDirectory(prefix="refine-floor-") as scratch:
+        path = Path(scratch) / "journal.db"
+        recipes: list[subprocess.Popen[bytes]] = []
+        try:
+            with Journal.open(path) as journal:
+                goals = Goals(journal)
+                for n in range(count):
+                    stamp = str(Path(scratch) / f"a{n}")
+                    argv = ["sh", "-c", STAMP_THEN_SLEEP, stamp]
+                    goals.create(goal_id=f"a{n}", title=f"sleep {n}", node_id=NODE, argv=argv)
+                    recipes.append(subprocess.Popen(argv, start_new_session=True))
+                created, _ = _commit_times(journal)
+            stamps = [Path(scratch) / f"a{n}" for n in range(count)]
+            deadline = time.monotonic() + timeout_s
+            while not all(s.exists() and s.stat().st_size for s in stamps):
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the floor's recipes did not all start")
+                time.sleep(0.05)
+            launches = [
+                (float(s.read_text()) - created[f"goal:a{n}"]) * 1000 for n, s in enumerate(stamps)
+            ]
+        finally:
+            for recipe in recipes:
+                recipe.kill()
+                recipe.wait()
+    return {
+        "count": count,
+        "mode": "floor",
+        "launch_p50_ms": percentile(launches, 50),
+        "launch_p95_ms": percentile(launches, 95),
+    }
+
+
 def _patiently(command: Callable[[], object], limit_s: float = 120.0) -> None:
     """Run a command again while the journal stays locked (a repeat replays): on a loaded box
     1,000 claims at once can hold the bench's own commits past the busy timeout."""
@@ -251,20 +291,29 @@ def _legs(p95_ms: list[float]) -> str:
 
 
 def rows(results: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
-    return [
-        (
-            f"{r['count']:,} sleeping attempt(s), {r['mode']} workers"
-            + (f" ({r['serial']} one after another)" if r.get("serial", 1) > 1 else ""),
-            f"USS {r['uss_mb']:.1f} MB per attempt (worker); node RSS {r['node_rss_mb']:.0f} MB"
-            f" (+ forkserver {r['forkserver_rss_mb']:.0f} MB);"
-            f" launch p50 {r['launch_p50_ms']:.0f} ms p95 {r['launch_p95_ms']:.0f} ms"
-            f" ({_legs(r['legs_p95_ms'])}); CPU per launch {r['launch_cpu_ms']:.1f} ms;"
-            f" node idle CPU {r['idle_cpu_pct']:.2f} %,"
-            f" all workers' idle CPU {r['workers_cpu_pct']:.2f} %",
-            "≤ 4 MB USS, launch p95 ≤ 50 ms",
-        )
-        for r in results
-    ]
+    return [_floor_row(r) if r["mode"] == "floor" else _row(r) for r in results]
+
+
+def _floor_row(r: dict[str, Any]) -> tuple[str, str, str]:
+    return (
+        f"{r['count']:,} at once, the floor (each recipe started by its committer: no node)",
+        f"launch p50 {r['launch_p50_ms']:.0f} ms p95 {r['launch_p95_ms']:.0f} ms",
+        "what no node beats here",
+    )
+
+
+def _row(r: dict[str, Any]) -> tuple[str, str, str]:
+    return (
+        f"{r['count']:,} sleeping attempt(s), {r['mode']} workers"
+        + (f" ({r['serial']} one after another)" if r.get("serial", 1) > 1 else ""),
+        f"USS {r['uss_mb']:.1f} MB per attempt (worker); node RSS {r['node_rss_mb']:.0f} MB"
+        f" (+ forkserver {r['forkserver_rss_mb']:.0f} MB);"
+        f" launch p50 {r['launch_p50_ms']:.0f} ms p95 {r['launch_p95_ms']:.0f} ms"
+        f" ({_legs(r['legs_p95_ms'])}); CPU per launch {r['launch_cpu_ms']:.1f} ms;"
+        f" node idle CPU {r['idle_cpu_pct']:.2f} %,"
+        f" all workers' idle CPU {r['workers_cpu_pct']:.2f} %",
+        "≤ 4 MB USS, launch p95 ≤ 50 ms",
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -279,8 +328,12 @@ def main(argv: list[str] | None = None) -> int:
     for r in range(args.rounds):
         for n in args.counts:
             for mode in args.modes:
-                for tree in args.trees:
-                    result = measure_one(n, args.idle, mode, serial=args.serial, tree=tree)
+                for tree in args.trees if mode != "floor" else [None]:
+                    result = (
+                        measure_floor(n)
+                        if mode == "floor"
+                        else measure_one(n, args.idle, mode, serial=args.serial, tree=tree)
+                    )
                     for row in rows([result]):
                         print(f"round {r} {tree or '.'} | " * (tree is not None) + " | ".join(row))
                     sys.stdout.flush()

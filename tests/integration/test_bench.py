@@ -9,7 +9,7 @@ import psutil
 import pytest
 
 import bench.common
-from bench import bulk, claims, latency
+from bench import attempts, bulk, claims, latency
 from bench.common import journal_with, shape_of
 from store.journal.sqlite import Journal
 from store.model.goals import Goals
@@ -101,6 +101,13 @@ def test_the_batch_bench_claims_every_goal_both_ways(tmp_path: Path) -> None:
         assert journal.count("goal", "running") == 20 and journal.count("goal") == 20
         assert check_journal(journal).clean
     assert "×" in batch.rows("SQLite NORMAL", 5, m)[0][1]
+
+
+def test_the_launch_floor_starts_each_recipe_after_its_goals_commit() -> None:
+    r = attempts.measure_floor(3)
+    assert r["mode"] == "floor" and r["count"] == 3
+    assert 0 < r["launch_p50_ms"] <= r["launch_p95_ms"]  # each stamp after its own commit
+    assert attempts.rows([r])[0][1].startswith("launch p50")
 
 
 def test_lifecycle_runs_every_system_and_counts_pages() -> None:
