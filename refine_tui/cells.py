@@ -100,13 +100,17 @@ def widths_for(terminal_width: int) -> dict[str, int]:
     }
 
 
-def goal_cells(r: GoalRow, widths: Mapping[str, int], clock: Clock) -> Cells:
+def goal_cells(
+    r: GoalRow, widths: Mapping[str, int], clock: Clock, away: str | None = None
+) -> Cells:
+    """``away``: the presence of the node the Goal runs on, when that is another node and it
+    is not live (``silent``, ``stopped``): said first in the Note."""
     elapsed = fmt.duration(clock() - r.started_at) if r.started_at else ""
     return (
         fmt.clip(r.goal_id, 14),
         fmt.clip(r.title, widths["title"]),
         fmt.status_text(r.status),
-        fmt.note_text(fmt.clip(r.note, widths["note"])),
+        fmt.note_text(fmt.clip(goal_note(r, away), widths["note"])),
         elapsed,
         r.attempts,
         fmt.clip(r.node_id, 4),
@@ -255,11 +259,18 @@ def worker_cells(w: WorkerRow, width: int = BASE_WIDTHS["argv"]) -> Cells:
 # --- the selected row in words, whole: what the columns had to cut at 80 columns -----------------
 
 
-def goal_words(g: GoalRow) -> str:
+def goal_note(g: GoalRow, away: str | None) -> str:
+    """The Note: ``node silent`` (its running attempt's node, another one, beats no more) or
+    ``node stopped``, then the row's own note."""
+    return " · ".join(part for part in (f"node {away}" if away else "", g.note) if part)
+
+
+def goal_words(g: GoalRow, away: str | None = None) -> str:
     extra = [f"node {g.node_id}", f"round {g.round}", f"attempts {g.attempts}"]
     if g.worker:
         extra.append(f"worker {g.worker}")
-    note = f" ({g.note})" if g.note else ""
+    note = goal_note(g, away)
+    note = f" ({note})" if note else ""
     title = fmt.clip(g.title, LINE_TITLE)
     return f"{g.goal_id}: {title} — {g.status}{note} · " + " · ".join(extra)
 

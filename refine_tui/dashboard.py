@@ -102,7 +102,7 @@ class Dashboard(Screen[None]):
         self.clock = clock  # the pulses' minutes
         self.hold_paint_s = hold_paint_s  # how long a new filter's list may hold the paint
         self.header = StatusHeader(header, id="header")
-        self.goals = GoalsView(follower, clock)
+        self.goals = GoalsView(follower, clock, own_node=self.node)
         self.attempts = AttemptsView(follower, clock)
         runs, workers = RunsView(follower), WorkersView(follower)
         self.nodes = NodesView(follower)
@@ -180,6 +180,8 @@ class Dashboard(Screen[None]):
         self.snapshot = update.snapshot
         with self.app.batch_update():
             self.goals.take(update.goals, update.full)
+            if update.node_presence is not None:
+                self.goals.set_presence(update.node_presence)
             if update.full:
                 self.paint.release()
             if update.runs is not None:

@@ -48,7 +48,11 @@ STATUS_STYLES = {
     "failed": "red",
     "interrupted": "yellow",
 }
-NOTE_STYLES = {"needs cleanup": "bold reverse yellow", "cancelling…": "bold magenta"}
+NOTE_STYLES = {
+    "needs cleanup": "bold reverse yellow",
+    "cancelling…": "bold magenta",
+    "node silent": "bold red",  # as the Nodes view says it
+}
 
 
 def status_text(status: str) -> Text:

@@ -10,7 +10,7 @@ enter on a row goes up as ``GoalsView.Opened``.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -28,6 +28,7 @@ from refine_tui.observe import LaunchWindows
 from refine_tui.rows import GoalRow
 from refine_tui.sorted_rows import SortedRows
 from refine_tui.views.base import TableView
+from store.journal.presence import Presence
 
 # A marked Goal's id cell starts with this (a glyph, not a colour: it reads in monochrome).
 MARK = "●"
@@ -53,7 +54,9 @@ class GoalsView(TableView):
 
         goal: GoalRow
 
-    def __init__(self, follower: JournalFollower, clock: Callable[[], float]) -> None:
+    def __init__(
+        self, follower: JournalFollower, clock: Callable[[], float], own_node: str | None = None
+    ) -> None:
         super().__init__(GOAL_COLUMNS, follower)
         self.clock = clock
         self.widths = {k: BASE_WIDTHS[k] for k in ("title", "note")}  # grown on wide terminals
@@ -61,6 +64,10 @@ class GoalsView(TableView):
         self.unfilled: dict[str, None] = {}  # listed Goals not in the table yet, in list order
         self.generation = 0  # a newer list cancels the chunks an older one has left
         self.marked: dict[str, None] = {}  # marked Goals (§15), in the order marked
+        # Other nodes that are not live ({node: "silent" | "stopped"}): their running Goals say
+        # so in the Note (presence changes without a commit: ``set_presence``).
+        self.away: dict[str, str] = {}
+        self.own_node = own_node  # its own attempts are judged by their processes instead
         self.launches = LaunchWindows(self, paused=lambda: self.paused, recheck=follower.read)
         follower.wants.first_screen = first_screen(0)  # not laid out yet
 
@@ -84,7 +91,7 @@ class GoalsView(TableView):
         return f"Goals — filter “{self.filter}”" if self.filter else "Goals"
 
     def cells(self, row: GoalRow) -> Cells:
-        shown = cells.goal_cells(row, self.widths, self.clock)
+        shown = cells.goal_cells(row, self.widths, self.clock, self._away(row))
         if row.goal_id in self.marked:
             return (f"{MARK} {fmt.clip(row.goal_id, 12)}", *shown[1:])
         return shown
@@ -101,7 +108,11 @@ class GoalsView(TableView):
         if key is None:
             return None
         row = self.listed.get(key)
-        return cells.goal_words(row) if row else ""
+        return cells.goal_words(row, self._away(row)) if row else ""
+
+    def _away(self, row: GoalRow) -> str | None:
+        """The presence of a running Goal's node when it is another one and not live."""
+        return self.away.get(row.node_id) if row.running_epoch is not None else None
 
     @on(DataTable.RowSelected)
     def _opened(self, event: DataTable.RowSelected) -> None:
@@ -221,6 +232,23 @@ class GoalsView(TableView):
             self.upsert(key, self.cells(row))
 
     # --- what changes without a commit ------------------------------------------------------
+
+    def set_presence(self, presence: tuple[float, Sequence[Presence]]) -> None:
+        """Every node's presence, read again (the database's clock, the rows): the running
+        Goals of a node that went silent or stopped, or came back, are shown again."""
+        now, rows = presence
+        away: dict[str, str] = {
+            row.node_id: state
+            for row in rows
+            if row.node_id != self.own_node and (state := row.state(now)) in ("silent", "stopped")
+        }
+        if away == self.away:
+            return
+        changed = {n for n in away.keys() | self.away.keys() if away.get(n) != self.away.get(n)}
+        self.away = away
+        for key, row in self.listed.items():
+            if row.node_id in changed and row.running_epoch is not None:
+                self.repaint(key)
 
     def tick(self) -> None:
         """The visible rows' elapsed times (a cell whose text did not change is not written)."""
