@@ -103,8 +103,8 @@ def widths_for(terminal_width: int) -> dict[str, int]:
 def goal_cells(
     r: GoalRow, widths: Mapping[str, int], clock: Clock, away: str | None = None
 ) -> Cells:
-    """``away``: the presence of the node the Goal runs on, when that is another node and it
-    is not live (``silent``, ``stopped``): said first in the Note."""
+    """``away``: the presence of the Goal's node, when that is another node and it is not
+    live (``silent``, ``stopped``): said first in the Note."""
     elapsed = fmt.duration(clock() - r.started_at) if r.started_at else ""
     return (
         fmt.clip(r.goal_id, 14),
@@ -260,8 +260,8 @@ def worker_cells(w: WorkerRow, width: int = BASE_WIDTHS["argv"]) -> Cells:
 
 
 def goal_note(g: GoalRow, away: str | None) -> str:
-    """The Note: ``node silent`` (its running attempt's node, another one, beats no more) or
-    ``node stopped``, then the row's own note."""
+    """The Note: ``node silent`` (its node, another one, beats no more: what runs there is
+    not seen, what waits for it waits) or ``node stopped``, then the row's own note."""
     return " · ".join(part for part in (f"node {away}" if away else "", g.note) if part)
 
 

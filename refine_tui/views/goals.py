@@ -25,7 +25,7 @@ from refine_tui.cells import BASE_WIDTHS, GOAL_COLUMNS, Cells
 from refine_tui.follow import JournalFollower
 from refine_tui.goal_index import matches
 from refine_tui.observe import LaunchWindows
-from refine_tui.rows import GoalRow
+from refine_tui.rows import ACTIVE, GoalRow
 from refine_tui.sorted_rows import SortedRows
 from refine_tui.views.base import TableView
 from store.journal.presence import Presence
@@ -64,8 +64,8 @@ class GoalsView(TableView):
         self.unfilled: dict[str, None] = {}  # listed Goals not in the table yet, in list order
         self.generation = 0  # a newer list cancels the chunks an older one has left
         self.marked: dict[str, None] = {}  # marked Goals (§15), in the order marked
-        # Other nodes that are not live ({node: "silent" | "stopped"}): their running Goals say
-        # so in the Note (presence changes without a commit: ``set_presence``).
+        # Other nodes that are not live ({node: "silent" | "stopped"}): their active Goals (running
+        # there, or waiting for them) say so in the Note (presence changes without a commit).
         self.away: dict[str, str] = {}
         self.own_node = own_node  # its own attempts are judged by their processes instead
         self.launches = LaunchWindows(self, paused=lambda: self.paused, recheck=follower.read)
@@ -111,8 +111,8 @@ class GoalsView(TableView):
         return cells.goal_words(row, self._away(row)) if row else ""
 
     def _away(self, row: GoalRow) -> str | None:
-        """The presence of a running Goal's node when it is another one and not live."""
-        return self.away.get(row.node_id) if row.running_epoch is not None else None
+        """The presence of an active Goal's node when it is another one and not live."""
+        return self.away.get(row.node_id) if row.status in ACTIVE else None
 
     @on(DataTable.RowSelected)
     def _opened(self, event: DataTable.RowSelected) -> None:
@@ -234,7 +234,7 @@ class GoalsView(TableView):
     # --- what changes without a commit ------------------------------------------------------
 
     def set_presence(self, presence: tuple[float, Sequence[Presence]]) -> None:
-        """Every node's presence, read again (the database's clock, the rows): the running
+        """Every node's presence, read again (the database's clock, the rows): the active
         Goals of a node that went silent or stopped, or came back, are shown again."""
         now, rows = presence
         away: dict[str, str] = {
@@ -247,7 +247,7 @@ class GoalsView(TableView):
         changed = {n for n in away.keys() | self.away.keys() if away.get(n) != self.away.get(n)}
         self.away = away
         for key, row in self.listed.items():
-            if row.node_id in changed and row.running_epoch is not None:
+            if row.node_id in changed and row.status in ACTIVE:
                 self.repaint(key)
 
     def tick(self) -> None:

@@ -19,7 +19,9 @@ from refine_tui.textual_private import notifications
 from refine_tui.widgets.keyed_table import KeyedTable
 from store.journal.presence import MISSED_BEATS, Beat
 from store.journal.sqlite import Journal
+from store.model.goals import Goals
 from tests.helpers.dashboard import goals_table, loaded, row_line, select
+from tests.helpers.goal_states import add
 from tests.helpers.waits import until
 
 NODE = "n1"
@@ -218,32 +220,36 @@ async def test_another_nodes_attempt_shows_that_nodes_presence(journal_path: Pat
         assert str(attempts.get_cell("1", "alive")) == "silent"
 
 
-async def test_a_goal_running_on_a_node_that_went_silent_says_so_until_it_beats_again(
+async def test_an_active_goal_of_a_node_that_went_silent_says_so_until_it_beats_again(
     journal_path: Path,
 ) -> None:
-    """The Goals table: another node's running Goal says `node silent` in its Note (and its
-    row line) while that node beats no more, and nothing once it beats again; a Goal of this
-    node, or one not running, says nothing of it."""
+    """The Goals table: another node's active Goal (running there, or waiting for it) says
+    `node silent` in its Note (and its row line) while that node beats no more, and nothing
+    once it beats again; a Goal of this node, or an ended one, says nothing of it."""
+    with Journal.open(journal_path) as journal:
+        goals = Goals(journal)
+        add(goals, "waits-n2", node="n2")
+        add(goals, "ended-n2", node="n2")
+        goals.cancel(goal_id="ended-n2", reason="not needed", command_id="c-ended-n2")
     silent(journal_path, "n2")
     write_beat(journal_path, NODE)
     app = RefineApp(journal=journal_path, node=NODE)
     async with app.run_test(size=SIZE) as pilot:
         await loaded(pilot)
         table = goals_table(app)
-        await until(pilot, lambda: str(table.get_cell("gpu-train", "note")) == "node silent")
-        running_here = [k for k, r in app.goal_rows.items() if r.running_epoch and k != "gpu-train"]
-        assert running_here and all(
-            "node" not in str(table.get_cell(k, "note")) for k in running_here
-        )
-        assert all(
-            "node" not in str(table.get_cell(k, "note"))
-            for k, r in app.goal_rows.items()
-            if r.node_id == "n2" and r.running_epoch is None
-        )
+
+        def note(goal_id: str) -> str:
+            return str(table.get_cell(goal_id, "note"))
+
+        await until(pilot, lambda: note("gpu-train") == "node silent")
+        assert note("waits-n2") == "node silent"
+        assert note("ended-n2") == "not needed"
+        here = [k for k, r in app.goal_rows.items() if r.node_id == NODE and r.status == "running"]
+        assert here and all("node" not in note(k) for k in here)
         await select(pilot, "gpu-train")
         assert "— running (node silent) · node n2 ·" in row_line(app)
         write_beat(journal_path, "n2", "beat")  # no event, no sequence: presence is read again
-        await until(pilot, lambda: str(table.get_cell("gpu-train", "note")) == "")
+        await until(pilot, lambda: note("gpu-train") == "" and note("waits-n2") == "")
         assert "— running · node n2 ·" in row_line(app)
         write_beat(journal_path, "n2", "stop")
-        await until(pilot, lambda: str(table.get_cell("gpu-train", "note")) == "node stopped")
+        await until(pilot, lambda: note("gpu-train") == "node stopped")
