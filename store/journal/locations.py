@@ -23,17 +23,21 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 from store.errors import BackendUnavailableError, InvalidInputError, StorageUnreachableError
-from store.journal.url import UNPARSABLE, parse_url
+from store.journal.url import LIBPQ_OPTIONS, UNPARSABLE, parse_url
 
 if TYPE_CHECKING:
     from store.journal.api import Backend, Journal, Synchronous, WakeUps
 
 STATE_DIR_ENV = "REFINE_STATE_DIR"
+
+_URL_SCHEME = r"([A-Za-z][A-Za-z0-9+.-]*)://"  # RFC 3986's scheme, then an authority
+_LIBPQ_KEYWORD = r"\s*([A-Za-z_]+)\s*="  # a keyword/value string starts so (libpq's own rule)
 
 # URL scheme → module and class of that backend; a location without one of these is a SQLite path.
 BACKENDS: dict[str, tuple[str, str]] = {
@@ -208,11 +212,29 @@ Location = str | os.PathLike[str] | JournalLocation
 
 
 def location_text(location: object) -> str:
-    """A location as text; anything else is refused as input (typed, never a TypeError)."""
+    """A location as text; anything else is refused as input (typed, never a TypeError).
+
+    Also refused, before anything is created: a URL of another scheme (``postgresql+psycopg://``,
+    ``file://``) and a libpq keyword/value string (``host=db password=…``). Taken as file paths,
+    ``init`` made a SQLite file or folders named by them, and errors printed them whole, with
+    the password they may hold; the refusal names neither."""
     text = os.fspath(location) if isinstance(location, str | os.PathLike) else None
     if not isinstance(text, str) or not text or "\x00" in text:
         raise InvalidInputError(
             "a journal location is a non-empty file path or postgresql:// URL, without NUL"
+        )
+    scheme = re.match(_URL_SCHEME, text)
+    if scheme and scheme[1].lower() not in BACKENDS:
+        raise InvalidInputError(
+            f"a {scheme[1]}:// URL is not a journal location: a journal is a file path or a"
+            " postgresql:// URL (postgresql://user@host:port/dbname)"
+        )
+    keyword = re.match(_LIBPQ_KEYWORD, text)
+    if keyword and keyword[1].lower() in LIBPQ_OPTIONS:
+        raise InvalidInputError(
+            "a keyword/value connection string is not a journal location: write it as a"
+            " postgresql:// URL (postgresql://user@host:port/dbname; a password in ~/.pgpass"
+            " or $PGPASSWORD); a file whose name starts so: write ./ before it"
         )
     return text
 

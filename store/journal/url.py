@@ -45,6 +45,8 @@ _SHOWN_OPTIONS = frozenset("""
     target_session_attrs load_balance_hosts oauth_issuer oauth_client_id oauth_scope ssl
     requiressl
 """.split()) | {SCHEMA_PARAM}  # fmt: skip  # noqa: SIM905
+# Every libpq connection option: text that starts with one and "=" is a keyword/value string.
+LIBPQ_OPTIONS = (_SHOWN_OPTIONS - {SCHEMA_PARAM}) | {"password", "sslpassword", "sslkeylogfile"}
 _HEX = frozenset("0123456789abcdefABCDEF")  # string.hexdigits, without importing string
 _OPTION_NAME = r"[a-z0-9_]+\Z"
 

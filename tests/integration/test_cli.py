@@ -421,6 +421,48 @@ def test_the_dashboard_refuses_a_url_that_can_never_work(tmp_path: Path) -> None
         assert "pw-secret" not in proc.stdout + proc.stderr
 
 
+@pytest.mark.parametrize(
+    "location",
+    [
+        "host=127.0.0.1 port=1 dbname=refine password=pw-secret",  # libpq's keyword/value form
+        " dbname = refine password=pw-secret",
+        "postgresql+psycopg://dana:pw-secret@127.0.0.1:1/refine",  # SQLAlchemy's
+        "file:///tmp/pw-secret/journal.db",
+        "mysql://dana:pw-secret@127.0.0.1/refine",
+    ],
+)
+@pytest.mark.parametrize("command", [("init",), ("goals", "--json"), ("node",), ("tui",)])
+def test_a_location_that_is_neither_a_path_nor_a_postgresql_url_is_refused_and_never_shown(
+    tmp_path: Path, location: str, command: tuple[str, ...]
+) -> None:
+    """Taken as a file path, `init` made a SQLite file (or folders) named by the string, and
+    every error printed it whole: its password too. Now bad input, naming neither, and nothing
+    made."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "refine_tui.cli", "--journal", location, *command],
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        cwd=tmp_path,
+        timeout=60,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith("refine: INVALID_INPUT: ") and proc.stderr.count("\n") == 1
+    assert "is not a journal location" in proc.stderr
+    assert "pw-secret" not in proc.stdout + proc.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_paths_that_only_look_like_keywords_are_still_paths(
+    tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A folder named `date=2026-12-05` (partitioned data) is a path, as is `./dbname=x`."""
+    monkeypatch.chdir(tmp_path)
+    for name in ("date=2026-12-05/journal.db", "./dbname=x/journal.db"):
+        assert main(["--journal", name, "init"]) == 0, capsys.readouterr().err
+        assert (tmp_path / name).is_file()
+
+
 def test_a_closed_pipe_ends_the_output_quietly(tmp_path: Path) -> None:
     """`refine goals | head`: the reader goes away; no message, the SIGPIPE-like status."""
     path = tmp_path / "journal.db"
