@@ -220,6 +220,10 @@ class OperatorFlows:
         if not plan.attempts:  # ended meanwhile: nothing to ask
             self.ui.notify(plan.text(), title="Cleanup", timeout=5)
             return
+        if len(plan.alive) == len(plan.attempts):  # every one still runs here: nothing to ask
+            refused = f"node {node_id}: {plan.alive_text()}"
+            self.ui.notify(refused, title="Cleanup", severity="warning")
+            return
         parts = [
             fmt.literal(f"{plan.text(fmt.clock)}."),  # the node's name is the journal's
             Text(
@@ -252,7 +256,7 @@ class OperatorFlows:
     def cleanup_plan(self, node_id: str) -> tuple[NodeCleanupPlan, tuple[str, ...]]:
         """(thread) What confirming ``node_id`` does, and the live nodes its goals may go to
         (the most room first)."""
-        plan = plan_node_cleanup(self.writer(), node_id)
+        plan = plan_node_cleanup(self.writer(), node_id, here=self.node)
         nodes = sorted(list_nodes(self.writer()), key=pick_order)
         return plan, tuple(n.node_id for n in nodes if n.state == "live" and n.node_id != node_id)
 

@@ -248,13 +248,12 @@ def cmd_cleanup_node(args: argparse.Namespace) -> int:
 
 def cleanup_node_dry_run(args: argparse.Namespace, node: str, here: str) -> int:
     """What `refine cleanup --node N [--to M]` would do, refused as it refuses; writes nothing."""
-    from store.ops.evidence import ending_of
     from store.ops.node_cleanup import plan_moving_waiting, plan_node_cleanup
 
     with open_journal(args, write=False) as journal:
         if args.to:  # an unknown --to is refused as the cleanup refuses it
             plan_moving_waiting(journal, node, here=here, to=args.to)
-        plan = plan_node_cleanup(journal, node, dry_run=True)
+        plan = plan_node_cleanup(journal, node, dry_run=True, here=here)
         moving = plan.waiting_after(journal) if args.to else []
     attempts = [
         {
@@ -262,12 +261,17 @@ def cleanup_node_dry_run(args: argparse.Namespace, node: str, here: str) -> int:
             "goal_id": a.goal.goal_id,
             "run_id": a.run.run_id,
             "epoch": a.epoch,
-            "expect": ending_of(a.goal, a.run, a.epoch),
+            "expect": plan.expect(a),
+            "why": plan.refused(a),
         }
         for a in plan.attempts
     ]
     lines = [plan.text()]
-    lines += [f"  cleanup {a['goal_id']}: attempt {a['epoch']} → {a['expect']}" for a in attempts]
+    lines += [
+        f"  cleanup {a['goal_id']}: attempt {a['epoch']} → {a['expect']}"
+        + (f": {a['why']}" if a["why"] else "")
+        for a in attempts
+    ]
     if args.to:
         lines.append(moving_sentence(node, args.to, moving))
     lines.append("dry run: nothing was written")

@@ -158,6 +158,17 @@ def record_of(journal: Journal, node: str, run_id: str, epoch: int) -> ProcessRe
     return registry_of(journal, node).get(run_id, epoch)
 
 
+def alive_words(record: ProcessRecord | None, epoch: int) -> str | None:
+    """Why a cleanup of attempt ``epoch`` is refused while ``record`` proves its process alive
+    (the same pid and start time); None when it does not."""
+    if record is None or not same_process(record):
+        return None
+    return (
+        f"process {record.pid} of attempt {epoch} is alive (same pid and start time):"
+        " stop the goal instead of confirming cleanup"
+    )
+
+
 def records_here(journal: Journal, node: str) -> bool:
     """Whether this machine's state dir keeps ``node``'s process records, so that a missing
     or dead one means its process is gone: its node runs from this state dir now (its lock is

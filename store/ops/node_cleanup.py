@@ -26,6 +26,7 @@ from store.errors import (
     NodeLiveError,
     NodeNotFoundError,
     NodeUnseenError,
+    ProcessAliveError,
     RefineError,
     StaleAttemptError,
     StorageError,
@@ -34,7 +35,14 @@ from store.journal.presence import State, iso_utc
 from store.model.goal import OPERATOR_CONFIRMED, check_name, check_reason
 from store.model.goals import REASSIGNABLE, Goals
 from store.ops.bulk_plan import BulkPlan, Selection, plan_bulk
-from store.ops.evidence import check_writable, count, default_operator, ending_of
+from store.ops.evidence import (
+    alive_words,
+    check_writable,
+    count,
+    default_operator,
+    ending_of,
+    record_of,
+)
 from store.ops.nodes import ActiveAttempt, NodeView, active_attempts, node_view
 from store.ops.operator import ActionReport, confirm_cleanup
 from store.records import dataclass, replace
@@ -96,12 +104,36 @@ class NodeCleanupPlan:
 
     node: NodeView
     attempts: tuple[ActiveAttempt, ...]
+    # (goal id, why) of the attempts whose cleanup is refused on this machine: their process
+    # is alive here (a stopped node's workers outlive it), as its confirmation would find.
+    alive: tuple[tuple[str, str], ...] = ()
+
+    def refused(self, attempt: ActiveAttempt) -> str | None:
+        """Why confirming ``attempt`` is refused here (its process alive), or None."""
+        return dict(self.alive).get(attempt.goal.goal_id)
+
+    def expect(self, attempt: ActiveAttempt) -> str:
+        """What confirming ``attempt`` does: an ending (``ENDINGS``), or ``refused``."""
+        return (
+            "refused"
+            if self.refused(attempt)
+            else ending_of(attempt.goal, attempt.run, attempt.epoch)
+        )
+
+    def alive_text(self) -> str:
+        """The attempts refused because their process is alive here, in words."""
+        k = len(self.alive)
+        return (
+            f"{k} refused: {'its process is' if k == 1 else 'their processes are'} alive on"
+            f" this machine (stop {'that goal' if k == 1 else 'those goals'} instead)"
+        )
 
     def endings(self) -> dict[str, int]:
         """How many Goals each ending would get (``ENDINGS``; those with none left out)."""
         counts = dict.fromkeys(ENDINGS, 0)
         for a in self.attempts:
-            counts[ending_of(a.goal, a.run, a.epoch)] += 1
+            if not self.refused(a):
+                counts[ending_of(a.goal, a.run, a.epoch)] += 1
         return {ending: n for ending, n in counts.items() if n}
 
     def text(self, when: Callable[[float], str | None] = iso_utc) -> str:
@@ -110,10 +142,12 @@ class NodeCleanupPlan:
         if not n:
             return f"node {node.node_id}: nothing left to confirm (no attempt runs there)"
         since = f" ({node.state} since {when(node.presence.last_seen)})" if node.presence else ""
-        (first, k), *rest = self.endings().items()
-        will = "goal will be" if k == 1 else "goals will be"
-        endings = [f"{k} {will} {_ENDING_WORDS[first]}"]
-        endings += [f"{k} {_ENDING_WORDS[ending]}" for ending, k in rest]
+        endings = []
+        for i, (ending, k) in enumerate(self.endings().items()):
+            will = (" goal will be" if k == 1 else " goals will be") if i == 0 else ""
+            endings.append(f"{k}{will} {_ENDING_WORDS[ending]}")
+        if self.alive:
+            endings.append(self.alive_text())
         return (
             f"Confirm the end of {count(n, 'attempt')} of node {node.node_id}{since}: "
             + ", ".join(endings)
@@ -126,15 +160,19 @@ class NodeCleanupPlan:
         now = Goals(journal).list_readable(status=list(REASSIGNABLE), node_id=node_id)
         ids = {goal.goal_id for goal in now}
         for a in self.attempts:
-            if ending_of(a.goal, a.run, a.epoch) in WAITING_ENDINGS:
+            if self.expect(a) in WAITING_ENDINGS:
                 ids.add(a.goal.goal_id)
         return sorted(ids)
 
 
-def plan_node_cleanup(journal: Journal, node_id: str, *, dry_run: bool = False) -> NodeCleanupPlan:
+def plan_node_cleanup(
+    journal: Journal, node_id: str, *, dry_run: bool = False, here: str | None = None
+) -> NodeCleanupPlan:
     """The attempts `cleanup_node` would confirm, refused as it refuses (a bad or unknown node,
     a live one, one that never beat) and writing nothing. ``dry_run``: a preview, which a
-    journal opened read-only may show too."""
+    journal opened read-only may show too. ``here``: the operator's own node; when it is
+    ``node_id``, the attempts whose recorded process is alive on this machine are said to be
+    refused, as their confirmation will be (a stopped node's workers outlive it)."""
     check_name(node_id, "node")
     if not dry_run:
         check_writable(journal)
@@ -151,7 +189,18 @@ def plan_node_cleanup(journal: Journal, node_id: str, *, dry_run: bool = False) 
             f" nothing says it is gone; confirm each of its {count(len(attempts), 'attempt')} with"
             " refine cleanup RUN --epoch E"
         )
-    return NodeCleanupPlan(replace(node, running=len(attempts)), tuple(attempts))
+    alive = _alive_here(journal, attempts) if here == node_id else ()
+    return NodeCleanupPlan(replace(node, running=len(attempts)), tuple(attempts), alive)
+
+
+def _alive_here(journal: Journal, attempts: Sequence[ActiveAttempt]) -> tuple[tuple[str, str], ...]:
+    """(goal id, why) of the attempts whose process record proves them alive here."""
+    found = []
+    for a in attempts:
+        record = record_of(journal, a.goal.node_id, a.run.run_id, a.epoch)
+        if (why := alive_words(record, a.epoch)) is not None:
+            found.append((a.goal.goal_id, f"{ProcessAliveError.code}: {why}"))
+    return tuple(found)
 
 
 def cleanup_node(
@@ -171,7 +220,7 @@ def cleanup_node(
     check_name(node_id, "node")
     check_name(here, "node")
     check_reason(method, "method")
-    plan = plan_node_cleanup(journal, node_id)
+    plan = plan_node_cleanup(journal, node_id, here=here)
     done = [_confirm(journal, node_id, a, here, operator, method) for a in plan.attempts]
     errors = tuple(error for _, error in done if error is not None)
     return NodeCleanup(plan.node, tuple(report for report, _ in done), errors)

@@ -42,6 +42,7 @@ from store.model.goals import (
 from store.ops.evidence import (
     CleanupEvidence,
     Target,
+    alive_words,
     check_cleanup_inputs,
     check_expected_version,
     check_grace,
@@ -540,13 +541,8 @@ def confirm_cleanup(
     check_writable(journal)
     target = cleanup_target(journal, run_id, epoch, node)
     record = target.record
-    if record is not None and same_process(record):
-        raise ProcessAliveError(
-            f"process {record.pid} of attempt {epoch} is alive (same pid and start time):"
-            " stop the goal instead of confirming cleanup",
-            goal_id=target.goal.goal_id,
-            run_id=run_id,
-        )
+    if (alive := alive_words(record, epoch)) is not None:
+        raise ProcessAliveError(alive, goal_id=target.goal.goal_id, run_id=run_id)
     # A missing record is no proof: the worker may be starting, or recorded elsewhere.
     worker = live_worker(target.run.running_attempt.worker)  # type: ignore[union-attr]
     if worker is not None:

@@ -4,16 +4,28 @@ held"): the counts by each Goal's ending, and the refusals `refine cleanup --nod
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from refine_tui.app import RefineApp
+from refine_tui.screens.confirm import ConfirmModal
+from refine_tui.textual_private import notifications
+from refine_tui.widgets.keyed_table import KeyedTable
 from store.errors import NodeLiveError, NodeNotFoundError, NodeUnseenError
 from store.journal.presence import MISSED_BEATS, Beat
 from store.journal.sqlite import Journal
 from store.model.goals import Goals
 from store.ops.node_cleanup import cleanup_node, plan_node_cleanup
+from store.ops.operator import confirm_cleanup
+from tests.helpers.dashboard import loaded
+from tests.helpers.registry import record_worker
+from tests.helpers.waits import until
 
 FAST_S = 0.05  # a heartbeat interval that goes silent at once
 
@@ -94,3 +106,85 @@ def test_the_plan_refuses_as_the_cleanup_does(journal: Journal) -> None:
     with pytest.raises(NodeLiveError):
         plan_node_cleanup(journal, "b7")
     assert journal.last_sequence() == before
+
+
+# --- a stopped node's workers outlive it: what its own machine can see --------------------------
+
+
+@pytest.fixture
+def alive_here(tmp_path: Path, journal: Journal) -> Iterator[int]:
+    """Node b7 stopped cleanly with two attempts: ``alive`` (its recorded process still runs on
+    this machine, as a stopped node's worker does) and ``gone`` (no process left). Its pid."""
+    goals = Goals(journal)
+    running(goals, "alive")
+    running(goals, "gone")
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(120)"], start_new_session=True
+    )
+    try:
+        record_worker(tmp_path / "journal.db", "b7", "alive.r1", proc, worker="b7/alive")
+        beat(journal, "b7")
+        journal.write_presence(Beat("b7", "stop", "host-b7", 4, "0.1.0", 3600))
+        yield proc.pid
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_the_plan_says_which_attempts_a_confirmation_will_refuse_here(
+    journal: Journal, alive_here: int
+) -> None:
+    """Before: the plan promised "2 goals will be requeued" and the cleanup then refused one."""
+    plan = plan_node_cleanup(journal, "b7", here="b7")
+    by_goal = {a.goal.goal_id: a for a in plan.attempts}
+    assert plan.expect(by_goal["alive"]) == "refused"
+    assert plan.refused(by_goal["alive"]) == (
+        f"PROCESS_ALIVE: process {alive_here} of attempt 1 is alive (same pid and start time):"
+        " stop the goal instead of confirming cleanup"
+    )
+    assert plan.expect(by_goal["gone"]) == "requeued" and plan.refused(by_goal["gone"]) is None
+    assert plan.endings() == {"requeued": 1}
+    assert plan.text(lambda _: "10:42:07") == (
+        "Confirm the end of 2 attempts of node b7 (stopped since 10:42:07): 1 goal will be"
+        " requeued, 1 refused: its process is alive on this machine (stop that goal instead)"
+    )
+    # From another node's machine its records are not here: nothing is said refused.
+    assert plan_node_cleanup(journal, "b7", here="c1").alive == ()
+
+    done = cleanup_node(journal, "b7", here="b7", operator="dana")
+    assert {r.goal_id: r.outcome for r in done.reports}["alive"] == "refused"
+    goals = Goals(journal)
+    assert [goals.read(g).status for g in ("alive", "gone")] == ["running", "queued"]  # type: ignore[union-attr]
+
+
+def test_the_dry_run_says_the_refusal_with_its_reason(tmp_path: Path, alive_here: int) -> None:
+    location = str(tmp_path / "journal.db")
+    proc = subprocess.run(
+        [sys.executable, "-m", "refine_tui.cli", "--journal", location, "--node", "b7",
+         "cleanup", "--node", "b7", "--dry-run", "--json"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    expect = {a["goal_id"]: (a["expect"], a["why"]) for a in json.loads(proc.stdout)["cleanup"]}
+    assert expect["gone"] == ("requeued", None)
+    assert expect["alive"][0] == "refused"
+    assert expect["alive"][1].startswith(f"PROCESS_ALIVE: process {alive_here} of attempt 1")
+
+
+async def test_x_on_a_node_whose_every_attempt_still_runs_here_asks_nothing(
+    tmp_path: Path, journal: Journal, alive_here: int
+) -> None:
+    confirm_cleanup(journal, "gone.r1", epoch=1, node="b7", operator="dana")  # alive is left
+    app = RefineApp(journal=tmp_path / "journal.db", node="b7")
+    async with app.run_test(size=(100, 30)) as pilot:
+        await loaded(pilot)
+        await pilot.press("n")
+        nodes = app.query_one("#nodes", KeyedTable)
+        await until(pilot, lambda: "b7" in set(nodes.keys()))
+        nodes.select("b7")
+        await pilot.pause()
+        await pilot.press("x")
+        said = "node b7: 1 refused: its process is alive on this machine (stop that goal instead)"
+        await until(pilot, lambda: said in [n.message for n in notifications(app)])
+        assert not isinstance(app.screen, ConfirmModal)
+        assert app.goal_rows["alive"].status == "running"
