@@ -209,6 +209,23 @@ def live_worker(worker: str) -> psutil.Process | None:
     return None
 
 
+def live_workers() -> dict[str, int]:
+    """Every live worker process on this machine: its worker name (``<node>/<token>``) → its
+    pid, in one pass over the processes (``live_worker`` looks for one; a plan over many
+    attempts asks for each)."""
+    import psutil
+
+    found = {}
+    for proc in psutil.process_iter(["cmdline", "status"]):
+        argv = proc.info["cmdline"] or []
+        if proc.info["status"] == psutil.STATUS_ZOMBIE or "store.worker" not in argv:
+            continue
+        node, token = _option(argv, "--node"), _option(argv, "--token")
+        if node and token:
+            found[f"{node}/{token}"] = proc.pid
+    return found
+
+
 def node_workers(journal: str, node: str) -> list[psutil.Process]:
     """The live ``store.worker`` processes of ``node`` on ``journal`` (its canonical location,
     as a node hands it by ``--journal`` or ``$REFINE_JOURNAL``), recorded or not yet."""

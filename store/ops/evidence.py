@@ -169,6 +169,15 @@ def alive_words(record: ProcessRecord | None, epoch: int) -> str | None:
     )
 
 
+def worker_alive_words(pid: int, epoch: int) -> str:
+    """Why a cleanup of attempt ``epoch`` is refused while its worker (``pid``, found by its
+    token) is alive on this machine, recorded or not."""
+    return (
+        f"the worker of attempt {epoch} (pid {pid}) is alive on this machine:"
+        " stop the goal (or wait for it to start) instead of confirming cleanup"
+    )
+
+
 def records_here(journal: Journal, node: str) -> bool:
     """Whether this machine's state dir keeps ``node``'s process records, so that a missing
     or dead one means its process is gone: its node runs from this state dir now (its lock is

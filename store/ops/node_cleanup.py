@@ -31,6 +31,7 @@ from store.errors import (
     StaleAttemptError,
     StorageError,
 )
+from store.host.observe import live_workers
 from store.journal.presence import State, iso_utc
 from store.model.goal import OPERATOR_CONFIRMED, check_name, check_reason
 from store.model.goals import REASSIGNABLE, Goals
@@ -42,6 +43,7 @@ from store.ops.evidence import (
     default_operator,
     ending_of,
     record_of,
+    worker_alive_words,
 )
 from store.ops.nodes import ActiveAttempt, NodeView, active_attempts, node_view
 from store.ops.operator import ActionReport, confirm_cleanup
@@ -170,9 +172,9 @@ def plan_node_cleanup(
 ) -> NodeCleanupPlan:
     """The attempts `cleanup_node` would confirm, refused as it refuses (a bad or unknown node,
     a live one, one that never beat) and writing nothing. ``dry_run``: a preview, which a
-    journal opened read-only may show too. ``here``: the operator's own node; when it is
-    ``node_id``, the attempts whose recorded process is alive on this machine are said to be
-    refused, as their confirmation will be (a stopped node's workers outlive it)."""
+    journal opened read-only may show too. ``here``: the operator's own node; the attempts
+    whose cleanup will be refused on this machine (their recorded process, or their worker,
+    alive here: a stopped node's workers outlive it) are said to be refused."""
     check_name(node_id, "node")
     if not dry_run:
         check_writable(journal)
@@ -189,16 +191,27 @@ def plan_node_cleanup(
             f" nothing says it is gone; confirm each of its {count(len(attempts), 'attempt')} with"
             " refine cleanup RUN --epoch E"
         )
-    alive = _alive_here(journal, attempts) if here == node_id else ()
+    alive = _alive_here(journal, attempts, here) if here is not None and attempts else ()
     return NodeCleanupPlan(replace(node, running=len(attempts)), tuple(attempts), alive)
 
 
-def _alive_here(journal: Journal, attempts: Sequence[ActiveAttempt]) -> tuple[tuple[str, str], ...]:
-    """(goal id, why) of the attempts whose process record proves them alive here."""
+def _alive_here(
+    journal: Journal, attempts: Sequence[ActiveAttempt], here: str
+) -> tuple[tuple[str, str], ...]:
+    """(goal id, why) of the attempts whose cleanup ``confirm_cleanup`` refuses on this
+    machine: a process record of ``here`` proves the process alive, or the attempt's worker
+    runs here (found by its token, recorded or not)."""
+    workers = live_workers()  # one pass over the processes for them all
     found = []
     for a in attempts:
-        record = record_of(journal, a.goal.node_id, a.run.run_id, a.epoch)
-        if (why := alive_words(record, a.epoch)) is not None:
+        mine = a.goal.node_id == here
+        record = record_of(journal, here, a.run.run_id, a.epoch) if mine else None
+        why = alive_words(record, a.epoch)
+        running = a.run.running_attempt
+        pid = workers.get(running.worker) if running is not None else None
+        if why is None and pid is not None:
+            why = worker_alive_words(pid, a.epoch)
+        if why is not None:
             found.append((a.goal.goal_id, f"{ProcessAliveError.code}: {why}"))
     return tuple(found)
 

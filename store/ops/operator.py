@@ -60,6 +60,7 @@ from store.ops.evidence import (
     registry_of,
     require_goal,
     stop_target,
+    worker_alive_words,
 )
 from store.ops.reads import claimed_at
 from store.records import dataclass
@@ -547,10 +548,7 @@ def confirm_cleanup(
     worker = live_worker(target.run.running_attempt.worker)  # type: ignore[union-attr]
     if worker is not None:
         raise ProcessAliveError(
-            f"the worker of attempt {epoch} (pid {worker.pid}) is alive on this machine:"
-            " stop the goal (or wait for it to start) instead of confirming cleanup",
-            goal_id=target.goal.goal_id,
-            run_id=run_id,
+            worker_alive_words(worker.pid, epoch), goal_id=target.goal.goal_id, run_id=run_id
         )
     # The recorded process is gone, but what it started may live on in its group (a crashed
     # worker's grandchildren): they end with the attempt.

@@ -25,6 +25,7 @@ from store.ops.node_cleanup import cleanup_node, plan_node_cleanup
 from store.ops.operator import confirm_cleanup
 from tests.helpers.dashboard import loaded
 from tests.helpers.registry import record_worker
+from tests.helpers.soak_recipes import unique_token
 from tests.helpers.waits import until
 
 FAST_S = 0.05  # a heartbeat interval that goes silent at once
@@ -188,3 +189,29 @@ async def test_x_on_a_node_whose_every_attempt_still_runs_here_asks_nothing(
         await until(pilot, lambda: said in [n.message for n in notifications(app)])
         assert not isinstance(app.screen, ConfirmModal)
         assert app.goal_rows["alive"].status == "running"
+
+
+def test_an_attempt_whose_worker_runs_here_is_said_refused_from_any_node_name(
+    journal: Journal, alive_here: int
+) -> None:
+    """The cleanup also refuses an attempt whose worker (found by its token: recorded or not)
+    runs on this machine, whatever node name the operator uses here; the plan says so too."""
+    goal_id = f"w-{unique_token()[:16]}"  # its worker's token: no other test's worker has it
+    running(Goals(journal), goal_id)
+    code = "import sys, time; print(flush=True); time.sleep(120)"
+    argv = [sys.executable, "-c", code, "store.worker", "--node", "b7", "--token", goal_id]
+    worker = subprocess.Popen(argv, start_new_session=True, stdout=subprocess.PIPE, text=True)
+    try:
+        assert worker.stdout is not None and worker.stdout.readline() == "\n"
+        plan = plan_node_cleanup(journal, "b7", here="c1")  # b7's records are not c1's
+        assert dict(plan.alive) == {
+            goal_id: f"PROCESS_ALIVE: the worker of attempt 1 (pid {worker.pid}) is alive on"
+            " this machine: stop the goal (or wait for it to start) instead of confirming cleanup"
+        }
+        done = cleanup_node(journal, "b7", here="c1", operator="dana")
+        refused = {r.goal_id for r in done.reports if r.outcome == "refused"}
+        assert refused == {goal_id}
+    finally:
+        worker.kill()
+        worker.wait(timeout=10)
+        worker.stdout.close()  # type: ignore[union-attr]

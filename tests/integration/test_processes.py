@@ -15,6 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from store.host.observe import live_workers
 from store.host.processes import (
     ProcessRecord,
     ProcessRegistry,
@@ -179,6 +180,7 @@ def test_a_live_worker_is_found_by_its_node_and_token_only() -> None:
         assert proc.stdout is not None and proc.stdout.readline() == "\n"
         found = live_worker(f"n1/{token}")
         assert found is not None and found.pid == proc.pid
+        assert live_workers()[f"n1/{token}"] == proc.pid  # all of them in one pass, the same
         assert live_worker(f"n2/{token}") is None
         assert live_worker(f"n1/{unique_token()}") is None
         proc.kill()
@@ -187,6 +189,7 @@ def test_a_live_worker_is_found_by_its_node_and_token_only() -> None:
             assert time.monotonic() < deadline
             time.sleep(0.01)
         assert live_worker(f"n1/{token}") is None  # a zombie is no live worker
+        assert f"n1/{token}" not in live_workers()
     finally:
         proc.kill()
         proc.wait(timeout=5)
