@@ -15,7 +15,7 @@ recorded with each confirmation names the node's state and last beat.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from store.errors import (
@@ -46,7 +46,7 @@ from store.ops.evidence import (
     worker_alive_words,
 )
 from store.ops.nodes import ActiveAttempt, NodeView, active_attempts, node_view
-from store.ops.operator import ActionReport, confirm_cleanup
+from store.ops.operator import ActionReport, confirm_cleanup_seen
 from store.records import dataclass, replace
 
 if TYPE_CHECKING:
@@ -234,7 +234,9 @@ def cleanup_node(
     check_name(here, "node")
     check_reason(method, "method")
     plan = plan_node_cleanup(journal, node_id, here=here)
-    done = [_confirm(journal, node_id, a, here, operator, method) for a in plan.attempts]
+    workers = live_workers()  # this machine's, once for every attempt (each one of them is
+    # claimed already: its worker runs by now, or has ended)
+    done = [_confirm(journal, node_id, a, here, operator, method, workers) for a in plan.attempts]
     errors = tuple(error for _, error in done if error is not None)
     return NodeCleanup(plan.node, tuple(report for report, _ in done), errors)
 
@@ -264,20 +266,27 @@ def _refuse_live(node: NodeView) -> None:
 
 
 def _confirm(
-    journal: Journal, node_id: str, attempt: ActiveAttempt, here: str, operator: str, method: str
+    journal: Journal,
+    node_id: str,
+    attempt: ActiveAttempt,
+    here: str,
+    operator: str,
+    method: str,
+    workers: Mapping[str, int],
 ) -> tuple[ActionReport, RefineError | None]:
     """Confirm one attempt as its own command; a refusal is this attempt's report (and why)."""
     try:
         node = node_view(journal, node_id, count=False)  # again: it may have come back
         assert node is not None
         _refuse_live(node)
-        report = confirm_cleanup(
+        report = confirm_cleanup_seen(
             journal,
             attempt.run.run_id,
             epoch=attempt.epoch,
             node=here,
             operator=operator,
             method=_method(method, node)[:500],
+            worker_pid=workers.get,
         )
         return report, None
     except StorageError:

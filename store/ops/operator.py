@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -75,6 +75,7 @@ __all__ = [
     "cleanup_evidence",
     "commit_cancel",
     "confirm_cleanup",
+    "confirm_cleanup_seen",
     "default_node",
     "default_operator",
     "describe_cancel",
@@ -535,6 +536,25 @@ def confirm_cleanup(
 
     Refused (ProcessAliveError) while this node's record proves the process alive: Stop it.
     """
+    return confirm_cleanup_seen(
+        journal, run_id, epoch=epoch, node=node, operator=operator, method=method,
+        worker_pid=_live_worker_pid,
+    )  # fmt: skip
+
+
+def confirm_cleanup_seen(
+    journal: Journal,
+    run_id: str,
+    *,
+    epoch: int,
+    node: str,
+    operator: str | None = None,
+    method: str = OPERATOR_CONFIRMED,
+    worker_pid: Callable[[str], int | None],
+) -> ActionReport:
+    """``confirm_cleanup``, this machine's live workers looked up by ``worker_pid`` (a worker's
+    name → its pid, or None): a node's cleanup looks at the machine's processes once for all
+    its attempts (``store.host.observe.live_workers``), not once each."""
     # The seed's refusal order: the input, then the journal, then the attempt's state.
     operator = check_name(operator or default_operator(), "operator")
     check_cleanup_inputs(run_id, epoch, node)
@@ -545,10 +565,10 @@ def confirm_cleanup(
     if (alive := alive_words(record, epoch)) is not None:
         raise ProcessAliveError(alive, goal_id=target.goal.goal_id, run_id=run_id)
     # A missing record is no proof: the worker may be starting, or recorded elsewhere.
-    worker = live_worker(target.run.running_attempt.worker)  # type: ignore[union-attr]
-    if worker is not None:
+    pid = worker_pid(target.run.running_attempt.worker)  # type: ignore[union-attr]
+    if pid is not None:
         raise ProcessAliveError(
-            worker_alive_words(worker.pid, epoch), goal_id=target.goal.goal_id, run_id=run_id
+            worker_alive_words(pid, epoch), goal_id=target.goal.goal_id, run_id=run_id
         )
     # The recorded process is gone, but what it started may live on in its group (a crashed
     # worker's grandchildren): they end with the attempt.
@@ -565,6 +585,11 @@ def confirm_cleanup(
         method=method,
         process=_observed(target, node),
     )
+
+
+def _live_worker_pid(worker: str) -> int | None:
+    found = live_worker(worker)
+    return found.pid if found is not None else None
 
 
 def _observed(target: Target, node: str) -> str:

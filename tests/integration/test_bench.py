@@ -9,7 +9,7 @@ import psutil
 import pytest
 
 import bench.common
-from bench import attempts, bulk, claims, latency
+from bench import attempts, bulk, claims, latency, node_cleanup
 from bench.common import journal_with, shape_of
 from store.journal.sqlite import Journal
 from store.model.goals import Goals
@@ -108,6 +108,11 @@ def test_the_launch_floor_starts_each_recipe_after_its_goals_commit() -> None:
     assert r["mode"] == "floor" and r["count"] == 3
     assert 0 < r["launch_p50_ms"] <= r["launch_p95_ms"]  # each stamp after its own commit
     assert attempts.rows([r])[0][1].startswith("launch p50")
+
+
+def test_the_node_cleanup_bench_confirms_every_attempt() -> None:
+    r = node_cleanup.measure(3)
+    assert r["attempts"] == r["confirmed"] == 3 and r["wall_s"] > 0
 
 
 def test_lifecycle_runs_every_system_and_counts_pages() -> None:
