@@ -12,6 +12,7 @@ import contextlib
 import functools
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -195,35 +196,29 @@ def live_worker(worker: str) -> psutil.Process | None:
     were written under another folder. The token is random per claim, so a ``store.worker``
     process carrying it is that attempt's worker, wherever its record is.
     """
-    import psutil
-
-    node, sep, token = worker.rpartition("/")
+    _, sep, token = worker.rpartition("/")
     if not sep or not token:
         return None
-    for proc in psutil.process_iter(["cmdline", "status"]):
-        argv = proc.info["cmdline"] or []
-        if proc.info["status"] == psutil.STATUS_ZOMBIE or "store.worker" not in argv:
-            continue
-        if _option(argv, "--token") == token and _option(argv, "--node") == node:
-            return proc
-    return None
+    return next((proc for name, proc in _workers() if name == worker), None)
 
 
 def live_workers() -> dict[str, int]:
     """Every live worker process on this machine: its worker name (``<node>/<token>``) → its
-    pid, in one pass over the processes (``live_worker`` looks for one; a plan over many
-    attempts asks for each)."""
+    pid, in one pass over the processes (a caller confirming many attempts looks once)."""
+    return {name: proc.pid for name, proc in _workers()}
+
+
+def _workers() -> Iterator[tuple[str, psutil.Process]]:
+    """This machine's live ``store.worker`` processes, each with its worker name."""
     import psutil
 
-    found = {}
     for proc in psutil.process_iter(["cmdline", "status"]):
         argv = proc.info["cmdline"] or []
         if proc.info["status"] == psutil.STATUS_ZOMBIE or "store.worker" not in argv:
             continue
         node, token = _option(argv, "--node"), _option(argv, "--token")
         if node and token:
-            found[f"{node}/{token}"] = proc.pid
-    return found
+            yield f"{node}/{token}", proc
 
 
 def node_workers(journal: str, node: str) -> list[psutil.Process]:

@@ -46,7 +46,7 @@ from store.ops.evidence import (
     worker_alive_words,
 )
 from store.ops.nodes import ActiveAttempt, NodeView, active_attempts, node_view
-from store.ops.operator import ActionReport, confirm_cleanup_seen
+from store.ops.operator import ActionReport, confirm_cleanup
 from store.records import dataclass, replace
 
 if TYPE_CHECKING:
@@ -233,9 +233,10 @@ def cleanup_node(
     check_name(node_id, "node")
     check_name(here, "node")
     check_reason(method, "method")
-    plan = plan_node_cleanup(journal, node_id, here=here)
-    workers = live_workers()  # this machine's, once for every attempt (each one of them is
-    # claimed already: its worker runs by now, or has ended)
+    plan = plan_node_cleanup(journal, node_id)  # without ``here``: each confirmation checks
+    # This machine's workers, looked for once for every attempt: each one is claimed already,
+    # so its worker runs by now or has ended.
+    workers = live_workers()
     done = [_confirm(journal, node_id, a, here, operator, method, workers) for a in plan.attempts]
     errors = tuple(error for _, error in done if error is not None)
     return NodeCleanup(plan.node, tuple(report for report, _ in done), errors)
@@ -279,14 +280,14 @@ def _confirm(
         node = node_view(journal, node_id, count=False)  # again: it may have come back
         assert node is not None
         _refuse_live(node)
-        report = confirm_cleanup_seen(
+        report = confirm_cleanup(
             journal,
             attempt.run.run_id,
             epoch=attempt.epoch,
             node=here,
             operator=operator,
             method=_method(method, node)[:500],
-            worker_pid=workers.get,
+            workers=workers,
         )
         return report, None
     except StorageError:

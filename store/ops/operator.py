@@ -15,16 +15,16 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
 from store.errors import ProcessAliveError, VersionConflictError
+from store.host.observe import live_workers
 from store.host.processes import (
     ProcessRecord,
     ProcessRegistry,
     StopOutcome,
-    live_worker,
     same_process,
     stop_process,
 )
@@ -75,7 +75,6 @@ __all__ = [
     "cleanup_evidence",
     "commit_cancel",
     "confirm_cleanup",
-    "confirm_cleanup_seen",
     "default_node",
     "default_operator",
     "describe_cancel",
@@ -530,31 +529,16 @@ def confirm_cleanup(
     node: str,
     operator: str | None = None,
     method: str = OPERATOR_CONFIRMED,
+    workers: Mapping[str, int] | None = None,
 ) -> ActionReport:
     """The operator states that attempt ``epoch``'s work has ended: record interrupt (or
     cancel, when a cancellation is pending) with the operator's cleanup confirmation.
 
-    Refused (ProcessAliveError) while this node's record proves the process alive: Stop it.
+    Refused (ProcessAliveError) while this node's record proves the process alive, or the
+    attempt's worker runs on this machine: Stop it. ``workers``: this machine's live workers
+    (``store.host.observe.live_workers``), looked up once by a caller confirming many
+    attempts (a node's cleanup); None: looked for now.
     """
-    return confirm_cleanup_seen(
-        journal, run_id, epoch=epoch, node=node, operator=operator, method=method,
-        worker_pid=_live_worker_pid,
-    )  # fmt: skip
-
-
-def confirm_cleanup_seen(
-    journal: Journal,
-    run_id: str,
-    *,
-    epoch: int,
-    node: str,
-    operator: str | None = None,
-    method: str = OPERATOR_CONFIRMED,
-    worker_pid: Callable[[str], int | None],
-) -> ActionReport:
-    """``confirm_cleanup``, this machine's live workers looked up by ``worker_pid`` (a worker's
-    name → its pid, or None): a node's cleanup looks at the machine's processes once for all
-    its attempts (``store.host.observe.live_workers``), not once each."""
     # The seed's refusal order: the input, then the journal, then the attempt's state.
     operator = check_name(operator or default_operator(), "operator")
     check_cleanup_inputs(run_id, epoch, node)
@@ -565,7 +549,8 @@ def confirm_cleanup_seen(
     if (alive := alive_words(record, epoch)) is not None:
         raise ProcessAliveError(alive, goal_id=target.goal.goal_id, run_id=run_id)
     # A missing record is no proof: the worker may be starting, or recorded elsewhere.
-    pid = worker_pid(target.run.running_attempt.worker)  # type: ignore[union-attr]
+    worker = target.run.running_attempt.worker  # type: ignore[union-attr]
+    pid = (live_workers() if workers is None else workers).get(worker)
     if pid is not None:
         raise ProcessAliveError(
             worker_alive_words(pid, epoch), goal_id=target.goal.goal_id, run_id=run_id
@@ -585,11 +570,6 @@ def confirm_cleanup_seen(
         method=method,
         process=_observed(target, node),
     )
-
-
-def _live_worker_pid(worker: str) -> int | None:
-    found = live_worker(worker)
-    return found.pid if found is not None else None
 
 
 def _observed(target: Target, node: str) -> str:
