@@ -238,7 +238,7 @@ def presence_words(n: NodeView) -> str:
         return f"live, seen {age} ago"
     if n.state == "silent":
         return f"silent for {age}"
-    return f"{n.state}, last seen {age} ago"
+    return f"{n.state} {age} ago"  # its time of day follows (node_words)
 
 
 def worker_cells(w: WorkerRow, width: int = BASE_WIDTHS["argv"]) -> Cells:

@@ -20,7 +20,7 @@ from textual.containers import Vertical
 from textual.message import Message
 from textual.reactive import var
 from textual.screen import Screen
-from textual.widgets import DataTable, Input, Label, Static
+from textual.widgets import DataTable, Input, Label
 
 from refine_tui import cells, toasts
 from refine_tui import format as fmt
@@ -63,6 +63,7 @@ from refine_tui.widgets.filter_box import FilterBox
 from refine_tui.widgets.key_footer import KeyFooter
 from refine_tui.widgets.pulses import Pulses as PulsesLine
 from refine_tui.widgets.status_header import HeaderState, StatusHeader
+from refine_tui.widgets.text_line import TextLine
 from refine_tui.widgets.trouble import TroubleNotice
 from store.ops.pulses import Pulses
 
@@ -113,7 +114,6 @@ class Dashboard(Screen[None]):
         self._pulses: Pulses | None = None  # the last read's counts, drawn by the tick
         box = self.filter_box
         self.paint = PaintHold(self, lambda: box if box.is_attached else None)
-        self._said: dict[str, str] = {}  # what the hint line and the row line last said
         self._enabled: tuple[bool, ...] = ()  # which actions the footer last showed enabled
         self._reload_asked = False  # `r` pressed: confirm when the full reload is shown
         self._held_updates: list[JournalUpdate] = []  # read while paused, shown on resume
@@ -127,10 +127,10 @@ class Dashboard(Screen[None]):
             yield TroubleNotice("", id="trouble")
             yield self.pulses_line
             yield self.stack
-            yield Static("", id="rowline")
+            yield TextLine(id="rowline", hide_empty=True)
             yield self.detail_pane
         yield self.filter_box
-        yield Label("", id="why")
+        yield TextLine(id="why")
         yield KeyFooter(keeps=FOOTER_KEEPS, compact=True, show_command_palette=False)
 
     class Ready(Message):
@@ -305,18 +305,9 @@ class Dashboard(Screen[None]):
         if enabled != self._enabled:
             self._enabled = enabled
             self.app.refresh_bindings()
-        self.say("#why", hint(selection, self.app.size.width - 2))  # its padding
+        self.query_one("#why", TextLine).say(hint(selection, self.app.size.width - 2))  # padding
         words = self.stack.words()  # the selected row, whole (or why the Goals table is empty)
-        self.say("#rowline", self.empty_line() if words is None else words)
-
-    def say(self, line: str, text: str) -> None:
-        """A line of literal text (journal text), updated only on change: an update relayouts."""
-        if self._said.get(line) != text:
-            self._said[line] = text
-            widget = self.query_one(line, Static)
-            widget.update(fmt.literal(text))
-            if line == "#rowline":
-                widget.display = bool(text)
+        self.query_one("#rowline", TextLine).say(self.empty_line() if words is None else words)
 
     def empty_line(self) -> str:
         """An empty Goals table says why, and what to do."""
@@ -488,12 +479,28 @@ class Dashboard(Screen[None]):
     # --- the view: filter, back, workers, pause, reload ----------------------------------------
 
     def action_filter(self) -> None:
-        self.filter_box.open(self.goals.filter)
+        if self.stack.view == "nodes":  # a fleet's hundred rows: `/silent` finds the quiet ones
+            self.filter_box.open(self.nodes.filter, "nodes")
+        else:
+            self.filter_box.open(self.goals.filter)
 
     @on(Input.Submitted, "#filter")
     def _filter_entered(self, event: Input.Submitted) -> None:
         event.stop()
-        self.set_filter(event.value)
+        self.filter_by(event.value)
+
+    def filter_by(self, text: str) -> None:
+        if self.filter_box.subject == "goals":  # the box filters what it was opened on
+            self.set_filter(text)
+        else:
+            self.filter_nodes(text)
+
+    def filter_nodes(self, text: str) -> None:
+        self.nodes.set_filter(text)  # its rows are at hand: shown now, the box closed now
+        self.filter_box.close()
+        self.set_crumbs()
+        self.selection_changed()
+        self.nodes.focus()
 
     def set_filter(self, text: str) -> None:
         self.goals.filter = text.strip()  # the view stops the older list and wants the new one
@@ -508,8 +515,7 @@ class Dashboard(Screen[None]):
         self.goals.focus()
 
     def goes_back(self) -> bool:
-        """Whether escape does something here: closes the filter box or the detail pane, goes
-        up a view, or clears the Goals' filter."""
+        """Whether escape does something: closes the box or the pane, goes up, clears a filter."""
         return (
             self.filter_box.is_open
             or self.detail is not None
@@ -519,9 +525,11 @@ class Dashboard(Screen[None]):
 
     def action_back(self) -> None:
         if self.filter_box.is_open:  # escape in the filter clears it (k9s)
-            self.set_filter("")
+            self.filter_by("")
         elif self.detail is not None:
             self.close_detail()
+        elif self.stack.view == "nodes" and self.nodes.filter:
+            self.filter_nodes("")
         elif self.stack.view == "goals" and self.goals.filter:  # the filtered list: the whole
             self.set_filter("")
         else:

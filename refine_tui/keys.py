@@ -100,7 +100,7 @@ SYSTEM_COMMANDS = (
     ("Workers", "This node's worker processes (w)", "workers"),
     ("Timeline", "The goal's (or run's) attempts on a time axis (t)", "timeline"),
     ("Nodes", "Every node's presence; x confirms a silent node's attempts (n)", "nodes"),
-    ("Filter goals", "Filter by id, title, status or node (/)", "filter"),
+    ("Filter", "Goals by id, title, status, node; in Nodes: by id, state, host (/)", "filter"),
     ("Pause / resume", "Pause live updates (p)", "pause"),
     ("Refresh", "Reload everything from the journal (r)", "refresh"),
     ("Help", "All keys (?)", "help"),

@@ -29,6 +29,7 @@ from refine_tui.screens.help import HelpScreen
 from refine_tui.textual_private import batch_depth, notifications
 from refine_tui.views.goals import FILL_CHUNK, GoalsView
 from refine_tui.widgets.keyed_table import KeyedTable
+from refine_tui.widgets.text_line import TextLine
 from store.journal.sqlite import Journal
 from store.model.goals import Goals
 from store.ops.operator import default_node, default_operator
@@ -455,7 +456,7 @@ async def test_help_and_command_palette(journal_path: Path) -> None:
         assert isinstance(app.screen, HelpScreen)
         await pilot.press("escape")
         titles = {c.title for c in app.get_system_commands(app.screen)}
-        assert {"Stop", "Cancel goal", "Confirm cleanup", "Release", "Filter goals"} <= titles
+        assert {"Stop", "Cancel goal", "Confirm cleanup", "Release", "Filter"} <= titles
 
 
 # --- live updates ----------------------------------------------------------------------------
@@ -595,7 +596,7 @@ async def test_greyed_actions_say_why(journal_path: Path) -> None:
         await select(pilot, "gpu-train")  # running on another node
         assert app.check_action("stop", ()) is None
         assert app.check_action("cancel_goal", ()) is True
-        assert "s: on n2" in str(app.query_one("#why", Label).render())
+        assert "s: on n2" in str(app.query_one("#why", TextLine).render())
         await pilot.press("s")
         assert any("runs on node n2" in m for m in notes(app))
         assert not isinstance(app.screen, ConfirmModal)
@@ -726,7 +727,7 @@ async def test_read_only_greys_every_action_and_writes_nothing(journal_path: Pat
         await select(pilot, "migrate-db")
         for action in ("stop", "cancel_goal", "cleanup", "release"):
             assert app.check_action(action, ()) is None
-        assert "read-only" in str(app.query_one("#why", Label).render())
+        assert "read-only" in str(app.query_one("#why", TextLine).render())
         await pilot.press("R", "c", "x")
         assert not isinstance(app.screen, ConfirmModal | CancelModal)
         assert any("read-only" in m for m in notes(app))
@@ -964,7 +965,7 @@ async def shows_a_snapshot(app: RefineApp) -> None:
             top, bottom = header_lines(app)
             assert top.endswith("read-only · snapshot") and "live" not in top, top
             assert "…/journal.db" in top and bottom.startswith("last commit")
-        assert "read-only" in str(app.query_one("#why", Label).render())
+        assert "read-only" in str(app.query_one("#why", TextLine).render())
         await select(pilot, "nightly-report")
         await pilot.press("x")  # refused in words, no modal: nothing could be written
         await pilot.pause()

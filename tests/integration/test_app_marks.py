@@ -5,12 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from textual.widgets import Label
-
 from refine_tui.app import RefineApp
 from refine_tui.screens.confirm import CancelModal, ConfirmModal
 from refine_tui.textual_private import notifications
 from refine_tui.views.goals import MARK
+from refine_tui.widgets.text_line import TextLine
 from store.journal.sqlite import Journal
 from store.model.goals import Goals
 from tests.helpers.dashboard import goals_table, loaded, select
@@ -21,7 +20,7 @@ SIZE = (100, 30)
 
 
 def hint_line(app: RefineApp) -> str:
-    return str(app.query_one("#why", Label).render())
+    return str(app.query_one("#why", TextLine).render())
 
 
 def notes(app: RefineApp) -> list[str]:

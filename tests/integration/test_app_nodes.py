@@ -253,3 +253,45 @@ async def test_an_active_goal_of_a_node_that_went_silent_says_so_until_it_beats_
         assert "— running · node n2 ·" in row_line(app)
         write_beat(journal_path, "n2", "stop")
         await until(pilot, lambda: note("gpu-train") == "node stopped")
+
+
+async def test_slash_in_the_nodes_view_filters_the_nodes_and_escape_clears_it(
+    journal_path: Path,
+) -> None:
+    """A fleet is a hundred rows: `/silent` in the Nodes view shows the silent nodes only (by
+    id, state or host), says how many of how many, and stays in the view; escape clears it,
+    then goes back; a filter nothing matches says so. The Goals' filter is untouched."""
+    for node_id in ("b1", "b2", "b3"):
+        write_beat(journal_path, node_id)
+    silent(journal_path, "b7")
+    app = RefineApp(journal=journal_path, node=NODE)
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        await nodes_view(pilot, "b1")
+        everyone = set(nodes_table(app).keys())
+        assert {"n1", "n2", "b1", "b2", "b3", "b7"} <= everyone
+
+        await pilot.press("slash", *"silent", "enter")
+        await until(pilot, lambda: set(nodes_table(app).keys()) == {"b7"})
+        assert app.dashboard.stack.view == "nodes" and app.dashboard.goals.filter == ""
+        assert f"Nodes — filter “silent”: 1 of {len(everyone)}   (escape: clear" in crumbs(app)
+        assert "node b7 — silent" in row_line(app)
+        assert app.focused is nodes_table(app)  # the keys act on the filtered rows at once
+        write_beat(journal_path, "b2", interval_s=FAST_S)  # another goes silent: shown with it
+        await until(pilot, lambda: set(nodes_table(app).keys()) == {"b7", "b2"}, timeout=15)
+
+        await pilot.press("slash", *"HOST-B3", "enter")  # the host, in any case
+        await until(pilot, lambda: set(nodes_table(app).keys()) == {"b3"})
+        await pilot.press("slash", "ctrl+u", *"nowhere", "enter")
+        await until(pilot, lambda: not nodes_table(app).row_count)
+        assert row_line(app) == "No node matches “nowhere” — escape clears the filter"
+
+        await pilot.press("escape")
+        await until(pilot, lambda: set(nodes_table(app).keys()) >= everyone)
+        assert app.dashboard.stack.view == "nodes" and "filter" not in crumbs(app)
+        await pilot.press("escape")
+        await until(pilot, lambda: app.dashboard.stack.view == "goals")
+
+
+def crumbs(app: RefineApp) -> str:
+    return str(app.query_one("#crumbs").render())

@@ -17,6 +17,7 @@ from textual.widgets import Static
 from refine_tui.app import RefineApp
 from refine_tui.screens.confirm import ConfirmModal
 from refine_tui.widgets.keyed_table import KeyedTable
+from refine_tui.widgets.text_line import TextLine
 from store.host.processes import ProcessRegistry
 from store.journal.sqlite import Journal
 from store.model.goals import Goals
@@ -67,7 +68,7 @@ async def test_a_stopped_attempts_row_line_is_whole(journal_path: Path) -> None:
             await until(pilot, lambda: isinstance(app.screen, ConfirmModal))
             await pilot.press("y")
             await until(pilot, lambda: "last observation" in row_line(app), timeout=20)
-            line = app.query_one("#rowline", Static)
+            line = app.query_one("#rowline", TextLine)
             assert "interrupted (sigterm by dana@n1)" in row_line(app)
             await until(pilot, lambda: line.content_region.height >= shown_lines(line))
             assert shown_lines(line) == 3
@@ -156,7 +157,7 @@ async def test_a_goal_with_a_200_character_title_keeps_its_status_in_the_row_lin
     async with app.run_test(size=(80, 24)) as pilot:
         await loaded(pilot)
         await select(pilot, "longword")
-        line = app.query_one("#rowline", Static)
+        line = app.query_one("#rowline", TextLine)
         await until(pilot, lambda: row_line(app).startswith("longword:"))
         assert "— queued · node n1 · round 1 · attempts 0/3" in row_line(app)
         await until(pilot, lambda: line.content_region.height >= shown_lines(line))
