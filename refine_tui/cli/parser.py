@@ -21,6 +21,7 @@ from refine_tui.cli.values import (
     goal_statuses,
     heartbeat_seconds,
     node_names,
+    node_states,
     non_empty,
     non_negative_float,
     port_number,
@@ -168,9 +169,15 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
             help="journal connections this node and its workers hold at most, together"
             f" (PostgreSQL; default ${MAX_CONNECTIONS_ENV} or 5)",
         )
-    command(
+    if nodes := command(
         "nodes", cli.cmd_nodes, "the nodes: presence (live, silent, stopped) and attempts running"
-    )
+    ):
+        nodes.add_argument(
+            "--state",
+            type=node_states,
+            metavar="S[,S...]",
+            help="only nodes in these states, e.g. silent,stopped",
+        )
     if stop := command("stop", cli.cmd_stop, "stop goals' local processes and requeue them"):
         add_target_arguments(stop)
         stop.add_argument("--grace", type=non_negative_float, default=5.0)

@@ -236,6 +236,8 @@ def cmd_nodes(args: argparse.Namespace) -> int:
 
     with open_journal(args, write=False) as journal:
         nodes = list_nodes(journal)
+    if args.state is not None:
+        nodes = [view for view in nodes if view.state in args.state]
     rows = []
     for view in nodes:
         data = view.to_json()

@@ -78,6 +78,17 @@ def goal_statuses(text: str) -> frozenset[str]:
     return wanted
 
 
+def node_states(text: str) -> frozenset[str]:
+    from store.journal.presence import STATES
+
+    wanted = frozenset(s.strip() for s in text.split(","))
+    if not text.strip() or not wanted <= set(STATES):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: give states among {', '.join(STATES)}, separated by commas"
+        )
+    return wanted
+
+
 def non_empty(text: str) -> str:
     if not text:
         raise argparse.ArgumentTypeError("must not be empty")

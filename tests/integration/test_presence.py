@@ -183,6 +183,32 @@ def test_refine_nodes_shows_a_hosts_control_characters_as_escapes(
     assert json.loads(out)[0]["host"] == "evil\x1b[31mhost\u202e"  # --json is exact
 
 
+def test_refine_nodes_state_lists_only_the_nodes_in_those_states(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--state silent,stopped`: what an operator of a fleet looks for; a state that is not
+    one is refused as usage (exit 2, one line), nothing read."""
+    path = tmp_path / "journal.db"
+    with Journal.open(path) as j:
+        j.write_presence(beat("up", "start"))
+        j.write_presence(beat("gone", "start", interval_s=0.05))
+        j.write_presence(beat("off", "stop"))
+    wait_until(lambda: list_nodes_states(path)["gone"] == "silent")
+    code, out, _ = refine(capsys, path, "nodes", "--state", "silent,stopped", "--json")
+    assert code == 0 and sorted(n["node_id"] for n in json.loads(out)) == ["gone", "off"]
+    code, out, _ = refine(capsys, path, "nodes", "--state", "live")
+    assert code == 0 and [line.split()[0] for line in out.splitlines()] == ["NODE", "up"]
+    for bad in ("dead", "", "live,"):
+        code, out, err = refine(capsys, path, "nodes", "--state", bad)
+        assert (code, out) == (2, "") and len(err.strip().splitlines()) == 1
+        assert "give states among live, silent, stopped, unknown" in err
+
+
+def list_nodes_states(path: Path) -> dict[str, str]:
+    with Journal.open(path) as j:
+        return {n.node_id: n.state for n in list_nodes(j)}
+
+
 def test_the_heartbeat_interval_comes_from_the_flag_else_the_environment_else_5_s(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
