@@ -29,7 +29,7 @@ from store.model.execution import Run, run_from_stored
 from store.model.goal import GOAL_STATUSES, goal_aggregate_id, goal_from_stored
 from store.model.goals import REASSIGNABLE, CorruptGoal, Goal, Goals, check_name
 from store.model.run import run_aggregate_id
-from store.ops.evidence import count, ending_of, ending_words, registry_of
+from store.ops.evidence import count, ending_of, ending_words, no_record_advice, registry_of
 from store.ops.nodes import list_nodes
 from store.records import dataclass, replace
 
@@ -205,7 +205,25 @@ def plan_bulk(
         _plan_one(action, entry, runs.get(entry.goal_id), records, node, grace_s, spread)
         for entry in entries
     )
-    return BulkPlan(action, node, planned, selection, targets)
+    return BulkPlan(action, node, _advised(journal, node, planned, runs), selection, targets)
+
+
+def _advised(
+    journal: Journal, node: str, planned: tuple[PlannedGoal, ...], runs: dict[str, Any]
+) -> tuple[PlannedGoal, ...]:
+    """A Stop refused for want of a process record says why there is none, and what to do, as
+    the single Stop does (its worker found on this machine, the node live from another
+    machine, an attempt still starting): "confirm cleanup" is the advice only when none holds."""
+    registry = None
+    advised = []
+    for p in planned:
+        run = runs.get(p.goal_id)
+        attempt = run.running_attempt if isinstance(run, Run) else None
+        if p.code == NoProcessRecordError.code and attempt is not None:
+            registry = registry or registry_of(journal, node)
+            p = replace(p, why=no_record_advice(registry, journal, p.run_id, attempt))
+        advised.append(p)
+    return tuple(advised)
 
 
 def _targets(to: str | Sequence[str] | None) -> tuple[str, ...]:

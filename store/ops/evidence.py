@@ -219,12 +219,14 @@ def stop_target(
     run, attempt = running_attempt_of(goals, goal)
     record = record_of(journal, node, run.run_id, attempt.epoch)
     if record is None:
-        advice = _no_record(registry_of(journal, node), journal, run.run_id, attempt)
+        advice = no_record_advice(registry_of(journal, node), journal, run.run_id, attempt)
         raise NoProcessRecordError(advice, goal_id=goal_id, run_id=run.run_id)
     return Target(goal, run, attempt.epoch, record)
 
 
-def _no_record(registry: ProcessRegistry, journal: Journal, run_id: str, attempt: Attempt) -> str:
+def no_record_advice(
+    registry: ProcessRegistry, journal: Journal, run_id: str, attempt: Attempt
+) -> str:
     """Why Stop finds no record of a running attempt, where it looked, and what to do.
 
     "Starting" only while the claim is young (``reads.launching``; its worker may be alive

@@ -22,6 +22,7 @@ from store.journal.presence import Beat
 from store.journal.sqlite import Journal
 from store.model.execution import Run
 from store.model.goals import Goals
+from store.ops.bulk import Selection, plan_bulk, run_bulk
 from store.ops.evidence import cleanup_evidence, needs_cleanup, records_here
 from store.ops.operator import stop_goal
 from tests.helpers import goal_states
@@ -79,6 +80,33 @@ def test_a_live_node_with_its_lock_elsewhere_keeps_its_records_elsewhere(
         assert needs_cleanup(journal, _run(journal), node="n1")
         evidence = cleanup_evidence(journal, "nightly-report.r1", epoch=1, node="n1")
         assert "no process record on node n1" in evidence.sentence
+
+
+def test_a_batch_stop_says_why_there_is_no_record_as_the_single_stop_does(
+    journal_path: Path,
+) -> None:
+    """`refine stop --node n1 --status running` (its plan, the dashboard's marks) refused each
+    goal with "if its work has ended, confirm cleanup instead" while node n1 was live from
+    another state dir (found from outside, session 23: on a fleet, from another machine, about
+    live work); now the batch gives the single Stop's reason, in the dry run and the run."""
+    beat(journal_path, "start")
+    with Journal.open(journal_path) as journal:
+        plan = plan_bulk(
+            journal, "stop", node="n1", selection=Selection("n1", ("running",)), grace_s=0
+        )
+        refused = {p.goal_id: p for p in plan.goals if p.goal_id == "nightly-report"}
+        assert refused["nightly-report"].code == "NO_PROCESS_RECORD"
+        with pytest.raises(NoProcessRecordError) as single:
+            stop_goal(journal, "nightly-report", node="n1", grace_s=0)
+        assert refused["nightly-report"].why == single.value.message
+        assert "node n1 is live from another state dir" in single.value.message
+        done = run_bulk(journal, plan, reason=None, operator="op", grace_s=0)
+        report = next(r for r in done.goals if r.goal_id == "nightly-report")
+        assert "node n1 is live from another state dir" in report.text()
+    beat(journal_path, "stop")  # no node of that name is live: the records would be here
+    with Journal.open(journal_path) as journal:
+        plan = plan_bulk(journal, "stop", node="n1", goal_ids=["nightly-report"], grace_s=0)
+        assert plan.goals[0].why.endswith("if its work has ended, confirm cleanup instead")
 
 
 def _run(journal: Journal) -> Run:
