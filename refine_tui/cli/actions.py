@@ -254,7 +254,7 @@ def cleanup_node_dry_run(args: argparse.Namespace, node: str, here: str) -> int:
         if args.to:  # an unknown --to is refused as the cleanup refuses it
             plan_moving_waiting(journal, node, here=here, to=args.to)
         plan = plan_node_cleanup(journal, node, dry_run=True, here=here)
-        moving = plan.waiting_after(journal) if args.to else []
+        moving = plan.waiting_after(journal)
     attempts = [
         {
             "action": "cleanup",
@@ -272,12 +272,20 @@ def cleanup_node_dry_run(args: argparse.Namespace, node: str, here: str) -> int:
         + (f": {a['why']}" if a["why"] else "")
         for a in attempts
     ]
-    if args.to:
-        lines.append(moving_sentence(node, args.to, moving))
-    lines.append("dry run: nothing was written")
+    then = moving_sentence(node, args.to, moving) if args.to else waiting_sentence(node, moving)
+    lines += [then, "dry run: nothing was written"] if then else ["dry run: nothing was written"]
     data = {"cleanup": attempts, "move": {"to": args.to, "goals": moving} if args.to else None}
     emit(args, {**data, "dry_run": True}, "\n".join(lines))
     return EXIT_OK
+
+
+def waiting_sentence(node: str, goals: list[str]) -> str:
+    """Without --to: the goals that would then still wait for the gone node (only it starts
+    them), and how to move them in the same command."""
+    if not goals:
+        return ""
+    waits = "1 goal waits" if len(goals) == 1 else f"{len(goals)} goals wait"
+    return f"then {waits} for node {node}: {listed(goals, 8)}; --to NODE[,NODE] also moves them"
 
 
 def moving_sentence(node: str, to: list[str], goals: list[str]) -> str:

@@ -45,7 +45,7 @@ from store.ops.evidence import (
     record_of,
     worker_alive_words,
 )
-from store.ops.nodes import ActiveAttempt, NodeView, active_attempts, node_view
+from store.ops.nodes import ActiveAttempt, NodeView, active_attempts, node_view, waiting_counts
 from store.ops.operator import ActionReport, confirm_cleanup
 from store.records import dataclass, replace
 
@@ -63,11 +63,12 @@ class NodeCleanup:
     node: NodeView
     reports: tuple[ActionReport, ...]
     errors: tuple[RefineError, ...]  # why each attempt reported ``refused`` was, in order
+    waiting: int = 0  # its Goals queued or held once done: only it starts them, or a move
 
     def text(self, *, next_step: bool = True) -> str:
         """Each attempt's line; ``next_step``: and what moves the Goals now waiting here."""
         head = f"node {self.node.node_id} {_seen_words(self.node)}"
-        if not self.reports:
+        if not self.reports:  # one line, as a refusal is (issue 22): the dry run says the rest
             return f"{head}: nothing left to confirm (no attempt runs there)"
         lines = [f"{head}: {count(len(self.reports), 'running attempt')}"]
         lines += [f"  {r.text()}" for r in self.reports]
@@ -76,9 +77,10 @@ class NodeCleanup:
         return "\n".join(line for line in lines if line)
 
     def next_step(self, how: str = "") -> str:
-        """What moves the Goals requeued or held here (they wait for this node): "" if none.
-        ``how``: what does it, where the command line is not what the operator uses."""
-        waiting = sum(r.outcome in WAITING_ENDINGS for r in self.reports)
+        """What moves the Goals that now wait for this node (queued or held there, some by this
+        cleanup): "" if none. ``how``: what does it, where the command line is not what the
+        operator uses."""
+        waiting = self.waiting
         if not waiting:
             return ""
         node = self.node.node_id
@@ -239,7 +241,8 @@ def cleanup_node(
     workers = live_workers()
     done = [_confirm(journal, node_id, a, here, operator, method, workers) for a in plan.attempts]
     errors = tuple(error for _, error in done if error is not None)
-    return NodeCleanup(plan.node, tuple(report for report, _ in done), errors)
+    waiting = waiting_counts(journal)[node_id]
+    return NodeCleanup(plan.node, tuple(report for report, _ in done), errors, waiting)
 
 
 def plan_moving_waiting(

@@ -106,7 +106,7 @@ def list_nodes(journal: Journal) -> list[NodeView]:
         now, rows = journal.presence()
         named = journal.goal_nodes()
         running = Counter(a.goal.node_id for a in active_attempts(journal))
-        waiting = _waiting(journal)
+        waiting = waiting_counts(journal)
     beaten = {row.node_id: row for row in rows}
     return [
         _view(node_id, beaten.get(node_id), running[node_id], now, waiting[node_id])
@@ -122,11 +122,11 @@ def node_view(journal: Journal, node_id: str, *, count: bool = True) -> NodeView
         row = next((r for r in rows if r.node_id == node_id), None)
         known = row is not None or node_id in journal.goal_nodes()
         running = len(active_attempts(journal, node_id)) if known and count else 0
-        waiting = _waiting(journal)[node_id] if known and count else 0
+        waiting = waiting_counts(journal)[node_id] if known and count else 0
     return _view(node_id, row, running, now, waiting) if known else None
 
 
-def _waiting(journal: Journal) -> Counter[str]:
+def waiting_counts(journal: Journal) -> Counter[str]:
     """Each node's Goals queued or held (one read of the index of the Goals still moving)."""
     counts = journal.count_by_status_and_node("goal", REASSIGNABLE)
     waiting: Counter[str] = Counter()

@@ -134,6 +134,12 @@ def test_a_dry_run_says_what_would_be_confirmed_and_moved_and_writes_nothing(
         "then 4 goals move to nodes b1, b2 (by room left): a, b, next, ops",
         "dry run: nothing was written",
     ]
+    code, out, err = refine("cleanup", "--node", "b7", "--dry-run")  # without --to
+    assert (code, err) == (0, "")
+    assert out.splitlines()[4:] == [  # they would wait for a gone node: the flag that moves them
+        "then 4 goals wait for node b7: a, b, next, ops; --to NODE[,NODE] also moves them",
+        "dry run: nothing was written",
+    ]
     code, out, _ = refine("cleanup", "--node", "b7", "--dry-run", "--json")
     assert code == 0
     data = json.loads(out)
@@ -161,8 +167,13 @@ def test_refine_nodes_counts_the_goals_that_wait_for_each_node(
         return {n["node_id"]: n["waiting"] for n in json.loads(out)}
 
     assert waiting() == {"b1": 0, "b2": 0, "b7": 1}  # "next": queued there
-    assert refine("cleanup", "--node", "b7")[0] == 0
+    code, out, _ = refine("cleanup", "--node", "b7")
     assert waiting() == {"b1": 0, "b2": 0, "b7": 4}  # 3 requeued or held: they wait for b7
+    move = "`refine reassign --node b7 --status queued,held --to NODE` moves them"
+    assert code == 0 and out.splitlines()[-1] == f"4 goals now wait for node b7: {move}"
+    code, out, _ = refine("cleanup", "--node", "b7", "--dry-run")  # the dry run says they wait
+    assert code == 0 and "nothing left to confirm" in out.splitlines()[0]
+    assert out.splitlines()[1].startswith("then 4 goals wait for node b7: ")
     code, out, _ = refine("nodes")
     assert code == 0
     header, *rows = out.splitlines()
