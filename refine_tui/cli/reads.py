@@ -217,8 +217,12 @@ def show_text(goal: dict[str, Any] | None, runs: list[dict[str, Any]], events: l
         if goal.get("cancel_reason"):
             lines.append(f"  cancel reason: {visible(goal['cancel_reason'])}")
     for run in runs:
+        reason = run.get("cancel_reason")  # a round ended by a move says so (once)
+        why = (
+            f": {visible(reason)}" if reason and reason != (goal or {}).get("cancel_reason") else ""
+        )
         lines.append(
-            f"run {run['run_id']}  [{run['status']}]"
+            f"run {run['run_id']}  [{run['status']}{why}]"
             f"  attempts {len(run['attempts'])}/{run['budget']['max_attempts']}"
         )
         for a in run["attempts"]:

@@ -149,6 +149,9 @@ def test_dry_run_then_the_move_then_nothing_left(fleet_file: Path, capsys) -> No
     }
     code, out, _ = refine(capsys, fleet_file, *argv)
     assert code == 0 and out.splitlines()[0] == "Reassign 0 goals to node b1: none matches"
+    code, out, _ = refine(capsys, fleet_file, "show", "waiting")  # the old round says why it ended
+    assert code == 0
+    assert "run waiting.r1  [cancelled: superseded: goal reassigned to node b1 (round 2)]" in out
 
 
 def test_a_running_goal_is_refused_exit_1_in_one_line(fleet_file: Path, capsys) -> None:
