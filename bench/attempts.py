@@ -25,6 +25,12 @@ recipe runs:
 commits and recipes, each recipe started by the committing process itself right after its
 Goal's commit (``subprocess.Popen``: no node, no worker, no claim), launch p50 and p95 as above.
 
+``--modes claim-spawn`` measures a floor for a node without a worker per attempt, built simply: a
+process of the bench's own watches the journal (``PRAGMA data_version``, every ms), claims each
+new batch of Goals in one transaction (``Goals.start_many``) and starts their recipes itself
+(``os.posix_spawnp``, a session each). It writes no process record, rereads nothing before the
+launch and supervises nothing: not a node, only the floor of one that claims and spawns.
+
 ``--serial K`` (count 1 only): K single attempts one after another on the same node, each
 committed once the previous one's recipe runs, so p50/p95 of one attempt are over K launches.
 ``--trees A B``: the node runs the code of each tree in turn (its ``PYTHONPATH``), rounds
@@ -51,7 +57,7 @@ from bench.common import percentile
 from store.errors import JournalLockedError
 from store.host.processes import node_workers
 from store.journal.sqlite import Journal
-from store.model.goals import Goals
+from store.model.goals import GoalResult, Goals, Start
 from store.node.scheduler import FORKSERVER_ENV
 
 NODE = "bench-node"
@@ -227,6 +233,87 @@ def measure_floor(count: int, timeout_s: float = 600.0) -> dict[str, Any]:
     }
 
 
+def measure_claim_spawn(count: int, timeout_s: float = 600.0) -> dict[str, Any]:
+    """Launch p50/p95 when a bare process claims each batch of new Goals in one transaction and
+    spawns their recipes itself (see the module's doc: a floor, not a node)."""
+    with tempfile.TemporaryDirectory(prefix="refine-claim-spawn-") as scratch:
+        path = Path(scratch) / "journal.db"
+        Journal.open(path).close()
+        ready, go = os.pipe()
+        done, end = os.pipe()
+        claimer = os.fork()
+        if claimer == 0:  # the bare claimer: never returns
+            os.close(ready)
+            os.close(end)
+            code = 1
+            try:
+                _claim_and_spawn(path, count, go, timeout_s)
+                os.read(done, 1)  # its recipes stay its children until they are ended
+                code = 0
+            finally:
+                os._exit(code)
+        os.close(go)
+        os.close(done)
+        try:
+            os.read(ready, 1)  # watching before the first commit
+            with Journal.open(path) as journal:
+                goals = Goals(journal)
+                for n in range(count):
+                    _patiently(lambda n=n: goals.create(
+                        goal_id=f"a{n}", title=f"sleep {n}", node_id=NODE,
+                        argv=["sh", "-c", STAMP_THEN_SLEEP, str(Path(scratch) / f"a{n}")],
+                    ))  # fmt: skip
+                launches = _stamped_launches(journal, Path(scratch), count, timeout_s)
+        finally:
+            for recipe in psutil.Process(claimer).children():
+                with contextlib.suppress(psutil.Error):
+                    recipe.kill()
+            os.close(ready)
+            os.close(end)  # the claimer exits and its recipes' zombies go with it
+            os.waitpid(claimer, 0)
+    return {
+        "count": count,
+        "mode": "claim-spawn",
+        "launch_p50_ms": percentile(launches, 50),
+        "launch_p95_ms": percentile(launches, 95),
+    }
+
+
+def _claim_and_spawn(path: Path, count: int, ready: int, timeout_s: float) -> None:
+    with Journal.open(path) as journal:
+        goals, changes = Goals(journal), journal.changes()
+        changes.changed()  # from now on
+        os.write(ready, b".")
+        after, started, deadline = 0, 0, time.monotonic() + timeout_s
+        while started < count and time.monotonic() < deadline:
+            if not changes.changed():
+                time.sleep(0.001)
+                continue
+            new = []
+            while events := journal.events_after(after):
+                new += [e.aggregate_id.removeprefix("goal:") for e in events
+                        if e.type == "goal.created"]  # fmt: skip
+                after = events[-1].sequence
+            claims = [Start(g, NODE, f"{NODE}/{g}", f"t-{g}") for g in new]
+            for result in goals.start_many(claims) if claims else []:
+                if isinstance(result, GoalResult):
+                    argv = result.goal.recipe["argv"]
+                    os.posix_spawnp(argv[0], argv, dict(os.environ), setsid=True)
+            started += len(new)
+
+
+def _stamped_launches(journal: Journal, scratch: Path, count: int, timeout_s: float) -> list[float]:
+    """Each recipe's start (its stamp) less its Goal's ``goal.created`` commit, in ms."""
+    stamps = [scratch / f"a{n}" for n in range(count)]
+    deadline = time.monotonic() + timeout_s
+    while not all(s.exists() and s.stat().st_size for s in stamps):
+        if time.monotonic() > deadline:
+            raise RuntimeError("the recipes did not all start")
+        time.sleep(0.05)
+    created, _ = _commit_times(journal)
+    return [(float(s.read_text()) - created[f"goal:a{n}"]) * 1000 for n, s in enumerate(stamps)]
+
+
 def _patiently(command: Callable[[], object], limit_s: float = 120.0) -> None:
     """Run a command again while the journal stays locked (a repeat replays): on a loaded box
     1,000 claims at once can hold the bench's own commits past the busy timeout."""
@@ -291,14 +378,20 @@ def _legs(p95_ms: list[float]) -> str:
 
 
 def rows(results: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
-    return [_floor_row(r) if r["mode"] == "floor" else _row(r) for r in results]
+    return [_floor_row(r) if r["mode"] in FLOORS else _row(r) for r in results]
+
+
+FLOORS = {
+    "floor": "the floor (each recipe started by its committer: no node)",
+    "claim-spawn": "claimed in batches and spawned by one bare process (no worker, no record)",
+}
 
 
 def _floor_row(r: dict[str, Any]) -> tuple[str, str, str]:
     return (
-        f"{r['count']:,} at once, the floor (each recipe started by its committer: no node)",
+        f"{r['count']:,} at once, {FLOORS[r['mode']]}",
         f"launch p50 {r['launch_p50_ms']:.0f} ms p95 {r['launch_p95_ms']:.0f} ms",
-        "what no node beats here",
+        "what no node beats here" if r["mode"] == "floor" else "a floor for a node without workers",
     )
 
 
@@ -328,12 +421,13 @@ def main(argv: list[str] | None = None) -> int:
     for r in range(args.rounds):
         for n in args.counts:
             for mode in args.modes:
-                for tree in args.trees if mode != "floor" else [None]:
-                    result = (
-                        measure_floor(n)
-                        if mode == "floor"
-                        else measure_one(n, args.idle, mode, serial=args.serial, tree=tree)
-                    )
+                for tree in args.trees if mode not in FLOORS else [None]:
+                    if mode == "floor":
+                        result = measure_floor(n)
+                    elif mode == "claim-spawn":
+                        result = measure_claim_spawn(n)
+                    else:
+                        result = measure_one(n, args.idle, mode, serial=args.serial, tree=tree)
                     for row in rows([result]):
                         print(f"round {r} {tree or '.'} | " * (tree is not None) + " | ".join(row))
                     sys.stdout.flush()

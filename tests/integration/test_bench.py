@@ -110,6 +110,13 @@ def test_the_launch_floor_starts_each_recipe_after_its_goals_commit() -> None:
     assert attempts.rows([r])[0][1].startswith("launch p50")
 
 
+def test_the_claim_and_spawn_floor_claims_each_goal_and_starts_its_recipe() -> None:
+    r = attempts.measure_claim_spawn(3)  # each recipe writes its start: all three ran
+    assert r["mode"] == "claim-spawn" and r["count"] == 3
+    assert 0 < r["launch_p50_ms"] <= r["launch_p95_ms"]  # each stamp after its own commit
+    assert "no worker, no record" in attempts.rows([r])[0][0]
+
+
 def test_the_node_cleanup_bench_confirms_every_attempt() -> None:
     r = node_cleanup.measure(3)
     assert r["attempts"] == r["confirmed"] == 3 and r["wall_s"] > 0
