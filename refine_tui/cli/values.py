@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 
 from refine_tui.cli.common import MAX_CAPACITY
 from store.errors import InvalidInputError
@@ -70,21 +71,21 @@ def heartbeat_seconds(text: str) -> float:
 def goal_statuses(text: str) -> frozenset[str]:
     from store.model.goals import GOAL_STATUSES
 
-    wanted = frozenset(s.strip() for s in text.split(","))
-    if not text.strip() or not wanted <= set(GOAL_STATUSES):
-        raise argparse.ArgumentTypeError(
-            f"{text!r}: give statuses among {', '.join(GOAL_STATUSES)}, separated by commas"
-        )
-    return wanted
+    return _among(text, GOAL_STATUSES, "statuses")
 
 
 def node_states(text: str) -> frozenset[str]:
     from store.journal.presence import STATES
 
+    return _among(text, STATES, "states")
+
+
+def _among(text: str, allowed: Sequence[str], what: str) -> frozenset[str]:
+    """``a`` or ``a,b``: each one of ``allowed``."""
     wanted = frozenset(s.strip() for s in text.split(","))
-    if not text.strip() or not wanted <= set(STATES):
+    if not text.strip() or not wanted <= set(allowed):
         raise argparse.ArgumentTypeError(
-            f"{text!r}: give states among {', '.join(STATES)}, separated by commas"
+            f"{text!r}: give {what} among {', '.join(allowed)}, separated by commas"
         )
     return wanted
 
