@@ -209,7 +209,10 @@ def plan_bulk(
 
 
 def _advised(
-    journal: Journal, node: str, planned: tuple[PlannedGoal, ...], runs: dict[str, Any]
+    journal: Journal,
+    node: str,
+    planned: tuple[PlannedGoal, ...],
+    runs: dict[str, Run | CorruptRunError],
 ) -> tuple[PlannedGoal, ...]:
     """A Stop refused for want of a process record says why there is none, and what to do, as
     the single Stop does (its worker found on this machine, the node live from another
