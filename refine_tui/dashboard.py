@@ -10,7 +10,7 @@ reloads. ``RefineApp`` composes it with the journal and the follower (``refine_t
 
 from __future__ import annotations
 
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Coroutine
 from dataclasses import replace
 from typing import Any, ClassVar
 
@@ -47,7 +47,6 @@ from refine_tui.keys import (
 from refine_tui.live import LiveReader
 from refine_tui.messages import JournalTrouble, JournalUpdate
 from refine_tui.paint_hold import PaintHold
-from refine_tui.rows import GoalRow
 from refine_tui.screens.help import HelpScreen
 from refine_tui.screens.timeline import TimelineScreen
 from refine_tui.textual_private import crop_renders
@@ -110,6 +109,7 @@ class Dashboard(Screen[None]):
         self.stack = ViewStack(self.goals, runs, self.attempts, workers, self.nodes, node=self.node)
         self.detail_pane = DetailPane(live.find_log, follower, id="detail", max_lines=5000)
         self.filter_box = FilterBox(id="filter")
+        self.row_line, self.hint_line = TextLine(id="rowline", hide_empty=True), TextLine(id="why")
         self.pulses_line = PulsesLine(id="pulses")
         self._pulses: Pulses | None = None  # the last read's counts, drawn by the tick
         box = self.filter_box
@@ -127,10 +127,10 @@ class Dashboard(Screen[None]):
             yield TroubleNotice("", id="trouble")
             yield self.pulses_line
             yield self.stack
-            yield TextLine(id="rowline", hide_empty=True)
+            yield self.row_line
             yield self.detail_pane
         yield self.filter_box
-        yield TextLine(id="why")
+        yield self.hint_line
         yield KeyFooter(keeps=FOOTER_KEEPS, compact=True, show_command_palette=False)
 
     class Ready(Message):
@@ -147,7 +147,7 @@ class Dashboard(Screen[None]):
         racks = self.query("#textual-toastrack")  # none when notifications are off (tests)
         if racks and self.is_mounted:
             footer = self.query_one(KeyFooter).region
-            toasts.place(racks.first(), self.stack.region, self.query_one("#rowline"), footer)
+            toasts.place(racks.first(), self.stack.region, self.row_line, footer)
 
     def on_mount(self) -> None:
         self.header.show()
@@ -305,9 +305,9 @@ class Dashboard(Screen[None]):
         if enabled != self._enabled:
             self._enabled = enabled
             self.app.refresh_bindings()
-        self.query_one("#why", TextLine).say(hint(selection, self.app.size.width - 2))  # padding
+        self.hint_line.say(hint(selection, self.app.size.width - 2))  # its padding
         words = self.stack.words()  # the selected row, whole (or why the Goals table is empty)
-        self.query_one("#rowline", TextLine).say(self.empty_line() if words is None else words)
+        self.row_line.say(self.empty_line() if words is None else words)
 
     def empty_line(self) -> str:
         """An empty Goals table says why, and what to do."""
@@ -593,8 +593,3 @@ class Dashboard(Screen[None]):
 
     def action_help(self) -> None:
         self.app.push_screen(HelpScreen())
-
-    @property
-    def goal_rows(self) -> Mapping[str, GoalRow]:
-        """The listed Goals, in list order (some may not be in the table yet: still filling)."""
-        return self.goals.listed
