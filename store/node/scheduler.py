@@ -66,6 +66,7 @@ from store.model.goal import MAX_NAME, PROCESS_GONE_METHOD
 from store.model.goals import Goal, GoalResult, Goals, check_name, goal_id_of_run
 from store.model.run import Run, run_aggregate_id, run_from_stored
 from store.node.forkserver import Forkserver, cmdline
+from store.node.launch_backoff import LaunchBackoff
 from store.node.touched import TouchedGoals
 from store.node.wakeups import Relay, write_node_file
 from store.node.worker import EXIT_REFUSED, JOURNAL_ENV
@@ -160,6 +161,7 @@ class Node:
         self.relay = Relay()
         self.launched: dict[str, _Launch] = {}
         self._refused: dict[str, int] = {}  # goal → version whose start was refused
+        self.backoff = LaunchBackoff()
         self._gone_since: dict[tuple[str, int], float] = {}
         self._log: IO[bytes] | None = None
         self._forkserver: Forkserver | None = None
@@ -247,8 +249,12 @@ class Node:
                 continue
             del self.launched[goal_id]
             self._release(launch)
-            if self._exit_code(launch) == EXIT_REFUSED:
+            code = self._exit_code(launch)
+            if code == EXIT_REFUSED:
                 self._refused[goal_id] = launch.goal_version
+            log = str(self.registry.root / "node.log")
+            if (words := self.backoff.exited(code, time.monotonic(), log)) is not None:
+                self._say(words)
 
     def relay_wakeups(self) -> None:
         """Wake each worker whose Goal changed since the last round (it then rereads)."""
@@ -335,7 +341,10 @@ class Node:
         return ended
 
     def schedule(self) -> list[str]:
-        """Launch workers for queued Goals of this node, while capacity allows."""
+        """Launch workers for queued Goals of this node, while capacity allows (and no wait
+        after workers that could not reach the journal: ``LaunchBackoff``)."""
+        if self.backoff.waits(time.monotonic()):
+            return []
         alive = self._alive_now()
         room = self.capacity - sum(1 for launch in self.launched.values() if alive(launch))
         if room <= 0:
@@ -645,13 +654,15 @@ class Node:
     def _next_look(self, ticked: float, keep: bool, due: float) -> float:
         """Seconds until a tick is due with no wake-up: the safety poll's, housekeeping's when
         the last tick skipped it, the end of a gone worker's grace (reconciled then, not at
-        the next poll)."""
+        the next poll), the end of the launches' wait."""
         now = time.monotonic()
         at = ticked + SAFETY_POLL_S
         if not keep:
             at = min(at, due)
         graces = (since + GONE_GRACE_S for since in self._gone_since.values())
         at = min([at, *(grace for grace in graces if grace > now)])  # past ones: the poll's
+        if self.backoff.waits(now):  # launches may go again then
+            at = min(at, self.backoff.until)
         return max(0.0, at - now)
 
     def _nothing_new(self) -> bool:

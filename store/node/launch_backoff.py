@@ -1,0 +1,59 @@
+"""Launches wait after workers end without reaching the journal.
+
+A worker that could not claim (the journal would not take the write: a full disk, a server
+refusing writes) or could not fork its claim helper leaves its Goal queued, and the node's next
+round launches it again at once. Without a wait, a node on a full disk forked workers as fast as
+they failed (≈ 260 processes a second, 15 % of a core) and said nothing where the operator
+looks: the workers' words went to the node log, on the same full disk. So such an exit makes the
+node's launches wait, 0.5 s and doubling to 30 s while they keep failing; it says so once on its
+own stderr, and again when a worker reaches the journal. Both causes are the
+machine's or the journal's, not one Goal's, so the whole node waits; a worker that crashed (a
+fault of ours, maybe one Goal's) does not make the others wait.
+"""
+
+from __future__ import annotations
+
+from store.node.worker import (
+    EXIT_NO_HELPER,
+    EXIT_REFUSED,
+    EXIT_SETTLED,
+    EXIT_SUPERSEDED,
+    EXIT_UNAVAILABLE,
+)
+from store.records import dataclass
+
+FIRST_WAIT_S, LONGEST_WAIT_S = 0.5, 30.0
+# The exits that leave the Goal queued, the journal or the machine unable to take a claim.
+UNREACHED = {
+    EXIT_UNAVAILABLE: "the journal would not take its claim",
+    EXIT_NO_HELPER: "no claim helper could be started",
+}
+REACHED = (EXIT_SETTLED, EXIT_REFUSED, EXIT_SUPERSEDED)  # the journal answered it
+
+
+@dataclass
+class LaunchBackoff:
+    """When the node may launch again (``until``, monotonic) and the wait that set it."""
+
+    wait_s: float = 0.0  # 0: no wait (launches go at once)
+    until: float = 0.0
+
+    def exited(self, code: int | None, now: float, log: str) -> str | None:
+        """A worker's exit code: the words to say when it starts or ends a run of waits."""
+        if code in UNREACHED:
+            fresh = self.wait_s == 0.0 or now > self.until + LONGEST_WAIT_S  # failures apart
+            self.wait_s = FIRST_WAIT_S if fresh else min(self.wait_s * 2, LONGEST_WAIT_S)
+            self.until = now + self.wait_s
+            if fresh:
+                return (
+                    f"a worker ended before its claim ({UNREACHED[code]}, exit {code}; its words"
+                    f" are in {log}): launches wait {FIRST_WAIT_S:g} s, doubling to"
+                    f" {LONGEST_WAIT_S:g} s while workers keep failing so"
+                )
+        elif code in REACHED and self.wait_s:
+            self.wait_s = self.until = 0.0
+            return "launches go at once again: a worker reached the journal"
+        return None
+
+    def waits(self, now: float) -> bool:
+        return now < self.until
