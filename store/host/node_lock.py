@@ -39,8 +39,12 @@ class NodeLock:
         except OSError:  # EAGAIN / EACCES: held
             os.close(fd)
             return False
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
+        try:
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()}\n".encode())
+        except OSError:  # e.g. a full disk: not held, said by the caller
+            os.close(fd)
+            raise
         self._fd = fd
         return True
 

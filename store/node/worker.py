@@ -86,6 +86,7 @@ EXIT_REFUSED = 3  # the start was refused: nothing was claimed
 EXIT_SUPERSEDED = 4  # the Goal moved on or the report was refused: nothing reported
 EXIT_UNAVAILABLE = 5  # the journal could not be opened
 EXIT_NO_HELPER = 6  # no claim helper could be forked: nothing was claimed
+EXIT_NO_RECORD = 7  # claimed, but this machine could not record it (its state dir): reported
 EXIT_CRASHED = 70  # the worker (or its claim helper) raised: its traceback is in the node log
 
 JOURNAL_ENV = "REFINE_JOURNAL"
@@ -619,7 +620,8 @@ def _claim(
     except OSError as exc:  # e.g. disk full: as the owner, say so rather than vanish
         _say(f"{claim.run_id}/{claim.epoch}: cannot record this process: {exc}")
         why = f"cannot record the worker process: {exc}"[:400]
-        return _report(goals, claim, exit_code=None, reason=why, log=log_path)
+        code = _report(goals, claim, exit_code=None, reason=why, log=log_path)
+        return EXIT_NO_RECORD if code == EXIT_SETTLED else code  # the node's launches wait
     goal = started.goal
     return Ready(
         claim,
@@ -988,7 +990,10 @@ def _digest(path: Path) -> str:
 
 
 def _say(message: str) -> None:
-    print(f"worker {os.getpid()}: {message}", file=sys.stderr, flush=True)
+    # Its stderr is the node log: on a full disk the words are lost, never the report they
+    # precede (raised here, they turned a claimed attempt into one nobody reports).
+    with contextlib.suppress(OSError):
+        print(f"worker {os.getpid()}: {message}", file=sys.stderr, flush=True)
 
 
 if __name__ == "__main__":

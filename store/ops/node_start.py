@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from store.errors import NodeLiveError
+from store.errors import NodeLiveError, StorageError
 from store.host.node_lock import NodeLock
 from store.host.processes import ProcessRegistry
 from store.ops.nodes import node_view
@@ -25,7 +25,13 @@ def claim_node_name(journal: Journal, node_id: str, *, force: bool = False) -> N
     """This machine's lock of ``node_id`` on ``journal`` (``held`` False only with ``force``);
     NodeLiveError while another node of that name runs."""
     lock = NodeLock(ProcessRegistry.for_journal(journal, node_id).root)
-    if not lock.acquire():
+    try:
+        acquired = lock.acquire()
+    except OSError as exc:  # e.g. its disk full: the state dir's problem, in words (exit 3)
+        raise StorageError(
+            f"cannot write this node's lock {lock.path}: {exc.strerror or exc}"
+        ) from None
+    if not acquired:
         if force:
             return lock
         raise NodeLiveError(

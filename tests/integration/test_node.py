@@ -308,7 +308,7 @@ def test_run_node_refuses_a_missing_journal_and_a_bad_capacity(tmp_path: Path) -
 
 
 def test_a_worker_that_cannot_record_its_process_reports_failed_as_owner(tmp_path: Path) -> None:
-    from store.node.worker import EXIT_SETTLED, run_worker
+    from store.node.worker import EXIT_NO_RECORD, run_worker
 
     with Journal.open(tmp_path / "j.db") as journal:
         goals = Goals(journal)
@@ -317,7 +317,7 @@ def test_a_worker_that_cannot_record_its_process_reports_failed_as_owner(tmp_pat
         registry.root.mkdir(parents=True)
         registry.processes_dir.write_text("a file where the records folder should be")
         code = run_worker(journal, node_id="n1", goal_id="g", token="t1")
-        assert code == EXIT_SETTLED
+        assert code == EXIT_NO_RECORD  # reported; its node's launches then wait (LaunchBackoff)
         run = goals.runs("g")[0]
         assert run.status == "exhausted"
         assert "cannot record the worker process" in (run.attempts[0].reason or "")
