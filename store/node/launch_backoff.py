@@ -16,6 +16,8 @@ fault of ours, maybe one Goal's) does not make the others wait.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from store.node.worker import (
     EXIT_NO_HELPER,
     EXIT_NO_RECORD,
@@ -43,7 +45,7 @@ class LaunchBackoff:
     wait_s: float = 0.0  # 0: no wait (launches go at once)
     until: float = 0.0
 
-    def exited(self, code: int | None, now: float, log: str) -> str | None:
+    def exited(self, code: int | None, now: float, log: Path) -> str | None:
         """A worker's exit code: the words to say when it starts or ends a run of waits."""
         if code in UNREACHED:
             fresh = self.wait_s == 0.0 or now > self.until + LONGEST_WAIT_S  # failures apart

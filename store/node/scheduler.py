@@ -39,6 +39,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import IO
 
 from store.errors import (
@@ -252,8 +253,7 @@ class Node:
             code = self._exit_code(launch)
             if code == EXIT_REFUSED:
                 self._refused[goal_id] = launch.goal_version
-            log = str(self.registry.root / "node.log")
-            if (words := self.backoff.exited(code, time.monotonic(), log)) is not None:
+            if (words := self.backoff.exited(code, time.monotonic(), self.log_path)) is not None:
                 self._say(words)
 
     def relay_wakeups(self) -> None:
@@ -439,10 +439,15 @@ class Node:
             return self._forkserver.exit_code(launch.forked[0], EXIT_REPORT_S)
         return None
 
+    @property
+    def log_path(self) -> Path:
+        """Where its workers' words go (their stderr)."""
+        return self.registry.root / "node.log"
+
     def _node_log(self) -> IO[bytes]:
         if self._log is None:
             self.registry.root.mkdir(parents=True, exist_ok=True)
-            self._log = open(self.registry.root / "node.log", "ab")  # noqa: SIM115
+            self._log = open(self.log_path, "ab")  # noqa: SIM115
         return self._log
 
     def _read(self, run_id: str) -> tuple[Goal | None, Run | None]:

@@ -23,6 +23,7 @@ from store.errors import (
     NoProcessRecordError,
     NotThisNodeError,
 )
+from store.host.observe import live_workers
 from store.host.processes import ProcessRecord
 from store.journal.api import Journal
 from store.model.execution import Run, run_from_stored
@@ -217,14 +218,16 @@ def _advised(
     """A Stop refused for want of a process record says why there is none, and what to do, as
     the single Stop does (its worker found on this machine, the node live from another
     machine, an attempt still starting): "confirm cleanup" is the advice only when none holds."""
-    registry = None
+    registry, workers = None, None  # read once, for the first goal that needs them
     advised = []
     for p in planned:
         run = runs.get(p.goal_id)
         attempt = run.running_attempt if isinstance(run, Run) else None
         if p.code == NoProcessRecordError.code and attempt is not None:
             registry = registry or registry_of(journal, node)
-            p = replace(p, why=no_record_advice(registry, journal, p.run_id, attempt))
+            workers = live_workers() if workers is None else workers
+            why = no_record_advice(registry, journal, p.run_id, attempt, workers)
+            p = replace(p, why=why)
         advised.append(p)
     return tuple(advised)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import getpass
 import os
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -225,9 +226,15 @@ def stop_target(
 
 
 def no_record_advice(
-    registry: ProcessRegistry, journal: Journal, run_id: str, attempt: Attempt
+    registry: ProcessRegistry,
+    journal: Journal,
+    run_id: str,
+    attempt: Attempt,
+    workers: Mapping[str, int] | None = None,
 ) -> str:
     """Why Stop finds no record of a running attempt, where it looked, and what to do.
+    ``workers``: this machine's live workers (``live_workers``), looked up once by a caller
+    advising on many attempts; None: looked for now.
 
     "Starting" only while the claim is young (``reads.launching``; its worker may be alive
     then): a worker records itself a few ms after its claim. An older attempt whose worker runs
@@ -241,7 +248,7 @@ def no_record_advice(
     where = f"{registry.processes_dir}{_reserved_for_another(registry)}"
     claimed = claimed_at(journal, run_id, attempt.epoch)
     has_log = registry.find_log(run_id, attempt.epoch).exists()
-    worker = None if launching(claimed, has_log=has_log) else live_worker(attempt.worker)
+    worker = None if launching(claimed, has_log=has_log) else _live(attempt.worker, workers)
     if claimed is not None and launching(claimed, has_log=has_log and worker is None):
         age = f"{max(0.0, time.time() - claimed):.0f} s"
         return (
@@ -261,6 +268,19 @@ def no_record_advice(
     return (
         f"no process record for {which} in {where}: if its work has ended, confirm cleanup instead"
     )
+
+
+def _live(worker: str, workers: Mapping[str, int] | None) -> psutil.Process | None:
+    """The live worker process of ``worker``: from ``workers`` when given, else looked for."""
+    if workers is None:
+        return live_worker(worker)
+    import psutil
+
+    pid = workers.get(worker)
+    try:
+        return None if pid is None else psutil.Process(pid)
+    except psutil.Error:  # ended since the look
+        return None
 
 
 def _reserved_for_another(registry: ProcessRegistry) -> str:
