@@ -338,6 +338,7 @@ CREATE TABLE {s}.node_presence (
 
 # The server's clock, for every machine alike: ``now()`` is the time its transaction began.
 _SERVER_NOW = "extract(epoch FROM now())::double precision"
+_SERVER_START = "extract(epoch FROM pg_postmaster_start_time())::double precision"
 # A beat (``_PRESENCE_ARGS`` of ``beat_row``): a ``start`` also resets ``started_at``; only
 # ``stop`` marks the clean exit. RETURNING: one row back, as every statement ``_rows`` runs.
 _WRITE_PRESENCE = f"""
@@ -1089,11 +1090,11 @@ class PostgresJournal(Journal):
     def presence(self) -> tuple[float, list[Presence]]:
         """Every node's presence row (by node id) and the server's clock now."""
         rows = self._rows(
-            f"SELECT {PRESENCE_COLUMNS}, {_SERVER_NOW} FROM {{s}}.node_presence"
+            f"SELECT {PRESENCE_COLUMNS}, {_SERVER_NOW}, {_SERVER_START} FROM {{s}}.node_presence"
             f" RIGHT JOIN (SELECT) AS one ON true ORDER BY node_id"
         )
-        now = float(rows[0][-1])
-        return now, [presence_row(row[:-1]) for row in rows if row[0] is not None]
+        now, up_since = float(rows[0][-2]), float(rows[0][-1])
+        return now, [presence_row(row[:-2], up_since) for row in rows if row[0] is not None]
 
     def goal_nodes(self) -> list[str]:
         """Every node id a Goal names, sorted."""

@@ -17,6 +17,9 @@ operator's statement about a whole node, store.ops.node_cleanup).
   read returns the database's time of reading (PostgreSQL's ``now()`` on the server; SQLite's
   ``julianday('now')``, the clock of the one machine that holds the file), so machines whose
   clocks disagree never make a node look silent or live.
+- A journal that was down took no beats: silence counts from the later of a node's last beat
+  and the journal's start (a PostgreSQL server's), so a server restart does not make every node
+  of the fleet look silent (and open to ``refine cleanup --node``) until it beats again.
 """
 
 from __future__ import annotations
@@ -95,13 +98,18 @@ class Presence:
     last_seen: float
     started_at: float
     stopped_at: float | None
+    # When the journal began to take beats (a PostgreSQL server's start), if later than the last
+    # beat: no node could beat while its server was down, so silence counts from then.
+    beats_taken_since: float | None = None
 
     def state(self, now: float) -> State:
         """``stopped`` once it exited cleanly, else ``live`` within ``MISSED_BEATS`` intervals
-        of its last beat (by the database's clock ``now``), else ``silent``."""
+        of its last beat (by the database's clock ``now``) or of the journal's own start,
+        whichever is later, else ``silent``."""
         if self.stopped_at is not None:
             return "stopped"
-        return "live" if now - self.last_seen <= MISSED_BEATS * self.interval_s else "silent"
+        since = max(self.last_seen, self.beats_taken_since or 0.0)
+        return "live" if now - since <= MISSED_BEATS * self.interval_s else "silent"
 
 
 # What both backends store and read, in this order (``presence_row`` parses a row of them).
@@ -132,7 +140,7 @@ def beat_row(beat: Beat) -> dict[str, object]:
     }
 
 
-def presence_row(row: Sequence[Any]) -> Presence:
+def presence_row(row: Sequence[Any], beats_taken_since: float | None = None) -> Presence:
     """A stored row (``PRESENCE_COLUMNS``) as a Presence."""
     node_id, host, capacity, version, interval_s, last_seen, started_at, stopped_at = row
     return Presence(
@@ -144,6 +152,7 @@ def presence_row(row: Sequence[Any]) -> Presence:
         last_seen=float(last_seen),
         started_at=float(started_at),
         stopped_at=None if stopped_at is None else float(stopped_at),
+        beats_taken_since=beats_taken_since,
     )
 
 

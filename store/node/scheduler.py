@@ -69,6 +69,7 @@ from store.model.run import Run, run_aggregate_id, run_from_stored
 from store.node.forkserver import Forkserver, cmdline
 from store.node.launch_backoff import LaunchBackoff
 from store.node.touched import TouchedGoals
+from store.node.trouble import Trouble
 from store.node.wakeups import Relay, write_node_file
 from store.node.worker import EXIT_REFUSED, JOURNAL_ENV
 
@@ -163,6 +164,8 @@ class Node:
         self.launched: dict[str, _Launch] = {}
         self._refused: dict[str, int] = {}  # goal → version whose start was refused
         self.backoff = LaunchBackoff()
+        self.trouble = Trouble(self._say)  # the journal out of reach: said once, not each round
+        self._relayed = True  # the last relay of wake-ups read the journal
         self._gone_since: dict[tuple[str, int], float] = {}
         self._log: IO[bytes] | None = None
         self._forkserver: Forkserver | None = None
@@ -262,7 +265,10 @@ class Node:
         try:
             self.relay.relay(self.journal, tokens)
         except RefineError as exc:  # unreadable for now: the next round reads from there
-            self._say(f"wake-ups not relayed: {exc}")
+            self._relayed = False  # (the round's own reads then fail alike: said once)
+            self.trouble.failed(str(exc))
+        else:
+            self._relayed = True
 
     def reconcile(self, *, settle_s: float = 0.0) -> list[GoalResult]:
         """Interrupt running attempts whose recorded process is gone; drop stale records.
@@ -710,7 +716,10 @@ class Node:
         try:
             step()
         except RefineError as exc:  # e.g. the journal is locked for a while: try again later
-            self._say(f"{exc}")
+            self.trouble.failed(str(exc))
+        else:
+            if self._relayed:
+                self.trouble.passed("the journal answers")
 
 
 def _stop_signals() -> tuple[signal.Signals, ...]:

@@ -74,6 +74,7 @@ from store.journal.slots import SLOTS_ENV, WAKE_FILE_ENV, keeping_connections, s
 from store.model.execution import Execution
 from store.model.goals import GoalResult, Goals
 from store.model.run import run_aggregate_id
+from store.node.trouble import Trouble
 from store.node.wakeups import Inbox
 
 POLL_S = 0.25  # without a node, how often the worker looks whether a SQLite journal changed
@@ -529,7 +530,8 @@ def _held_still(journal: Journal, claim: Claim) -> Iterator[None]:
             except JournalLockedError as exc:  # each try waited a busy timeout already
                 if time.monotonic() >= deadline:
                     raise
-                _say(f"{claim.run_id}/{claim.epoch}: the launch waits for the journal: {exc}")
+                attempt = f"{claim.run_id}/{claim.epoch}"
+                _waits.failed(f"{attempt}: the launch waits for the journal: {exc}")
         yield
 
 
@@ -657,7 +659,7 @@ def _start_patiently(
             unknown = unknown or isinstance(exc, StorageUnreachableError)
             if not _waited_out(exc, unknown, deadline):
                 raise
-            _say(f"{goal_id}: the claim waits for the journal: {exc}")
+            _waits.failed(f"{goal_id}: the claim waits for the journal: {exc}")
         time.sleep(delay)
         delay = min(delay * 2, RETRY_MAX_S)
 
@@ -686,7 +688,8 @@ def _end_unlaunched(goals: Goals, claim: Claim) -> int:
             if not _waited_out(exc, True, deadline):
                 _say(f"{claim.run_id}/{claim.epoch}: the unlaunched attempt was not ended: {exc}")
                 return EXIT_SUPERSEDED
-            _say(f"{claim.run_id}/{claim.epoch}: ending the unlaunched attempt waits: {exc}")
+            attempt = f"{claim.run_id}/{claim.epoch}"
+            _waits.failed(f"{attempt}: ending the unlaunched attempt waits: {exc}")
         except RefineError as exc:  # changed meanwhile: an operator can still end it
             _say(f"{claim.run_id}/{claim.epoch}: the unlaunched attempt was not ended: {exc}")
             return EXIT_SUPERSEDED
@@ -755,7 +758,7 @@ def _open_patiently(location: str, journal_id: str | None) -> Journal | None:
             ):
                 _say(f"journal unavailable: {exc}")
                 return None
-            _say(f"journal unavailable for now: {exc}")
+            _waits.failed(f"journal unavailable for now: {exc}")
         time.sleep(delay)
         delay = min(delay * 2, RETRY_MAX_S)
 
@@ -857,8 +860,9 @@ def _verdict(goals: Goals, claim: Claim) -> str:
             goal = goals.read(claim.goal_id)
             run = Execution(goals.journal).read(claim.run_id)
     except RefineError as exc:  # e.g. locked for a while: keep going, look again
-        _say(f"{claim.goal_id}: cannot reread the journal: {exc}")
+        _waits.failed(f"{claim.goal_id}: cannot reread the journal: {exc}")
         return "unknown"
+    _waits.passed(f"{claim.goal_id}: the journal answers")
     if goal is None or run is None or not run.runs_attempt(claim.epoch):
         return "superseded"
     if run.cancel_requested is not None:
@@ -964,7 +968,7 @@ def _settle(
             if time.monotonic() >= deadline or isinstance(exc, JournalNotPermittedError):
                 _say(f"{claim.run_id}/{claim.epoch}: report not delivered: {exc}")
                 return EXIT_UNAVAILABLE
-            _say(f"{claim.run_id}/{claim.epoch}: report waits for the journal: {exc}")
+            _waits.failed(f"{claim.run_id}/{claim.epoch}: report waits for the journal: {exc}")
             time.sleep(delay)
             delay = min(delay * 2, RETRY_MAX_S)
             continue
@@ -978,6 +982,7 @@ def _settle(
         except RefineError as exc:  # superseded meanwhile: the journal refused, nothing written
             _say(f"{claim.run_id}/{claim.epoch}: report refused: {exc}")
             return EXIT_SUPERSEDED
+        _waits.passed(f"{claim.run_id}/{claim.epoch}: report delivered: the journal answers")
         return EXIT_SETTLED
 
 
@@ -994,6 +999,11 @@ def _say(message: str) -> None:
     # precede (raised here, they turned a claimed attempt into one nobody reports).
     with contextlib.suppress(OSError):
         print(f"worker {os.getpid()}: {message}", file=sys.stderr, flush=True)
+
+
+# Waits for the journal (an outage: the worker tries again every few seconds for up to an
+# hour) are said once, and once more when it answers again, not at every try.
+_waits = Trouble(_say)
 
 
 if __name__ == "__main__":
