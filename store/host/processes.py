@@ -40,7 +40,7 @@ from store.host.observe import (
     same_process,
     this_host,
 )
-from store.host.stopping import StopOutcome, stop_group_members, stop_process
+from store.host.stopping import STOP_MARGIN_S, StopOutcome, stop_group_members, stop_process
 from store.journal.locations import JournalLocation, Location, file_name
 from store.records import dataclass
 
@@ -55,6 +55,7 @@ if TYPE_CHECKING:
 # their names stay importable from here, where every caller found them.
 __all__ = [
     "STATE_DIR_OWNER",
+    "STOP_MARGIN_S",
     "ProcessObservation",
     "ProcessRecord",
     "ProcessRegistry",
@@ -318,6 +319,22 @@ class ProcessRegistry:
         _write_atomically(marker, {"by": by, "until": until})
         return marker
 
+    def claim_stopping(self, run_id: str, epoch: int, *, by: str, until: float) -> Path | None:
+        """``mark_stopping`` for one of those who each may stop the attempt on the same news (its
+        node and its worker, on a cancellation): of two at once one wins (its file is linked into
+        place only if absent), so the recipe gets one SIGTERM. None: another is stopping it."""
+        claim = self.processes_dir / f"{_safe_name(run_id)}.{int(epoch)}.0-0.stopping"
+        if self.stopping(run_id, epoch) is not None:
+            return None
+        with contextlib.suppress(FileNotFoundError):
+            claim.unlink()  # past its deadline (its claimant died), or there is none
+        self.processes_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            _write_atomically(claim, {"by": by, "until": until}, sync=False, exclusive=True)
+        except FileExistsError:
+            return None
+        return claim
+
     def stopping(self, run_id: str, epoch: int) -> str | None:
         """Who is stopping this attempt now (None: nobody, or the stoppers' deadlines passed).
         An older stopper's marker in the shared folder counts too until its deadline."""
@@ -500,7 +517,10 @@ def _safe_name(value: str) -> str:
     return file_name(value)
 
 
-def _write_atomically(target: Path, data: Mapping[str, Any], *, sync: bool = True) -> None:
+def _write_atomically(
+    target: Path, data: Mapping[str, Any], *, sync: bool = True, exclusive: bool = False
+) -> None:
+    """``target`` appears whole or not at all; ``exclusive``: FileExistsError if it exists."""
     import tempfile  # here: it imports shutil and random, and a refused stop writes nothing
 
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".part", dir=target.parent)
@@ -510,7 +530,11 @@ def _write_atomically(target: Path, data: Mapping[str, Any], *, sync: bool = Tru
             f.flush()
             if sync:
                 os.fsync(f.fileno())
-        os.replace(tmp, target)
+        if exclusive:
+            os.link(tmp, target)
+            os.unlink(tmp)
+        else:
+            os.replace(tmp, target)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)

@@ -21,6 +21,10 @@ if TYPE_CHECKING:
     from store.host.processes import ProcessRecord
 
 POLL_S = 0.02  # how often stop_process looks whether the group has exited
+# How long after its grace a stopper may still take to SIGKILL, wait and record: a stopper marks
+# the attempt (ProcessRegistry.mark_stopping) until then, and the node leaves it alone meanwhile
+# (and reconciles it after, should the stopper die), as does its worker (it waits, not signals).
+STOP_MARGIN_S = 15.0
 
 
 @dataclass(frozen=True)
@@ -141,14 +145,21 @@ def stop_group_members(grace_s: float = 5.0) -> tuple[str, ...]:
         return found
 
     sent: list[str] = []
+    # SIGTERM once to each member (one that appears during the grace gets its own): sent again
+    # every look, it cut short the very cleanup the grace is for (a shell trap's commands were
+    # killed as they began, and the recipe ran its handler again and again).
+    termed: set[psutil.Process] = set()
     deadline = time.monotonic() + max(0.0, grace_s)
     while (members := others()) and time.monotonic() < deadline + 5.0:
-        sig = signal.SIGTERM if time.monotonic() < deadline else signal.SIGKILL
+        late = time.monotonic() >= deadline
+        sig = signal.SIGKILL if late else signal.SIGTERM
         if not sent or sent[-1] != sig.name:
             sent.append(sig.name)
         for proc in members:  # psutil checks the pid still names that process
-            with contextlib.suppress(psutil.Error):
-                proc.send_signal(sig)
+            if late or proc not in termed:
+                with contextlib.suppress(psutil.Error):
+                    proc.send_signal(sig)
+                termed.add(proc)
         time.sleep(POLL_S)
     return tuple(sent)
 

@@ -23,6 +23,7 @@ from store.node.worker import (
     EXIT_NO_RECORD,
     EXIT_REFUSED,
     EXIT_SETTLED,
+    EXIT_STOPPED,
     EXIT_SUPERSEDED,
     EXIT_UNAVAILABLE,
 )
@@ -35,7 +36,7 @@ UNREACHED = {
     EXIT_NO_HELPER: "no claim helper could be started",
     EXIT_NO_RECORD: "this machine could not record it: its attempt was reported failed",
 }
-REACHED = (EXIT_SETTLED, EXIT_REFUSED, EXIT_SUPERSEDED)  # the journal answered it
+REACHED = (EXIT_SETTLED, EXIT_REFUSED, EXIT_SUPERSEDED, EXIT_STOPPED)  # the journal answered it
 
 
 @dataclass

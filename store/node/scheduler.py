@@ -50,8 +50,10 @@ from store.errors import (
     VersionConflictError,
 )
 from store.host.processes import (
+    STOP_MARGIN_S,
     ProcessRecord,
     ProcessRegistry,
+    StopOutcome,
     create_time,
     same_pid,
     same_process,
@@ -333,7 +335,9 @@ class Node:
                 continue
             if self.registry.stopping(rec.run_id, rec.epoch):
                 continue  # whoever is stopping it records the cancellation
-            stopped = stop_process(rec, self.grace_s)
+            stopped = self._stop_claimed(rec)
+            if stopped is None:
+                continue  # its worker is stopping it, and records the cancellation
             if same_process(rec):
                 continue  # still alive after SIGKILL: the cancellation stays pending
             method = f"cancel cleanup by node {self.node_id}: {stopped.detail}"
@@ -561,6 +565,21 @@ class Node:
             return launch.alive()
 
         return alive
+
+    def _stop_claimed(self, rec: ProcessRecord) -> StopOutcome | None:
+        """``stop_process``, claimed as this node's stopping (as an operator's Stop marks it):
+        the worker, signalled with its recipe, then leaves the recipe its grace and the end to
+        us. None: another (the worker itself) claimed it first."""
+        until = time.time() + self.grace_s + STOP_MARGIN_S
+        marker = self.registry.claim_stopping(
+            rec.run_id, rec.epoch, by=f"node {self.node_id}", until=until
+        )
+        if marker is None:
+            return None
+        try:
+            return stop_process(rec, self.grace_s)
+        finally:
+            self.registry.clear_stopping(marker)
 
     def _forget(self, rec: ProcessRecord) -> None:
         self.registry.remove(rec.run_id, rec.epoch)

@@ -49,7 +49,7 @@ import traceback
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from store.errors import (
     CancelPendingError,
@@ -61,6 +61,7 @@ from store.errors import (
     StorageUnreachableError,
 )
 from store.host.processes import (
+    STOP_MARGIN_S,
     ProcessRecord,
     ProcessRegistry,
     create_time,
@@ -88,6 +89,7 @@ EXIT_SUPERSEDED = 4  # the Goal moved on or the report was refused: nothing repo
 EXIT_UNAVAILABLE = 5  # the journal could not be opened
 EXIT_NO_HELPER = 6  # no claim helper could be forked: nothing was claimed
 EXIT_NO_RECORD = 7  # claimed, but this machine could not record it (its state dir): reported
+EXIT_STOPPED = 8  # SIGTERM from outside: the recipe had its grace; whoever stopped it records
 EXIT_CRASHED = 70  # the worker (or its claim helper) raised: its traceback is in the node log
 
 JOURNAL_ENV = "REFINE_JOURNAL"
@@ -107,6 +109,8 @@ RECIPE_HIDDEN = frozenset(
     }
 )
 WAIT_POLL_S = 0.02  # how often Recipe.wait looks whether the recipe exited
+STOPPING_LOOK_S = 0.1  # after a SIGTERM: how often to look whether its sender still stops us
+NODE_FIRST_S = 2.0  # a cancelled attempt's recipe is left this long to the node relaying to us
 # While the journal is unreachable (a server restart), the owner keeps trying to learn its
 # verdict and to report, with the same command id: the report applies or replays exactly once.
 REPORT_PATIENCE_S = 3600.0
@@ -257,17 +261,20 @@ def run_attempt(
             return launched
         ready = launched.ready
         inbox.follow(ready.registry().root)
+        code = EXIT_CRASHED
         try:
             with open(ready.log_path, "ab") as log:
                 journal = _open_patiently(location, ready.journal_id)
                 if journal is None:
                     if launched.recipe is not None:
                         _stop(launched.recipe)
-                    return EXIT_UNAVAILABLE
+                    code = EXIT_UNAVAILABLE
+                    return code
                 with journal:
-                    return _supervised(Goals(journal), launched, log, inbox)
+                    code = _supervised(Goals(journal), launched, log, inbox)
+                    return code
         finally:
-            ready.registry().remove(ready.claim.run_id, ready.claim.epoch)
+            _forget_record(ready, code)
 
 
 def run_worker(
@@ -281,11 +288,21 @@ def run_worker(
             return launched
         ready = launched.ready
         inbox.follow(ready.registry().root)
+        code = EXIT_CRASHED
         try:
             with open(ready.log_path, "ab") as log:
-                return _supervised(Goals(journal), launched, log, inbox)
+                code = _supervised(Goals(journal), launched, log, inbox)
+                return code
         finally:
-            ready.registry().remove(ready.claim.run_id, ready.claim.epoch)
+            _forget_record(ready, code)
+
+
+def _forget_record(ready: Ready, code: int) -> None:
+    """Remove our process record once we are done, unless we were stopped from outside: the
+    end is recorded by the stopper, else by the node, which finds it by this record (gone, the
+    attempt would stay running for an operator's cleanup)."""
+    if code != EXIT_STOPPED:
+        ready.registry().remove(ready.claim.run_id, ready.claim.epoch)
 
 
 def _poll_s(location: str) -> float:
@@ -772,8 +789,16 @@ def _unlaunched(goals: Goals, ready: Ready, log: IO[bytes], failure: str) -> int
 def _own(goals: Goals, ready: Ready, recipe: Recipe, log: IO[bytes], inbox: Inbox) -> int:
     """Watch the running recipe while the attempt is ours, then report its end."""
     claim, timeout_s = ready.claim, ready.timeout_s
-    verdict, timed_out = _supervise(goals, claim, recipe, time.monotonic() + timeout_s, inbox)
-    _stop(recipe)  # whatever the recipe left running ends with the attempt
+    with _Terminated() as term:
+        deadline = time.monotonic() + timeout_s
+        verdict, timed_out = _supervise(goals, claim, recipe, deadline, inbox, term)
+        stopper = _other_stopper(ready, recipe, verdict, inbox, term)
+        if verdict == "stopped" or stopper is not None:
+            return _stopped_from_outside(ready, recipe, stopper or "a SIGTERM")
+        with _claimed_stopping(ready, recipe) as another:
+            if another is not None:
+                return _stopped_from_outside(ready, recipe, another)
+            _stop(recipe)  # whatever the recipe left running ends with the attempt
     if verdict == "superseded":
         return EXIT_SUPERSEDED
     if timed_out:
@@ -792,12 +817,13 @@ def _die_with_parent() -> None:
 
 
 def _supervise(
-    goals: Goals, claim: Claim, recipe: Recipe, deadline: float, inbox: Inbox
+    goals: Goals, claim: Claim, recipe: Recipe, deadline: float, inbox: Inbox, term: _Terminated
 ) -> tuple[str, bool]:
     """Wait for the recipe, rereading Goal and Run when woken (``inbox``).
 
-    Returns (verdict, timed_out); verdict "ours" | "cancel" | "superseded" | "unknown". The
-    recipe is stopped (and reaped) on "cancel" or "superseded" or when the deadline passed.
+    Returns (verdict, timed_out); verdict "ours" | "cancel" | "superseded" | "unknown", or
+    "stopped" once ``term`` saw a SIGTERM (the recipe is left to whoever sent it). The caller
+    stops a recipe still running (a cancellation, a Goal moved on, the deadline passed).
     Waiting, the worker holds no connection and takes no CPU: it sleeps until its recipe
     exits, its node relays a change, the deadline, or (no node) its safety poll.
     """
@@ -808,7 +834,9 @@ def _supervise(
         while True:
             until = deadline if retry_at is None else min(deadline, retry_at)
             timeout = until - time.monotonic()
-            why = inbox.wait(exit_fds, timeout if exit_fds else min(timeout, POLL_S))
+            why = inbox.wait([*exit_fds, term.fd], timeout if exit_fds else min(timeout, POLL_S))
+            if term.received:
+                return "stopped", False
             if recipe.poll() is not None:
                 return _verdict(goals, claim), False
             due = retry_at is not None and time.monotonic() >= retry_at
@@ -820,11 +848,97 @@ def _supervise(
                 retry_at = time.monotonic() + delay if verdict == "unknown" else None
                 delay = min(delay * 2, RETRY_MAX_S) if verdict == "unknown" else POLL_S
                 if verdict not in ("ours", "unknown"):
-                    _stop(recipe)
                     return verdict, False
             if time.monotonic() >= deadline:
-                _stop(recipe)
                 return _verdict(goals, claim), True
+
+
+class _Terminated:
+    """SIGTERM to this worker, as a descriptor to wait on beside the recipe's exit.
+
+    An operator's Stop or Cancel, and its node's cleanup of a cancelled attempt, send SIGTERM to
+    our whole process group, the recipe's grace, then SIGKILL; a machine going down sends it to
+    every process. Dying of it (the default) SIGKILLed the recipe at once, by its parent-death
+    signal: a recipe that cleans up on SIGTERM never had its grace. So the signal only wakes us.
+    """
+
+    def __init__(self) -> None:
+        self.received = False
+        self.fd = -1
+        self._write = -1
+        self._before: Any = None
+
+    def _on_term(self, signum: int, frame: object) -> None:
+        self.received = True
+        with contextlib.suppress(OSError):
+            os.write(self._write, b"t")
+
+    def __enter__(self) -> _Terminated:
+        self.fd, self._write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self._before = signal.signal(signal.SIGTERM, self._on_term)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        signal.signal(signal.SIGTERM, self._before)
+        os.close(self.fd)
+        os.close(self._write)
+
+
+def _stopped_from_outside(ready: Ready, recipe: Recipe, by: str) -> int:
+    """Stopped by ``by`` (after a SIGTERM, or its marker): the end is not ours to report (the
+    Stop or Cancel records it; else, the machine going down, the node finds the process gone).
+    While a stopper's marker says it is stopping the attempt, it signalled the recipe too and
+    SIGKILLs our group after its grace: wait. Otherwise (a SIGTERM to us alone) stop the recipe
+    as for a cancel."""
+    claim, registry = ready.claim, ready.registry()
+    _say(f"{claim.run_id}/{claim.epoch}: stopped by {by}: the recipe has its grace, not our report")
+    while recipe.poll() is None and registry.stopping(claim.run_id, claim.epoch):
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            recipe.wait(timeout=STOPPING_LOOK_S)
+    _stop(recipe)  # the recipe, or what it left in our group, ends with the attempt
+    return EXIT_STOPPED
+
+
+def _other_stopper(
+    ready: Ready, recipe: Recipe, verdict: str, inbox: Inbox, term: _Terminated
+) -> str | None:
+    """Who else stops our running recipe (a Stop, a Cancel, the node's cleanup of a cancelled
+    attempt), if anyone: it signalled the recipe already, and a second SIGTERM would cut its
+    grace short. A cancellation is left to a node that relays to us for ``NODE_FIRST_S``: it
+    acts on the same commit in the same moment (before, both did: two SIGTERMs)."""
+    claim, registry = ready.claim, ready.registry()
+    if term.received:  # maybe while we reread, the recipe dead of it by now: not ours to report
+        return registry.stopping(claim.run_id, claim.epoch) or "a SIGTERM"
+    if recipe.poll() is not None:
+        return None
+    waited = time.monotonic() + (NODE_FIRST_S if verdict == "cancel" and inbox.relayed else 0)
+    while (by := registry.stopping(claim.run_id, claim.epoch)) is None and not term.received:
+        if recipe.poll() is not None or time.monotonic() >= waited:
+            return None
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            recipe.wait(timeout=STOPPING_LOOK_S)
+    return by or "a SIGTERM"
+
+
+@contextlib.contextmanager
+def _claimed_stopping(ready: Ready, recipe: Recipe) -> Iterator[str | None]:
+    """While we stop our still-running recipe (a cancellation, the Goal moved on, its time
+    limit), claim it as a Stop marks it: the node's cleanup of a cancelled attempt then leaves
+    it to us rather than SIGTERM it a second time. Yields who else claimed it first (then it is
+    theirs), else None. Nothing is written for a recipe that ended."""
+    if recipe.poll() is not None:
+        yield None
+        return
+    claim, registry = ready.claim, ready.registry()
+    until = time.time() + 2 * STOP_GRACE_S + STOP_MARGIN_S  # _stop's two graces, at most
+    marker = registry.claim_stopping(claim.run_id, claim.epoch, by=claim.worker, until=until)
+    if marker is None:
+        yield registry.stopping(claim.run_id, claim.epoch) or "another stopper"
+        return
+    try:
+        yield None
+    finally:
+        registry.clear_stopping(marker)
 
 
 class _ExitWatch:

@@ -15,13 +15,19 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
-from store.errors import ProcessAliveError, VersionConflictError
+from store.errors import (
+    JournalNotPermittedError,
+    ProcessAliveError,
+    StorageError,
+    VersionConflictError,
+)
 from store.host.observe import live_workers
 from store.host.processes import (
+    STOP_MARGIN_S,
     ProcessRecord,
     ProcessRegistry,
     StopOutcome,
@@ -85,9 +91,9 @@ __all__ = [
     "stop_goal",
 ]
 
-# How long after its grace a stopper may still take to SIGKILL, wait and record: the node
-# leaves a stopping attempt alone until then (and reconciles it after, should the stopper die).
-STOP_MARGIN_S = 15.0
+# How long the end of an attempt whose process was signalled is tried again while the journal
+# is out of reach (a server restart): within STOP_MARGIN_S, so the node still leaves it to us.
+RECORD_PATIENCE_S = 10.0
 # A cancel's marker older than this when its process is stopped (a batch committed other intents
 # meanwhile) is renewed, so its deadline still covers the whole grace.
 MARKER_RENEW_AFTER_S = 1.0
@@ -287,7 +293,8 @@ def _record_ending(
         )
 
     try:
-        return done(*_ended(interrupt(target), epoch, ended_by_words(method, by)))
+        result = _recorded_after(stopped, node, lambda: interrupt(target))
+        return done(*_ended(result, epoch, ended_by_words(method, by)))
     except VersionConflictError:
         pass
     fresh = _reread(goals, target)
@@ -315,6 +322,34 @@ def _record_ending(
         return done("conflict", why, fresh.goal, who)
     why = f"the goal changed meanwhile ({now}): nothing was requeued"
     return done("conflict", why, fresh.goal, None)
+
+
+def _recorded_after(
+    stopped: StopOutcome | None, node: str, record: Callable[[], GoalResult]
+) -> GoalResult:
+    """``record()``, the end of an attempt whose process ``stopped`` says was signalled. A
+    signal cannot be taken back: a journal out of reach for a moment is waited out with the same
+    command (a replay, should a lost try have committed); after ``RECORD_PATIENCE_S`` the error
+    says what was done (a bare STORAGE read as "nothing happened": the process was dead)."""
+    if stopped is None or not stopped.signals:
+        return record()
+    deadline = time.monotonic() + RECORD_PATIENCE_S
+    delay = 0.25
+    while True:
+        try:
+            return record()
+        except JournalNotPermittedError:  # waiting does not give the role its rights
+            raise
+        except StorageError as exc:
+            if time.monotonic() >= deadline:
+                raise type(exc)(
+                    f"the process was stopped ({stopped.detail}) but its end is not recorded:"
+                    f" {exc.message}; node {node} records it once the journal answers",
+                    goal_id=exc.goal_id,
+                    run_id=exc.run_id,
+                ) from exc
+        time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+        delay = min(delay * 2, 2.0)
 
 
 def _ended_by(run: Run, epoch: int) -> tuple[str, str] | None:

@@ -10,14 +10,23 @@ server (its own: these tests stop and start it), real node, workers and recipes.
 from __future__ import annotations
 
 import collections
+import json
+import signal
+import subprocess
+import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 
+from store.errors import StorageUnreachableError
 from store.journal.api import Journal
 from store.journal.presence import MISSED_BEATS, Beat
+from store.ops import operator
+from store.ops.operator import stop_goal
 from tests.conftest import own_server
 from tests.helpers.node_env import WAIT_FOR_GO
 from tests.helpers.pg_env import PgEnv
@@ -26,6 +35,8 @@ from tests.helpers.waits import wait_until
 
 pytestmark = pytest.mark.postgres
 INTERVAL_S = 2.0  # the beats' interval here: silent after MISSED_BEATS of them (6 s)
+# A recipe that ignores SIGTERM: a Stop's SIGKILL comes after its grace.
+STUBBORN = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)"
 
 
 @pytest.fixture(scope="module")
@@ -55,6 +66,26 @@ def down_for(server: PostgresServer, seconds: float) -> None:
 def state(journal: Journal, node_id: str) -> str:
     now, rows = journal.presence()
     return next(r.state(now) for r in rows if r.node_id == node_id)
+
+
+def stubborn_running(pg: PgEnv, goal_id: str) -> None:
+    """``goal_id`` running STUBBORN, its SIGTERM ignored by now (the handler is set as Python
+    starts, after the attempt is recorded)."""
+    pg.goal(goal_id, STUBBORN)
+    rec = wait_until(lambda: pg.running_record(goal_id), timeout=90, what=f"{goal_id} running")
+    wait_until(
+        lambda: any(_ignores_sigterm(c.pid) for c in psutil.Process(rec.pid).children()),
+        what="the recipe ignoring SIGTERM",
+    )
+
+
+def _ignores_sigterm(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            ignored = next(line for line in status if line.startswith("SigIgn:"))
+    except OSError:
+        return False
+    return bool(int(ignored.split()[1], 16) & (1 << (signal.SIGTERM - 1)))
 
 
 def test_a_server_restart_does_not_make_a_node_look_silent_before_it_could_beat(
@@ -112,6 +143,59 @@ def test_a_node_and_its_workers_say_an_outage_once_and_when_the_journal_answers_
     assert any("cannot reread the journal" in line for line in worker_said), worker_said
     assert any("the journal answers again, after" in line for line in worker_said), worker_said
     pg.never_printed_a_password()
+
+
+def test_a_stop_whose_kill_lands_while_the_server_restarts_records_the_end_once_it_is_back(
+    server: PostgresServer, pg: PgEnv
+) -> None:
+    """The kill cannot be taken back: before, the Stop said `STORAGE: journal unreachable`
+    (exit 3, read as "nothing happened") with the process dead, and the node later recorded a
+    plain `process-exited`. Now its end is recorded by the Stop itself once the server is back."""
+    pg.node()
+    stubborn_running(pg, "stuck")
+    argv = [sys.executable, "-m", "refine_tui.cli", "--node", "n1", "--state-dir",
+            str(pg.state_dir("n1")), "stop", "stuck", "--grace", "2", "--json"]  # fmt: skip
+    stop = subprocess.Popen(argv, env=pg.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    time.sleep(0.5)  # SIGTERM sent, ignored: the grace runs
+    down_for(server, 3)  # the SIGKILL lands while the server is down
+    out, err = stop.communicate(timeout=60)
+    assert stop.returncode == 0, err
+    report = json.loads(out)
+    assert (report["outcome"], report["process"]) == ("requeued", "killed")
+    assert report["recorded_by"].endswith("@n1")
+    _, run = pg.read("stuck")
+    assert run.attempts[0].cleanup is not None
+    assert run.attempts[0].cleanup["method"] == "sigkill"  # the Stop's, not the node's
+    assert run.attempts[0].cleanup["confirmed_by"] == report["recorded_by"]
+
+
+def test_a_stop_whose_end_cannot_be_recorded_says_the_process_was_stopped(
+    server: PostgresServer, pg: PgEnv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The server stays down past the Stop's patience (shortened here): STORAGE, saying what
+    was done and what was not; the node records the end once the server is back."""
+    monkeypatch.setattr(operator, "RECORD_PATIENCE_S", 1.0)
+    monkeypatch.setenv("REFINE_STATE_DIR", str(pg.state_dir("n1")))  # as `--state-dir` says
+    pg.node()
+    stubborn_running(pg, "stuck")
+    going_down = threading.Timer(0.5, server.stop, args=("fast",))  # during the grace
+    with Journal.open(pg.url) as journal:
+        going_down.start()
+        with pytest.raises(StorageUnreachableError) as refused:
+            stop_goal(journal, "stuck", node="n1", operator="op", grace_s=2.0)
+    going_down.join()
+    words = refused.value.message
+    assert words.startswith("the process was stopped (SIGTERM to process group "), words
+    assert "SIGKILL after 2 s) but its end is not recorded: journal unreachable: " in words
+    assert words.endswith("; node n1 records it once the journal answers"), words
+    server.start_on_same_port()
+    _, run = wait_until(
+        lambda: (got := pg.read("stuck"))[1].attempts[0].state != "running" and got,
+        timeout=60, what="the node recording the end",
+    )  # fmt: skip
+    assert run.attempts[0].state == "interrupted"
+    assert run.attempts[0].cleanup is not None
+    assert run.attempts[0].cleanup["method"] == "process-exited"
 
 
 def _lines(path: Path) -> list[str]:

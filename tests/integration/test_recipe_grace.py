@@ -1,0 +1,84 @@
+"""A recipe that cleans up on SIGTERM gets its grace, whoever stops it (found from outside).
+
+A Stop or a Cancel promises "SIGTERM, SIGKILL after the grace". Yet a recipe whose SIGTERM
+handler needed two seconds never finished it: the group's SIGTERM killed its worker, whose
+death SIGKILLed the recipe at once (its parent-death signal), and the Stop said "exited within
+the grace"; a worker ending its recipe for a cancellation sent SIGTERM again every 20 ms, each
+one cutting the handler short. Real node, workers, recipes and signals (SQLite journal).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+from store.ops.operator import cancel_goal, stop_goal
+from tests.helpers.node_env import Env
+from tests.helpers.waits import wait_until
+
+# Writes "ready", and on SIGTERM "term", then (a second later: its cleanup) "cleaned up". A
+# second SIGTERM during the cleanup would run the handler again: "term" twice.
+GRACEFUL = """
+import os, signal, sys, time
+path = os.path.join(sys.argv[1], {name!r})
+def note(word):
+    with open(path, "a") as f:
+        f.write(word + "\\n")
+def on_term(*_):
+    note("term")
+    time.sleep(1.0)
+    note("cleaned up")
+    sys.exit(0)
+signal.signal(signal.SIGTERM, on_term)
+note("ready")
+time.sleep(60)
+"""
+WHOLE = "ready\nterm\ncleaned up\n"
+
+
+def running(env: Env, name: str) -> None:
+    env.goal(name, GRACEFUL.format(name=name))
+    wait_until(lambda: _said(env, name) == "ready\n", timeout=60, what=f"{name} ready")
+
+
+def _said(env: Env, name: str) -> str:
+    path = Path(env.dir) / name
+    return path.read_text() if path.exists() else ""
+
+
+def test_a_stop_leaves_the_recipe_its_grace(env: Env) -> None:
+    env.node()
+    running(env, "stopped")
+    report = stop_goal(env.journal, "stopped", node="n1", operator="op", grace_s=10.0)
+    assert (report.process, report.outcome) == ("exited", "requeued"), report
+    assert _said(env, "stopped") == WHOLE
+
+
+def test_a_cancel_from_another_node_leaves_the_recipe_its_grace(env: Env) -> None:
+    env.node()
+    running(env, "cancelled")
+    cancel_goal(env.journal, "cancelled", reason="not needed", node="elsewhere", operator="op")
+    wait_until(lambda: env.read("cancelled")[1].status == "cancelled", what="the cancel recorded")
+    assert _said(env, "cancelled") == WHOLE  # its worker stopped it: one SIGTERM, the grace
+
+
+def test_a_sigterm_to_the_worker_alone_leaves_the_recipe_its_grace_and_the_end_to_the_node(
+    env: Env,
+) -> None:
+    env.node()
+    running(env, "shutdown")
+    rec = env.running_record("shutdown")
+    assert rec is not None
+    os.kill(rec.pid, signal.SIGTERM)  # an administrator's kill, or the machine going down
+    wait_until(lambda: _said(env, "shutdown") == WHOLE, timeout=10, what="the recipe's cleanup")
+    # The worker reports nothing (it did not see the recipe end by itself); its record stays,
+    # so the node finds the process gone and records the end: the goal is requeued.
+    _, run = wait_until(
+        lambda: (got := env.read("shutdown"))[1].attempts[0].state != "running" and got,
+        timeout=60, what="the node recording the end",
+    )  # fmt: skip
+    assert run.attempts[0].state == "interrupted"
+    assert run.attempts[0].cleanup is not None
+    assert run.attempts[0].cleanup["method"] == "process-exited"
+    wait_until(lambda: len(env.read("shutdown")[1].attempts) == 2, what="attempt 2")
