@@ -43,4 +43,4 @@ class Trouble:
             return
         lasted = time.monotonic() - self._since
         self._since, self._said = None, set()
-        self._say(f"{what} again, after {lasted:.0f} s")
+        self._say(f"{what} again, after {f'{lasted:.0f} s' if lasted >= 1 else 'under a second'}")

@@ -19,7 +19,7 @@ def test_each_reason_once_then_one_line_when_it_passes_and_a_new_spell_is_said_a
     ]
     trouble.passed("the journal answers")
     trouble.passed("the journal answers")
-    assert said[2:] == ["the journal answers again, after 0 s"] and not trouble.failing
+    assert said[2:] == ["the journal answers again, after under a second"] and not trouble.failing
     trouble.failed("journal unreachable: refused")  # a second outage is news
     assert len(said) == 4
 
