@@ -31,6 +31,7 @@ from store.errors import (
     VersionConflictError,
 )
 from store.host.processes import ProcessRegistry
+from store.host.stopping import StopOutcome, stop_processes
 from store.journal.api import Journal
 from store.model.goal import check_reason
 from store.model.goals import Goals, check_name
@@ -49,9 +50,13 @@ from store.ops.evidence import check_grace, check_writable, default_operator
 from store.ops.operator import (
     ActionReport,
     CancelIntent,
+    StopIntent,
+    begin_stop,
     commit_cancel,
     finish_cancel,
+    finish_stop,
     release_goal,
+    renewed,
     stop_goal,
 )
 from store.records import dataclass
@@ -216,6 +221,7 @@ class _Batch:
         self.goals = Goals(journal)  # one for the batch: every command through the same handle
         self.reports: dict[str, GoalReport] = {}
         self.later: list[tuple[PlannedGoal, CancelIntent | None]] = []
+        self.stops: list[tuple[PlannedGoal, StopIntent]] = []  # checked and marked, to stop
 
     def report(self, planned: PlannedGoal, outcome: str, why: str, **more: Any) -> None:
         done = GoalReport(planned, self.plan.action, outcome, why, **more)
@@ -237,11 +243,11 @@ class _Batch:
             if action == "cancel":
                 intent = self.cancel_intent(p)
                 if intent.record is None:  # nothing to stop here: its report is complete now
-                    self.finish(p, intent)
+                    self.finish(p, intent, None)
                 else:
                     self.later.append((p, intent))
             elif action == "stop":
-                self.stopped(p, self.stop(p))
+                self.stops.append((p, self.begin_stop(p)))
             elif action == "reassign":
                 self.reassigned(p)
             else:
@@ -264,6 +270,16 @@ class _Batch:
             local=p.record if p.stop_after else None,
             expected_version=p.version,
             run_id=p.run_id,
+        )
+
+    def begin_stop(self, p: PlannedGoal) -> StopIntent:
+        return begin_stop(
+            self.journal,
+            p.goal_id,
+            node=self.plan.node,
+            operator=self.operator,
+            grace_s=self.grace_s,
+            expected_version=p.version,
         )
 
     def stop(self, p: PlannedGoal) -> ActionReport:
@@ -318,15 +334,44 @@ class _Batch:
     # --- after the intents ---------------------------------------------------------------------
 
     def stop_processes(self) -> None:
-        """Cancel's second half, Goal by Goal: stop this node's processes and record the ends."""
+        """Stop's and Cancel's second half: stop this node's processes side by side (one grace
+        for the batch: one after another, each recipe that used its grace added a grace), then
+        record the ends Goal by Goal."""
+        stopped = self.stop_side_by_side()
+        while self.stops:
+            p, stop = self.stops.pop(0)
+            self.finish_stop(p, stop, stopped[p.goal_id])  # clears its marker
         while self.later:
-            p, intent = self.later.pop(0)
-            if intent is None:
+            p, cancel = self.later.pop(0)
+            if cancel is None:
                 self.finish_left_over(p)
             else:
-                self.finish(p, intent)  # clears its marker, come what may
+                self.finish(p, cancel, stopped.get(p.goal_id))  # clears its marker, come what may
 
-    def finish(self, p: PlannedGoal, intent: CancelIntent) -> None:
+    def stop_side_by_side(self) -> dict[str, StopOutcome]:
+        """The processes that run here of the Goals stopped and of the attempts cancelled,
+        stopped together: goal → how."""
+        to_stop = [(p.goal_id, intent.record) for p, intent in self.stops]
+        for n, (p, cancel) in enumerate(self.later):
+            if cancel is not None and cancel.marker is not None and cancel.record is not None:
+                fresh = renewed(
+                    self.journal, cancel, operator=self.operator, node=self.plan.node,
+                    grace_s=self.grace_s,
+                )  # fmt: skip
+                self.later[n] = (p, fresh)
+                to_stop.append((p.goal_id, cancel.record))
+        outcomes = stop_processes([rec for _, rec in to_stop], self.grace_s)
+        return {goal_id: outcome for (goal_id, _), outcome in zip(to_stop, outcomes, strict=True)}
+
+    def finish_stop(self, p: PlannedGoal, intent: StopIntent, stopped: StopOutcome) -> None:
+        try:
+            self.stopped(p, finish_stop(self.journal, intent, stopped))
+        except FATAL:
+            raise
+        except RefineError as exc:
+            self.report(p, REFUSED, exc.message, code=exc.code)
+
+    def finish(self, p: PlannedGoal, intent: CancelIntent, stopped: StopOutcome | None) -> None:
         try:
             done = finish_cancel(
                 self.journal,
@@ -334,6 +379,7 @@ class _Batch:
                 operator=self.operator,
                 node=self.plan.node,
                 grace_s=self.grace_s,
+                stopped=stopped,
             )
         except FATAL:
             raise
@@ -361,3 +407,5 @@ class _Batch:
         for _, intent in self.later:
             if intent is not None and intent.marker is not None:
                 ProcessRegistry.clear_stopping(intent.marker)
+        for _, stop in self.stops:
+            ProcessRegistry.clear_stopping(stop.marker)

@@ -15,8 +15,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from store.errors import (
@@ -69,13 +68,15 @@ from store.ops.evidence import (
     worker_alive_words,
 )
 from store.ops.reads import claimed_at
-from store.records import dataclass
+from store.records import dataclass, replace
 
 # Shown before a command (the modals, the CLI) and imported from here by callers since it began.
 __all__ = [
     "ActionReport",
     "CancelIntent",
     "CleanupEvidence",
+    "StopIntent",
+    "begin_stop",
     "cancel_goal",
     "claimed_at",
     "cleanup_evidence",
@@ -86,8 +87,10 @@ __all__ = [
     "describe_cancel",
     "describe_stop",
     "finish_cancel",
+    "finish_stop",
     "needs_cleanup",
     "release_goal",
+    "renewed",
     "stop_goal",
 ]
 
@@ -146,19 +149,6 @@ class ActionReport:
         return f"{self.action} {self.goal_id or self.run_id}: {self.why or self.outcome}"
 
 
-@contextmanager
-def _owning_the_end(
-    journal: Journal, node: str, rec: ProcessRecord, by: str, grace_s: float
-) -> Iterator[None]:
-    """Mark the attempt as being stopped by ``by`` while it signals and records its end, so
-    the node's reconciliation does not record ``process-exited`` in between."""
-    marker = _mark_stopping(journal, node, rec, by, grace_s)
-    try:
-        yield
-    finally:
-        ProcessRegistry.clear_stopping(marker)
-
-
 def _mark_stopping(
     journal: Journal, node: str, rec: ProcessRecord, by: str, grace_s: float
 ) -> Path:
@@ -213,6 +203,44 @@ def stop_goal(
     nothing is requeued and the report says why. ``expected_version``: the Goal's version as
     the caller read it; VersionConflictError, with nothing signalled, when it changed since.
     """
+    intent = begin_stop(
+        journal,
+        goal_id,
+        node=node,
+        operator=operator,
+        grace_s=grace_s,
+        expected_version=expected_version,
+    )
+    try:
+        stopped = stop_process(intent.record, grace_s)
+    except BaseException:
+        ProcessRegistry.clear_stopping(intent.marker)
+        raise
+    return finish_stop(journal, intent, stopped)
+
+
+@dataclass(frozen=True)
+class StopIntent:
+    """A Stop checked and marked (``marker``: its end is ours), its process yet to stop."""
+
+    target: Target
+    record: ProcessRecord
+    marker: Path
+    operator: str
+    node: str
+
+
+def begin_stop(
+    journal: Journal,
+    goal_id: str,
+    *,
+    node: str,
+    operator: str | None = None,
+    grace_s: float = 5.0,
+    expected_version: int | None = None,
+) -> StopIntent:
+    """``stop_goal``'s checks and its stop marker, nothing signalled: a batch stops the
+    processes of all its Goals side by side (``stop_processes``), then ``finish_stop``s each."""
     operator = check_name(operator or default_operator(), "operator")
     check_name(goal_id, "goal_id")
     check_name(node, "node")
@@ -221,20 +249,34 @@ def stop_goal(
     check_writable(journal)
     target = stop_target(journal, goal_id, node, expected_version)
     assert target.record is not None
-    with _owning_the_end(journal, node, target.record, f"{operator}@{node}", grace_s):
-        stopped = stop_process(target.record, grace_s)
-        if same_process(target.record):
+    marker = _mark_stopping(journal, node, target.record, f"{operator}@{node}", grace_s)
+    return StopIntent(target, target.record, marker, operator, node)
+
+
+def finish_stop(journal: Journal, intent: StopIntent, stopped: StopOutcome) -> ActionReport:
+    """Interrupt the stopped attempt at the versions read (``stop_goal``); clears the marker."""
+    try:
+        if same_process(intent.record):
             why = "the process still runs after SIGKILL: nothing recorded"
             return _report(
                 "stop",
-                target,
+                intent.target,
                 process=stopped.outcome,
                 outcome="not-stopped",
                 why=why,
                 stopped=stopped,
             )
-        command_id = _command_id("stop")
-        return _record_ending("stop", journal, target, operator, node, command_id, stopped=stopped)
+        return _record_ending(
+            "stop",
+            journal,
+            intent.target,
+            intent.operator,
+            intent.node,
+            _command_id("stop"),
+            stopped=stopped,
+        )
+    finally:
+        ProcessRegistry.clear_stopping(intent.marker)
 
 
 def _method(stopped: StopOutcome) -> str:
@@ -479,24 +521,39 @@ def commit_cancel(
 
 
 def finish_cancel(
-    journal: Journal, intent: CancelIntent, *, operator: str, node: str, grace_s: float
+    journal: Journal,
+    intent: CancelIntent,
+    *,
+    operator: str,
+    node: str,
+    grace_s: float,
+    stopped: StopOutcome | None = None,
 ) -> ActionReport:
     """The second half of ``cancel_goal``: stop this node's process of the cancelled attempt
-    (if it runs here) and record the cancel with its cleanup; the report of the whole cancel."""
-    marker = intent.marker
+    (if it runs here) and record the cancel with its cleanup; the report of the whole cancel.
+    ``stopped``: how ``intent.record``'s process was stopped already (a batch stops its
+    processes side by side first)."""
     try:
-        if marker is not None and intent.record is not None and _stale(intent):
-            # Marked long ago (a batch committed other intents since): a fresh deadline.
-            by = f"{operator}@{node}"
-            fresh = _mark_stopping(journal, node, intent.record, by, grace_s)
-            ProcessRegistry.clear_stopping(marker)
-            marker = fresh
+        intent = renewed(journal, intent, operator=operator, node=node, grace_s=grace_s)
+        already = (intent.record, stopped) if intent.record and stopped else None
         return _clean_up_cancelled(
-            journal, intent.result, operator, node, intent.command_id, grace_s
+            journal, intent.result, operator, node, intent.command_id, grace_s, already
         )
     finally:
-        if marker is not None:
-            ProcessRegistry.clear_stopping(marker)
+        if intent.marker is not None:
+            ProcessRegistry.clear_stopping(intent.marker)
+
+
+def renewed(
+    journal: Journal, intent: CancelIntent, *, operator: str, node: str, grace_s: float
+) -> CancelIntent:
+    """``intent`` with a fresh stop marker when its own was made long ago (a batch committed
+    other intents since), so its deadline still covers the whole grace."""
+    if intent.marker is None or intent.record is None or not _stale(intent):
+        return intent
+    fresh = _mark_stopping(journal, node, intent.record, f"{operator}@{node}", grace_s)
+    ProcessRegistry.clear_stopping(intent.marker)
+    return replace(intent, marker=fresh, marked_at=time.monotonic())
 
 
 def _stale(intent: CancelIntent) -> bool:
@@ -517,8 +574,10 @@ def _clean_up_cancelled(
     node: str,
     command_id: str,
     grace_s: float,
+    already: tuple[ProcessRecord, StopOutcome] | None = None,
 ) -> ActionReport:
-    """After the intent: stop this node's process of the attempt and record the cancel."""
+    """After the intent: stop this node's process of the attempt and record the cancel.
+    ``already``: a record whose process the caller stopped, and how."""
     goal, run = result.goal, result.run
     assert run is not None
     attempt = run.running_attempt
@@ -539,7 +598,11 @@ def _clean_up_cancelled(
             f" {node}: confirm cleanup once its work has ended"
         )
         return _report("cancel", target, process="no-record", outcome="cancel-requested", why=why)
-    stopped = stop_process(record, grace_s)
+    ours = already is not None and (already[0].pid, already[0].create_time) == (
+        record.pid,
+        record.create_time,
+    )
+    stopped = already[1] if already and ours else stop_process(record, grace_s)
     if same_process(record):
         why = "the process still runs after SIGKILL: the cancellation stays pending"
         return _report(

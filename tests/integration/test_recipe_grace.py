@@ -13,6 +13,9 @@ import os
 import signal
 from pathlib import Path
 
+import pytest
+
+from store.ops.bulk import plan_bulk, run_bulk
 from store.ops.operator import cancel_goal, stop_goal
 from tests.helpers.node_env import Env
 from tests.helpers.waits import wait_until
@@ -35,6 +38,21 @@ note("ready")
 time.sleep(60)
 """
 WHOLE = "ready\nterm\ncleaned up\n"
+# Ends on SIGTERM only once every recipe of the batch (argv[2] of them) was sent one: stopped
+# one after another, the first waits out its grace for the others and is killed.
+TOGETHER = """
+import os, signal, sys, time
+termed = os.path.join(sys.argv[1], "termed")
+def on_term(*_):
+    with open(termed, "a") as f:
+        f.write("x")
+    while len(open(termed).read()) < {n}:
+        time.sleep(0.02)
+    sys.exit(0)
+signal.signal(signal.SIGTERM, on_term)
+open(os.path.join(sys.argv[1], {name!r}), "w").close()
+time.sleep(60)
+"""
 
 
 def running(env: Env, name: str) -> None:
@@ -82,3 +100,21 @@ def test_a_sigterm_to_the_worker_alone_leaves_the_recipe_its_grace_and_the_end_t
     assert run.attempts[0].cleanup is not None
     assert run.attempts[0].cleanup["method"] == "process-exited"
     wait_until(lambda: len(env.read("shutdown")[1].attempts) == 2, what="attempt 2")
+
+
+@pytest.mark.parametrize("action", ["stop", "cancel"])
+def test_a_batch_stops_its_recipes_side_by_side_in_one_grace(env: Env, action: str) -> None:
+    """Before, a batch stopped its Goals' processes one after another, a grace each: ten
+    recipes that ignore SIGTERM, with a 2 s grace, took 20 s to cancel (found from outside)."""
+    names = [f"{action}-{n}" for n in range(4)]
+    for name in names:
+        env.goal(name, TOGETHER.format(n=len(names), name=name))
+    env.node()
+    wait_until(
+        lambda: all((Path(env.dir) / name).exists() for name in names), what="all recipes ready"
+    )
+    plan = plan_bulk(env.journal, action, node="n1", goal_ids=names)
+    reason = "not needed" if action == "cancel" else None
+    report = run_bulk(env.journal, plan, reason=reason, operator="op", grace_s=30.0)
+    outcomes = {r.planned.goal_id: r.report.process for r in report.goals if r.report}
+    assert outcomes == dict.fromkeys(names, "exited"), report.goals  # none needed SIGKILL
