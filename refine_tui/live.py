@@ -341,7 +341,7 @@ class LiveReader:
         if (minute := int(now // 60)) != self._pruned_minute:
             self._pruned_minute = minute
             self.pulses.prune(now)  # once a minute: the per-Goal counts would grow all day
-        return self.pulses.note((e.type, e.committed_at, e.aggregate_id) for e in events)
+        return self.pulses.note((e.type, e.committed_at, e.aggregate_id, e.data) for e in events)
 
 
 def _last_commit(journal: Journal, events: list[Event]) -> tuple[int, float | None]:

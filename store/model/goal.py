@@ -40,6 +40,21 @@ OPERATOR_CONFIRMED = "operator-confirmed"  # Confirm cleanup's default method
 # An attempt whose recorded process is gone, ended by whoever noticed (a Stop that found it
 # dead, the node's reconciliation): one method, so both read the same in every report.
 PROCESS_GONE_METHOD = "process-exited"
+# An attempt ended by a Stop's or a Cancel's signals (its grace kept, or SIGKILL after it), and
+# the prefix of a node's own cleanup of a cancelled attempt ("<prefix> n1: SIGTERM to ...").
+SIGNAL_METHODS = ("sigterm", "sigkill")
+NODE_CANCEL_CLEANUP = "cancel cleanup by node"
+
+
+def chosen_end(cleanup: Mapping[str, Any]) -> bool:
+    """Whether an interrupted attempt's end was someone's choice (a Stop or a Cancel, carried
+    out by the operator, the worker or its node), not something that befell it (its process
+    found gone, an attempt confirmed lost, a launch that never happened). Those that befell it
+    are failures where failures are counted (the dashboard's pulses); the chosen ones are not."""
+    method = str(cleanup.get("method", ""))
+    chosen = (*SIGNAL_METHODS, WORKER_CLEANUP_METHOD)
+    return method in chosen or method.startswith(NODE_CANCEL_CLEANUP + " ")
+
 
 _IDENT = ID_CHARS  # ids are checked as sets of characters (store.names.spelled)
 _ACTOR = ACTOR_CHARS  # "<operator>@<node>"

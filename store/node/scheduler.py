@@ -65,7 +65,7 @@ from store.journal.presence import Heartbeat, heartbeat_interval
 from store.journal.slots import KEPT, SLOTS_ENV, ConnectionSlots, max_connections, named
 from store.journal.watch import JournalWatcher
 from store.model.execution import Execution
-from store.model.goal import MAX_NAME, PROCESS_GONE_METHOD
+from store.model.goal import MAX_NAME, NODE_CANCEL_CLEANUP, PROCESS_GONE_METHOD
 from store.model.goals import Goal, GoalResult, Goals, check_name, goal_id_of_run
 from store.model.run import Run, run_aggregate_id, run_from_stored
 from store.node.forkserver import Forkserver, cmdline
@@ -340,7 +340,7 @@ class Node:
                 continue  # its worker is stopping it, and records the cancellation
             if same_process(rec):
                 continue  # still alive after SIGKILL: the cancellation stays pending
-            method = f"cancel cleanup by node {self.node_id}: {stopped.detail}"
+            method = f"{NODE_CANCEL_CLEANUP} {self.node_id}: {stopped.detail}"
             try:
                 ended.append(self._interrupt(goal, run, rec.epoch, method[:500], "node-cancel"))
             except RefineError as exc:

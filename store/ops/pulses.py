@@ -11,19 +11,23 @@ only moves a count to another minute.
 
 from __future__ import annotations
 
+import json
 from collections import Counter
-from collections.abc import Collection, Iterable
-from typing import TYPE_CHECKING
+from collections.abc import Collection, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from store.journal.api import MAX_PAGE
-from store.model.goal import goal_id_of
+from store.model.goal import chosen_end, goal_id_of
 
 if TYPE_CHECKING:
     from store.journal.api import Journal
 
 WINDOW_MIN = 60
+EventData = Mapping[str, Any] | str | None  # as read: parsed (``Event.data``) or stored text
 KINDS = ("starts", "completions", "failures")
-# Failures: an attempt that failed (the last of an exhausted Run's too) or was interrupted.
+# Failures: an attempt that failed (the last of an exhausted Run's too) or was interrupted by
+# what befell it (its process gone, confirmed lost), not by a Stop's or a Cancel's choice: a
+# batch cancel of a bad deploy drew a spike of failures.
 KIND_OF = {
     "attempt.claimed": "starts",
     "attempt.completed": "completions",
@@ -42,11 +46,12 @@ class Pulses:
         self.latest: dict[str, int] = {}  # each Goal's last minute counted (``prune``)
         self.narrowed = narrowed  # the counts are only some Goals' (``narrowed``)
 
-    def note(self, events: Iterable[tuple[str, float, str]]) -> bool:
-        """(type, committed_at, aggregate_id) of events; True if any was counted."""
+    def note(self, events: Iterable[tuple[str, float, str, EventData]]) -> bool:
+        """(type, committed_at, aggregate_id, data) of events; True if any was counted. ``data``
+        as read (a mapping, or the stored JSON text), looked at only for an interruption."""
         counted = False
-        for type_, at, aggregate_id in events:
-            if (kind := KIND_OF.get(type_)) is not None:
+        for type_, at, aggregate_id, data in events:
+            if (kind := KIND_OF.get(type_)) is not None and not _chosen(type_, data):
                 key = (kind, int(at // 60))
                 self.counts[key] += 1
                 if (goal_id := goal_id_of(aggregate_id)) is not None:
@@ -95,6 +100,15 @@ class Pulses:
         return {kind: [self.counts[(kind, m)] for m in minutes] for kind in KINDS}
 
 
+def _chosen(type_: str, data: EventData) -> bool:
+    """An interruption that was a Stop's or a Cancel's choice (``chosen_end``)."""
+    if type_ != "attempt.interrupted" or data is None:
+        return False
+    parsed = json.loads(data) if isinstance(data, str) else data
+    cleanup = parsed.get("cleanup") if isinstance(parsed, Mapping) else None
+    return isinstance(cleanup, Mapping) and chosen_end(cleanup)
+
+
 def _drop_before(counts: Counter[tuple[str, int]], first: int) -> None:
     """Drop the minutes before ``first``."""
     for key in [k for k in counts if k[1] < first]:
@@ -124,8 +138,8 @@ def read_pulses(journal: Journal, now: float, upto: int | None = None) -> Pulses
     while records := journal.event_records(after, MAX_PAGE, types):
         if upto is not None and records[-1][0] > upto:
             records = [r for r in records if r[0] <= upto]
-            pulses.note((r[3], r[5], r[1]) for r in records)
+            pulses.note((r[3], r[5], r[1], r[4]) for r in records)
             break
-        pulses.note((r[3], r[5], r[1]) for r in records)
+        pulses.note((r[3], r[5], r[1], r[4]) for r in records)
         after = records[-1][0]
     return pulses
