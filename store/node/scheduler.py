@@ -333,11 +333,9 @@ class Node:
                 continue
             if not run.runs_attempt(rec.epoch) or goal.node_id != self.node_id:
                 continue
-            if self.registry.stopping(rec.run_id, rec.epoch):
-                continue  # whoever is stopping it records the cancellation
             stopped = self._stop_claimed(rec)
             if stopped is None:
-                continue  # its worker is stopping it, and records the cancellation
+                continue  # whoever is stopping it (a Stop, its worker) records the cancellation
             if same_process(rec):
                 continue  # still alive after SIGKILL: the cancellation stays pending
             method = f"{NODE_CANCEL_CLEANUP} {self.node_id}: {stopped.detail}"
