@@ -57,7 +57,6 @@ from store.ops.operator import (
     finish_stop,
     release_goal,
     renewed,
-    stop_goal,
 )
 from store.records import dataclass
 
@@ -222,6 +221,7 @@ class _Batch:
         self.reports: dict[str, GoalReport] = {}
         self.later: list[tuple[PlannedGoal, CancelIntent | None]] = []
         self.stops: list[tuple[PlannedGoal, StopIntent]] = []  # checked and marked, to stop
+        self.left_over: dict[str, StopIntent] = {}  # earlier cancels' cleanups, begun as Stops
 
     def report(self, planned: PlannedGoal, outcome: str, why: str, **more: Any) -> None:
         done = GoalReport(planned, self.plan.action, outcome, why, **more)
@@ -282,16 +282,6 @@ class _Batch:
             expected_version=p.version,
         )
 
-    def stop(self, p: PlannedGoal) -> ActionReport:
-        return stop_goal(
-            self.journal,
-            p.goal_id,
-            node=self.plan.node,
-            operator=self.operator,
-            grace_s=self.grace_s,
-            expected_version=p.version,
-        )
-
     def stopped(self, p: PlannedGoal, done: ActionReport) -> None:
         # The interruption is recorded (requeued, held, exhausted or the pending cancellation);
         # otherwise the single command's own word (the Goal changed while it was being stopped,
@@ -337,21 +327,38 @@ class _Batch:
         """Stop's and Cancel's second half: stop this node's processes side by side (one grace
         for the batch: one after another, each recipe that used its grace added a grace), then
         record the ends Goal by Goal."""
+        self.begin_left_overs()
         stopped = self.stop_side_by_side()
         while self.stops:
             p, stop = self.stops.pop(0)
             self.finish_stop(p, stop, stopped[p.goal_id])  # clears its marker
         while self.later:
             p, cancel = self.later.pop(0)
-            if cancel is None:
-                self.finish_left_over(p)
-            else:
+            if cancel is not None:
                 self.finish(p, cancel, stopped.get(p.goal_id))  # clears its marker, come what may
+            elif (left := self.left_over.pop(p.goal_id, None)) is not None:
+                self.finish_left_over(p, left, stopped[p.goal_id])
+
+    def begin_left_overs(self) -> None:
+        """Earlier cancels' pending cleanups (their processes still run here): each a Stop,
+        which records the cancellation with it, begun now to be stopped with the others."""
+        for p, cancel in self.later:
+            if cancel is not None:
+                continue
+            try:
+                self.left_over[p.goal_id] = self.begin_stop(p)
+            except VersionConflictError:
+                self.skipped(p)
+            except FATAL:
+                raise
+            except RefineError as exc:
+                self.report(p, "already terminal", f"{p.why.split(';')[0]}; {exc.message}")
 
     def stop_side_by_side(self) -> dict[str, StopOutcome]:
         """The processes that run here of the Goals stopped and of the attempts cancelled,
         stopped together: goal → how."""
         to_stop = [(p.goal_id, intent.record) for p, intent in self.stops]
+        to_stop += [(goal_id, intent.record) for goal_id, intent in self.left_over.items()]
         for n, (p, cancel) in enumerate(self.later):
             if cancel is not None and cancel.marker is not None and cancel.record is not None:
                 fresh = renewed(
@@ -389,12 +396,10 @@ class _Batch:
             return
         self.report(p, "cancelled", done.why, report=done)
 
-    def finish_left_over(self, p: PlannedGoal) -> None:
-        """An earlier cancel's pending cleanup: Stop records the cancellation with it."""
+    def finish_left_over(self, p: PlannedGoal, intent: StopIntent, stopped: StopOutcome) -> None:
+        """An earlier cancel's pending cleanup, its process stopped: the Stop's record."""
         try:
-            done = self.stop(p)
-        except VersionConflictError:
-            self.skipped(p)
+            done = finish_stop(self.journal, intent, stopped)
         except FATAL:
             raise
         except RefineError as exc:
@@ -408,4 +413,6 @@ class _Batch:
             if intent is not None and intent.marker is not None:
                 ProcessRegistry.clear_stopping(intent.marker)
         for _, stop in self.stops:
+            ProcessRegistry.clear_stopping(stop.marker)
+        for stop in self.left_over.values():
             ProcessRegistry.clear_stopping(stop.marker)
