@@ -81,7 +81,7 @@ def cmd_goal_add(args: argparse.Namespace) -> int:
             title=args.title,
             node_id=node_name(args),
             argv=argv,
-            cwd=args.cwd,
+            cwd=_typed_here(args.cwd),
             max_attempts=args.max_attempts,
             attempt_timeout_ms=args.timeout_ms,
             redelivery=args.redelivery,
@@ -92,6 +92,13 @@ def cmd_goal_add(args: argparse.Namespace) -> int:
         note += " (id derived from the title; --id chooses another)"
     emit(args, goal.to_json(), f"added goal {goal.goal_id} on node {goal.node_id}{note}")
     return EXIT_OK
+
+
+def _typed_here(cwd: str | None) -> str | None:
+    """A relative --cwd is the folder of that name where the operator typed it: the node may
+    run anywhere, and the goal's recipe then names one folder for every machine and every
+    reader (it ran relative to the node's own working folder, wherever that was started)."""
+    return cwd if not cwd or os.path.isabs(cwd) else os.path.abspath(cwd)
 
 
 # Letters NFKD does not take apart into ASCII ones.

@@ -120,7 +120,11 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         add.set_defaults(func=cli.cmd_goal_add)
         add.add_argument("--title", required=True, help="what the goal is, for people")
         add.add_argument("--id", help="the goal's id (default: made from the title)")
-        add.add_argument("--cwd", help="the recipe's working folder (default: the node's)")
+        add.add_argument(
+            "--cwd",
+            help="the recipe's working folder, a relative one taken from where you type it "
+            "(default: the node's)",
+        )
         add.add_argument(
             "--max-attempts", type=positive_int, default=3, metavar="K",
             help="attempts the goal's run may make, 1 to 20 (default 3)",

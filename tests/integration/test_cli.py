@@ -606,3 +606,21 @@ def test_demo_refuses_a_journal_it_would_not_use(
         assert err.startswith("refine: USAGE: refine demo makes its own journal") and named in err
         assert "s3cret" not in err and len(err.splitlines()) == 1
     assert list(tmp_path.iterdir()) == []  # nothing made
+
+
+def test_goal_add_takes_a_relative_cwd_from_where_it_is_typed(
+    journal: Path, capsys, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--cwd build` names the folder `build` here, not wherever the node was started."""
+    (tmp_path / "project" / "build").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path / "project")
+    code, _, err = refine(capsys, journal, "goal", "add", "--id", "g", "--title", "T",
+                          "--cwd", "build", "--", "make")  # fmt: skip
+    assert code == 0, err
+    code, out, _ = refine(capsys, journal, "show", "g", "--json")
+    assert json.loads(out)["goal"]["recipe"]["cwd"] == str(tmp_path / "project" / "build")
+    before = dump(journal)  # an empty one is still refused, not taken as "here"
+    code, _, err = refine(capsys, journal, "goal", "add", "--id", "h", "--title", "T",
+                          "--cwd", "", "--", "make")  # fmt: skip
+    assert code == 2 and "cwd must be" in err and err.count("\n") == 1
+    assert dump(journal) == before
