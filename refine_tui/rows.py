@@ -205,6 +205,8 @@ class Reader:
             return False, False
         if record is None and reads.launching(claimed, has_log=has_log):
             return False, True
+        if record is None and not self.registry.readable(run_id, epoch):
+            return False, False  # another user's node keeps it to itself: no answer here
         return self.registry.stopping(run_id, epoch) is None, False
 
     def liveness_changed(self, rows: Sequence[GoalRow]) -> list[str]:

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from store.errors import StateDirInUseError
+from store.host.logs import log_tail
 from store.host.observe import (
     ProcessObservation,
     _stat,
@@ -51,7 +52,7 @@ if TYPE_CHECKING:
 
     from store.journal.api import Journal
 
-# Observing and stopping have modules of their own (store.host.observe, store.host.stopping);
+# Observing, stopping and logs have modules of their own (store.host.observe, .stopping, .logs);
 # their names stay importable from here, where every caller found them.
 __all__ = [
     "STATE_DIR_OWNER",
@@ -361,6 +362,19 @@ class ProcessRegistry:
             removed = _unlink(legacy) or removed
         return removed
 
+    def readable(self, run_id: str, epoch: int) -> bool:
+        """Whether this user can tell if the attempt's record is here: its folder may be
+        searched and a record there read. A node that runs as another user may keep its state
+        dir to itself: a record not read is then no answer, never a process gone."""
+        path = self._record_path(run_id, epoch)
+        try:
+            path.stat()
+        except FileNotFoundError:
+            return True
+        except OSError:
+            return False
+        return os.access(path, os.R_OK)
+
     def get(self, run_id: str, epoch: int) -> ProcessRecord | None:
         legacy = self._legacy_path("processes", run_id, epoch, "json")
         for path in (self._record_path(run_id, epoch), legacy):
@@ -521,9 +535,7 @@ def _write_atomically(
     target: Path, data: Mapping[str, Any], *, sync: bool = True, exclusive: bool = False
 ) -> None:
     """``target`` appears whole or not at all; ``exclusive``: FileExistsError if it exists."""
-    import tempfile  # here: it imports shutil and random, and a refused stop writes nothing
-
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".part", dir=target.parent)
+    fd, tmp = _temp_beside(target)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             json.dump(data, f, sort_keys=True)
@@ -541,12 +553,20 @@ def _write_atomically(
         raise
 
 
+def _temp_beside(target: Path) -> tuple[int, Path]:
+    """A new file in ``target``'s folder, open for writing, with the mode the umask gives any
+    file (``mkstemp``'s 0600 hid a node's records from the users who may read its state dir:
+    their dashboard took every attempt of the node for one whose process is gone)."""
+    while True:
+        tmp = target.parent / f".tmp-{os.urandom(8).hex()}.part"
+        with contextlib.suppress(FileExistsError):
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666), tmp
+
+
 def _create_once(target: Path, text: str) -> str:
     """Write ``text`` to ``target`` unless it exists (whole, never half-written: a hard link of
     a complete file); what ``target`` holds afterwards, ours or the one that was first."""
-    import tempfile
-
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".part", dir=target.parent)
+    fd, tmp = _temp_beside(target)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
@@ -575,26 +595,3 @@ def _read_record(path: Path) -> ProcessRecord | None:
         return ProcessRecord.from_json(json.loads(path.read_text(encoding="utf-8")))
     except (OSError, ValueError, AttributeError):
         return None
-
-
-# --- logs ------------------------------------------------------------------------------------
-
-
-def log_tail(path: str | os.PathLike[str], lines: int = 20) -> list[str]:
-    """The last ``lines`` lines of a log (decoded leniently); [] when it is missing."""
-    if lines <= 0:
-        return []
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            end = f.tell()
-            block, data = 8192, b""
-            while end > 0 and data.count(b"\n") <= lines:
-                start = max(0, end - block)
-                f.seek(start)
-                data = f.read(end - start) + data
-                end = start
-    except OSError:
-        return []
-    text = data.decode("utf-8", errors="replace")
-    return text.splitlines()[-lines:]

@@ -157,7 +157,9 @@ class Journal(Protocol):
     read_only: bool
     location: str  # where the journal is, fit to show: a file path, or a URL without password
     journal_id: str | None  # names this journal in node records (None: an old read-only file)
-    immutable: bool  # a frozen snapshot that never changes (SQLite in a read-only folder)
+    # Read whole from the file, as a snapshot of it while no writer runs (SQLite in a folder this
+    # process cannot write): ``replaced()`` turns true once a writer changes it.
+    immutable: bool
 
     @property
     def closed(self) -> bool: ...
@@ -329,7 +331,8 @@ class Journal(Protocol):
 
     def replaced(self) -> bool:
         """True when the location now names another journal than the one this handle reads
-        (e.g. a SQLite file restored or deleted): reopen to follow it."""
+        (e.g. a SQLite file restored or deleted), or the snapshot read is outdated: reopen to
+        follow it."""
         ...
 
     # --- node presence (store.journal.presence): beside the command journal, never in it ---

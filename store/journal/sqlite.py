@@ -295,9 +295,12 @@ class SqliteJournal(Journal):
         self.location = str(path)
         self.read_only = read_only
         self.journal_id = journal_id  # None only for a schema-1 journal opened read-only
-        # Read as a frozen snapshot (``immutable=1``): a read-only open of a journal in a folder
-        # where SQLite cannot create its ``-shm`` file. Nobody can write it there either.
+        # Read as a snapshot (``immutable=1``): a read-only open of a journal in a folder where
+        # SQLite cannot create its ``-shm`` file, while no writer runs. Someone else may write
+        # there (its owner, root, or through a writable mount of the same folder): _as_of says
+        # which file state the snapshot is, and ``replaced`` says when it is outdated.
         self.immutable = False
+        self._as_of: tuple[int, int, int] | None = None
         self.inode = os.stat(path).st_ino
         self.synchronous: Synchronous = "FULL"  # as opened (``durable_at_end`` relaxes it)
         self._deferring = 0  # open ``durable_at_end`` blocks
@@ -359,6 +362,7 @@ class SqliteJournal(Journal):
                     raise NotAJournalError(f"another journal than {journal_id} is there now")
                 journal = cls(conn, file, read_only, journal_id=found)
                 journal.immutable = immutable
+                journal._as_of = _file_state(file) if immutable else None
                 journal.synchronous = synchronous
                 return journal
             except BaseException:
@@ -797,7 +801,14 @@ class SqliteJournal(Journal):
         return _DataVersionGate(self)
 
     def replaced(self) -> bool:
-        return self.file_replaced()
+        return self.file_replaced() or self._snapshot_outdated()
+
+    def _snapshot_outdated(self) -> bool:
+        """A snapshot read of a file that a writer has touched since: it made a ``-wal`` (then
+        a reopen reads through it, live), or committed and checkpointed it away already."""
+        if self._as_of is None:
+            return False
+        return os.path.exists(f"{self.path}-wal") or _file_state(self.path) != self._as_of
 
     def file_replaced(self) -> bool:
         """True when the path now names another file (or none) than the one we opened."""
@@ -890,14 +901,23 @@ def _connect(uri: str, busy_timeout_ms: int) -> sqlite3.Connection:
 
 def _frozen_snapshot(file: Path, exc: sqlite3.OperationalError) -> bool:
     """A read-only open failed because SQLite could not create its side files in a folder
-    nobody may write. Without a ``-wal`` file every commit is in the database file and no
-    writer can start there (it would need that ``-wal``): reading it as immutable is exact.
-    Decided by the result code and the folder itself, never by the message's words: a
-    writable folder that merely ran out of space or inodes is not a snapshot."""
+    this process may not write. Without a ``-wal`` file no writer runs and every commit is in
+    the database file: reading it as immutable is exact, until a writer that may write the
+    folder starts (``SqliteJournal.replaced`` notices). Decided by the result code and the
+    folder itself, never by the message's words: a writable folder that merely ran out of
+    space or inodes is not a snapshot."""
     code = getattr(exc, "sqlite_errorcode", 0) & 0xFF  # READONLY_* share the primary code
     if code not in (sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_READONLY):
         return False
     return not os.access(file.parent, os.W_OK) and not os.path.exists(f"{file}-wal")
+
+
+def _file_state(path: Path) -> tuple[int, int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
 
 
 class _DataVersionGate:

@@ -30,7 +30,14 @@ from store.model.execution import Run, run_from_stored
 from store.model.goal import GOAL_STATUSES, goal_aggregate_id, goal_from_stored
 from store.model.goals import REASSIGNABLE, CorruptGoal, Goal, Goals, check_name
 from store.model.run import run_aggregate_id
-from store.ops.evidence import count, ending_of, ending_words, no_record_advice, registry_of
+from store.ops.evidence import (
+    count,
+    ending_of,
+    ending_words,
+    no_record_advice,
+    registry_of,
+    unread_words,
+)
 from store.ops.nodes import list_nodes
 from store.records import dataclass, replace
 
@@ -131,6 +138,10 @@ AFTER_WORDS = {
     "stop-process": ("its process is stopped after", "their processes are stopped after"),
     "other-node": ("its node stops it", "their nodes stop them"),
     "no-record": ("no process record here: confirm cleanup", "no process records here"),
+    "unread": (
+        "its record is unreadable here: its node stops it",
+        "their records are unreadable here: their nodes stop them",
+    ),
     "requeued": ("requeued after", "requeued after"),
     "held": ("held after, until released", "held after, until released"),
     "exhausted": ("exhausted after", "exhausted after"),
@@ -228,6 +239,11 @@ def _advised(
             workers = live_workers() if workers is None else workers
             why = no_record_advice(registry, journal, p.run_id, attempt, workers)
             p = replace(p, why=why)
+        elif p.after == "no-record" and attempt is not None:
+            registry = registry or registry_of(journal, node)
+            if unread := unread_words(registry, p.run_id, attempt.epoch):
+                why = f"running attempt {attempt.epoch}: cancelled; {unread}: its node stops it"
+                p = replace(p, why=why, after="unread")
         advised.append(p)
     return tuple(advised)
 

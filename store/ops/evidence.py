@@ -29,14 +29,9 @@ from store.errors import (
     StaleAttemptError,
     VersionConflictError,
 )
+from store.host.logs import log_tail
 from store.host.node_lock import NodeLock
-from store.host.processes import (
-    ProcessRecord,
-    ProcessRegistry,
-    live_worker,
-    log_tail,
-    same_process,
-)
+from store.host.processes import ProcessRecord, ProcessRegistry, live_worker, same_process
 from store.journal.api import Journal
 from store.journal.locations import STATE_DIR_ENV
 from store.model.execution import Attempt, Run
@@ -192,6 +187,18 @@ def records_here(journal: Journal, node: str) -> bool:
     return row is None or row.state(now) != "live"
 
 
+def unread_words(registry: ProcessRegistry, run_id: str, epoch: int) -> str | None:
+    """What to say of attempt ``epoch`` whose record is here but not readable by this user (a
+    node that runs as another user keeps its state dir to itself); None when it is readable or
+    absent. Such a record is no answer: never "its process is gone", never "confirm cleanup"."""
+    if registry.readable(run_id, epoch):
+        return None
+    return (
+        f"the process record of attempt {epoch} of run {run_id} cannot be read by this user"
+        f" (node {registry.node_id} runs as another user)"
+    )
+
+
 def check_writable(journal: Journal) -> None:
     """Refuse before any signal: a Stop we could not record must not kill anything."""
     if journal.closed:
@@ -246,6 +253,8 @@ def no_record_advice(
     if elsewhere is not None:  # a state dir shared by machines, a node id used twice
         return f"{which} was recorded on machine {elsewhere}: stop it there"
     where = f"{registry.processes_dir}{_reserved_for_another(registry)}"
+    if unread := unread_words(registry, run_id, attempt.epoch):
+        return f"{unread}: stop it as that user"
     claimed = claimed_at(journal, run_id, attempt.epoch)
     has_log = registry.find_log(run_id, attempt.epoch).exists()
     worker = None if launching(claimed, has_log=has_log) else _live(attempt.worker, workers)
@@ -373,7 +382,10 @@ def describe_cancel(journal: Journal, goal_id: str, *, node: str, grace_s: float
     which = f"attempt {attempt.epoch} of run {goal.run_id}"
     if goal.node_id != node:
         return f"{head}; {which} runs on node {goal.node_id}, whose scheduler stops it"
-    rec = record_of(journal, node, goal.run_id, attempt.epoch)
+    registry = registry_of(journal, node)
+    rec = registry.get(goal.run_id, attempt.epoch)
+    if rec is None and (unread := unread_words(registry, goal.run_id, attempt.epoch)):
+        return f"{head}; {unread}: its node stops it"
     if rec is None:
         return f"{head}; no process record for {which} here: confirm cleanup once it has ended"
     if not same_process(rec):
@@ -456,8 +468,11 @@ def cleanup_evidence(journal: Journal, run_id: str, *, epoch: int, node: str) ->
     except OSError:
         output_at = None
     output_age = None if output_at is None else max(0.0, now - output_at)
+    unread = None
+    if goal.node_id == node and record is None:
+        unread = unread_words(registry_of(journal, node), run_id, epoch)
     here = goal.node_id != node or alive or records_here(journal, node)
-    sentence = _evidence_sentence(goal, node, record, alive, here)
+    sentence = _evidence_sentence(goal, node, record, alive, here, unread)
     if found is not None:
         sentence = f"its worker (pid {found.pid}) is alive on this machine; {sentence}"
     return CleanupEvidence(
@@ -477,12 +492,20 @@ def cleanup_evidence(journal: Journal, run_id: str, *, epoch: int, node: str) ->
 
 
 def _evidence_sentence(
-    goal: Goal, node: str, record: ProcessRecord | None, alive: bool, here: bool = True
+    goal: Goal,
+    node: str,
+    record: ProcessRecord | None,
+    alive: bool,
+    here: bool = True,
+    unread: str | None = None,
 ) -> str:
     """``here``: another node's attempt, one proven alive, or this machine keeps the node's
-    records (``records_here``); else nothing here can be checked."""
+    records (``records_here``); else nothing here can be checked. ``unread``: the words for
+    a record here that this user cannot read (``unread_words``)."""
     parts: list[str] = []
-    if not here:
+    if unread:
+        parts.append(unread if alive else f"{unread}: its process cannot be checked from here")
+    elif not here:
         parts.append(
             f"node {node} is live and its records are not in this state dir (another user's,"
             " or another machine's): its process cannot be checked from here"
@@ -522,8 +545,12 @@ def unproven(journal: Journal, goal: Goal, run: Run, *, node: str) -> bool:
     attempt = run.running_attempt
     if attempt is None or goal.node_id != node or goal.run_id != run.run_id:
         return False
-    record = record_of(journal, node, run.run_id, attempt.epoch)
-    gone_here = record is None or not same_process(record)
+    registry = registry_of(journal, node)
+    record = registry.get(run.run_id, attempt.epoch)
+    if record is None:
+        gone_here = registry.readable(run.run_id, attempt.epoch)
+    else:
+        gone_here = not same_process(record)
     return gone_here and records_here(journal, node)  # else nothing here proves it gone
 
 

@@ -65,6 +65,7 @@ from store.ops.evidence import (
     registry_of,
     require_goal,
     stop_target,
+    unread_words,
     worker_alive_words,
 )
 from store.ops.reads import claimed_at
@@ -591,12 +592,15 @@ def _clean_up_cancelled(
             " scheduler stops the process and records the cancellation"
         )
         return _report("cancel", target, process="other-node", outcome="cancel-requested", why=why)
-    record = record_of(journal, node, run.run_id, attempt.epoch)
+    registry = registry_of(journal, node)
+    record = registry.get(run.run_id, attempt.epoch)
     if record is None:
         why = (
             f"the goal is cancelled; no process record for attempt {attempt.epoch} on node"
             f" {node}: confirm cleanup once its work has ended"
         )
+        if unread := unread_words(registry, run.run_id, attempt.epoch):
+            why = f"the goal is cancelled; {unread}: its node stops the process"
         return _report("cancel", target, process="no-record", outcome="cancel-requested", why=why)
     ours = already is not None and (already[0].pid, already[0].create_time) == (
         record.pid,
