@@ -160,6 +160,13 @@ class NoProcessRecordError(RefineError):
     code = "NO_PROCESS_RECORD"
 
 
+class NotPermittedError(RefineError):
+    """Stop refused: the attempt's process runs as another user (its node's), whom this user
+    may not signal; nothing was written or signalled."""
+
+    code = "NOT_PERMITTED"
+
+
 class ProcessAliveError(RefineError):
     """Cleanup refused: the recorded process is alive (same pid and create time): use Stop."""
 

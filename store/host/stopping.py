@@ -143,6 +143,18 @@ def _send(rec: ProcessRecord, group: bool, sig: signal.Signals) -> bool:
     return True
 
 
+def may_signal(pid: int) -> bool:
+    """Whether this process may signal ``pid``: not another user's, unless we are root (a pid
+    gone is no refusal: the stop then finds it gone)."""
+    try:
+        os.kill(pid, 0)
+    except PermissionError:
+        return False
+    except ProcessLookupError:
+        return True
+    return True
+
+
 def _group_is_ours(rec: ProcessRecord) -> bool:
     """The group id still names the recorded group: its leader pid is not a newer process."""
     leader = _stat(rec.pgid)

@@ -21,6 +21,7 @@ from store.errors import (
     InvalidInputError,
     NodeNotFoundError,
     NoProcessRecordError,
+    NotPermittedError,
     NotThisNodeError,
 )
 from store.host.observe import live_workers
@@ -34,9 +35,9 @@ from store.ops.evidence import (
     count,
     ending_of,
     ending_words,
+    foreign_words,
     no_record_advice,
     registry_of,
-    unread_words,
 )
 from store.ops.nodes import list_nodes
 from store.records import dataclass, replace
@@ -138,9 +139,9 @@ AFTER_WORDS = {
     "stop-process": ("its process is stopped after", "their processes are stopped after"),
     "other-node": ("its node stops it", "their nodes stop them"),
     "no-record": ("no process record here: confirm cleanup", "no process records here"),
-    "unread": (
-        "its record is unreadable here: its node stops it",
-        "their records are unreadable here: their nodes stop them",
+    "other-user": (
+        "another user's process: its node stops it",
+        "other users' processes: their nodes stop them",
     ),
     "requeued": ("requeued after", "requeued after"),
     "held": ("held after, until released", "held after, until released"),
@@ -239,13 +240,26 @@ def _advised(
             workers = live_workers() if workers is None else workers
             why = no_record_advice(registry, journal, p.run_id, attempt, workers)
             p = replace(p, why=why)
-        elif p.after == "no-record" and attempt is not None:
+        elif p.epoch is not None and (p.record is not None or p.after == "no-record"):
             registry = registry or registry_of(journal, node)
-            if unread := unread_words(registry, p.run_id, attempt.epoch):
-                why = f"running attempt {attempt.epoch}: cancelled; {unread}: its node stops it"
-                p = replace(p, why=why, after="unread")
+            if foreign := foreign_words(registry, p.run_id, p.epoch, p.record):
+                p = _foreign(p, foreign)
         advised.append(p)
     return tuple(advised)
+
+
+def _foreign(p: PlannedGoal, words: str) -> PlannedGoal:
+    """A planned Goal whose process this user cannot act on (``foreign_words``): a Stop is
+    refused; a Cancel leaves the process to its node, which runs as the user it is."""
+    if p.expect == "stopped":
+        why, code = f"{words}: stop it as that user", NotPermittedError.code
+        return replace(p, expect=REFUSED, why=why, code=code, after="")
+    done = (
+        f"already {p.status}"
+        if p.expect == "already terminal"
+        else f"running attempt {p.epoch}: cancelled"
+    )
+    return replace(p, why=f"{done}; {words}: its node stops it", after="other-user")
 
 
 def _targets(to: str | Sequence[str] | None) -> tuple[str, ...]:

@@ -24,6 +24,7 @@ from store.errors import (
     JournalReadOnlyError,
     NoActiveAttemptError,
     NoProcessRecordError,
+    NotPermittedError,
     NotThisNodeError,
     RunNotFoundError,
     StaleAttemptError,
@@ -32,6 +33,7 @@ from store.errors import (
 from store.host.logs import log_tail
 from store.host.node_lock import NodeLock
 from store.host.processes import ProcessRecord, ProcessRegistry, live_worker, same_process
+from store.host.stopping import may_signal
 from store.journal.api import Journal
 from store.journal.locations import STATE_DIR_ENV
 from store.model.execution import Attempt, Run
@@ -187,16 +189,24 @@ def records_here(journal: Journal, node: str) -> bool:
     return row is None or row.state(now) != "live"
 
 
-def unread_words(registry: ProcessRegistry, run_id: str, epoch: int) -> str | None:
-    """What to say of attempt ``epoch`` whose record is here but not readable by this user (a
-    node that runs as another user keeps its state dir to itself); None when it is readable or
-    absent. Such a record is no answer: never "its process is gone", never "confirm cleanup"."""
-    if registry.readable(run_id, epoch):
-        return None
-    return (
-        f"the process record of attempt {epoch} of run {run_id} cannot be read by this user"
-        f" (node {registry.node_id} runs as another user)"
-    )
+def foreign_words(
+    registry: ProcessRegistry, run_id: str, epoch: int, record: ProcessRecord | None
+) -> str | None:
+    """What to say of this node's attempt ``epoch`` when this user cannot act on its process:
+    its record is here but unreadable, or its process is another user's (a node that runs as
+    another user); None when it can, or there is no record. Never "its process is gone", never
+    "confirm cleanup": the node's own user stops it."""
+    if record is None and not registry.readable(run_id, epoch):
+        return (
+            f"the process record of attempt {epoch} of run {run_id} cannot be read by this user"
+            f" (node {registry.node_id} runs as another user)"
+        )
+    if record is not None and not may_signal(record.pid):
+        return (
+            f"the process of attempt {epoch} of run {run_id} (pid {record.pid}) runs as another"
+            f" user (node {registry.node_id}'s), whom this user may not signal"
+        )
+    return None
 
 
 def check_writable(journal: Journal) -> None:
@@ -225,10 +235,15 @@ def stop_target(
             goal_id=goal_id,
         )
     run, attempt = running_attempt_of(goals, goal)
-    record = record_of(journal, node, run.run_id, attempt.epoch)
+    registry = registry_of(journal, node)
+    record = registry.get(run.run_id, attempt.epoch)
     if record is None:
-        advice = no_record_advice(registry_of(journal, node), journal, run.run_id, attempt)
+        advice = no_record_advice(registry, journal, run.run_id, attempt)
         raise NoProcessRecordError(advice, goal_id=goal_id, run_id=run.run_id)
+    if foreign := foreign_words(registry, run.run_id, attempt.epoch, record):
+        raise NotPermittedError(
+            f"{foreign}: stop it as that user", goal_id=goal_id, run_id=run.run_id
+        )
     return Target(goal, run, attempt.epoch, record)
 
 
@@ -253,7 +268,7 @@ def no_record_advice(
     if elsewhere is not None:  # a state dir shared by machines, a node id used twice
         return f"{which} was recorded on machine {elsewhere}: stop it there"
     where = f"{registry.processes_dir}{_reserved_for_another(registry)}"
-    if unread := unread_words(registry, run_id, attempt.epoch):
+    if unread := foreign_words(registry, run_id, attempt.epoch, None):
         return f"{unread}: stop it as that user"
     claimed = claimed_at(journal, run_id, attempt.epoch)
     has_log = registry.find_log(run_id, attempt.epoch).exists()
@@ -384,8 +399,8 @@ def describe_cancel(journal: Journal, goal_id: str, *, node: str, grace_s: float
         return f"{head}; {which} runs on node {goal.node_id}, whose scheduler stops it"
     registry = registry_of(journal, node)
     rec = registry.get(goal.run_id, attempt.epoch)
-    if rec is None and (unread := unread_words(registry, goal.run_id, attempt.epoch)):
-        return f"{head}; {unread}: its node stops it"
+    if foreign := foreign_words(registry, goal.run_id, attempt.epoch, rec):
+        return f"{head}; {foreign}: its node stops it"
     if rec is None:
         return f"{head}; no process record for {which} here: confirm cleanup once it has ended"
     if not same_process(rec):
@@ -470,7 +485,7 @@ def cleanup_evidence(journal: Journal, run_id: str, *, epoch: int, node: str) ->
     output_age = None if output_at is None else max(0.0, now - output_at)
     unread = None
     if goal.node_id == node and record is None:
-        unread = unread_words(registry_of(journal, node), run_id, epoch)
+        unread = foreign_words(registry_of(journal, node), run_id, epoch, None)
     here = goal.node_id != node or alive or records_here(journal, node)
     sentence = _evidence_sentence(goal, node, record, alive, here, unread)
     if found is not None:

@@ -33,6 +33,7 @@ from store.host.processes import (
     same_process,
     stop_process,
 )
+from store.host.stopping import may_signal
 from store.journal.api import Journal
 from store.model.execution import Run
 from store.model.goal import PROCESS_GONE_METHOD, check_reason
@@ -59,13 +60,13 @@ from store.ops.evidence import (
     default_operator,
     describe_cancel,
     describe_stop,
+    foreign_words,
     needs_cleanup,
     record_of,
     refuse_cancel,
     registry_of,
     require_goal,
     stop_target,
-    unread_words,
     worker_alive_words,
 )
 from store.ops.reads import claimed_at
@@ -562,10 +563,12 @@ def _stale(intent: CancelIntent) -> bool:
 
 
 def _local_record(journal: Journal, goals: Goals, goal: Goal, node: str) -> ProcessRecord | None:
-    """This node's record of the Goal's running attempt (None: not running here)."""
+    """This node's record of the Goal's running attempt, to stop here (None: not running here,
+    or its process is another user's, whom this user may not signal: its node stops it)."""
     run = goals.current_run(goal) if goal.node_id == node else None
     attempt = run.running_attempt if run is not None else None
-    return record_of(journal, node, run.run_id, attempt.epoch) if run and attempt else None
+    record = record_of(journal, node, run.run_id, attempt.epoch) if run and attempt else None
+    return record if record is not None and may_signal(record.pid) else None
 
 
 def _clean_up_cancelled(
@@ -594,13 +597,15 @@ def _clean_up_cancelled(
         return _report("cancel", target, process="other-node", outcome="cancel-requested", why=why)
     registry = registry_of(journal, node)
     record = registry.get(run.run_id, attempt.epoch)
+    if foreign := foreign_words(registry, run.run_id, attempt.epoch, record):
+        why = f"the goal is cancelled; {foreign}: its node stops the process"
+        process = "no-record" if record is None else "other-user"
+        return _report("cancel", target, process=process, outcome="cancel-requested", why=why)
     if record is None:
         why = (
             f"the goal is cancelled; no process record for attempt {attempt.epoch} on node"
             f" {node}: confirm cleanup once its work has ended"
         )
-        if unread := unread_words(registry, run.run_id, attempt.epoch):
-            why = f"the goal is cancelled; {unread}: its node stops the process"
         return _report("cancel", target, process="no-record", outcome="cancel-requested", why=why)
     ours = already is not None and (already[0].pid, already[0].create_time) == (
         record.pid,

@@ -7,7 +7,9 @@ with no writer running when it opened, SQLite's side files could not be made, th
 read as an immutable snapshot, and that snapshot was taken to be frozen for good, though root
 could write there. And the same dashboard alerted "needs cleanup: its process is gone" about
 every live attempt: the node wrote its process records 0600 (``mkstemp``), and a record it could
-not read was taken for none.
+not read was taken for none. Stop and Cancel of those attempts ended `INTERNAL`
+(PermissionError) before anything was written: now Stop is refused `NOT_PERMITTED` and Cancel
+writes its intent and leaves the process to its node.
 
 Another writer is made here with a read-only bind mount (a container's `:ro` volume, say): this
 process reads through it and writes through the folder itself. Another user is `nobody`, in a
@@ -16,6 +18,8 @@ forked child that drops root after the imports.
 
 from __future__ import annotations
 
+import io
+import json
 import os
 import signal
 import stat
@@ -29,6 +33,7 @@ from pathlib import Path
 import pytest
 
 from refine_tui.app import RefineApp
+from refine_tui.cli import main
 from refine_tui.demo import populate
 from refine_tui.rows import Reader
 from store.errors import NoProcessRecordError
@@ -36,7 +41,7 @@ from store.journal.sqlite import Journal
 from store.model.goals import Goals
 from store.ops.bulk import plan_bulk
 from store.ops.evidence import cleanup_evidence, needs_cleanup
-from store.ops.operator import stop_goal
+from store.ops.operator import cancel_goal, stop_goal
 from tests.helpers.registry import node_registry, record_worker
 from tests.helpers.waits import until, wait_until
 
@@ -170,6 +175,49 @@ def test_a_record_another_user_cannot_read_is_no_answer_never_a_process_gone(
 
 def test_a_record_that_is_not_there_is_still_a_process_gone(shared: Path) -> None:
     as_nobody(lambda: _sees(shared, gone=True, words="no process record on node n1"))
+
+
+def test_another_users_process_is_never_signalled_stop_refused_cancel_left_to_its_node(
+    shared: Path, recorded: Path
+) -> None:
+    """Stop and Cancel as nobody of an attempt whose process is root's: they ended INTERNAL
+    (the stop marker's PermissionError), before the Cancel's intent was written."""
+    as_nobody(lambda: _acts(shared))
+    assert _alive(recorded)  # nothing was signalled
+
+
+def _acts(path: Path) -> None:
+    foreign = (
+        "the process of attempt 1 of run nightly-report.r1 (pid {pid}) runs as another user"
+        " (node n1's), whom this user may not signal"
+    )
+    with Journal.open(path) as journal:
+        pid = node_registry(path, "n1").get("nightly-report.r1", 1).pid  # type: ignore[union-attr]
+        foreign = foreign.format(pid=pid)
+        (stop,) = plan_bulk(journal, "stop", node="n1", goal_ids=["nightly-report"]).goals
+        assert (stop.expect, stop.code, stop.why) == (
+            "refused", "NOT_PERMITTED", f"{foreign}: stop it as that user"
+        )  # fmt: skip
+        (cancel,) = plan_bulk(journal, "cancel", node="n1", goal_ids=["nightly-report"]).goals
+        assert cancel.why == f"running attempt 1: cancelled; {foreign}: its node stops it"
+    sys.stderr = io.StringIO()
+    code = main(["--journal", str(path), "--node", "n1", "stop", "nightly-report"])
+    assert (code, sys.stderr.getvalue()) == (
+        1, f"refine: NOT_PERMITTED: {foreign}: stop it as that user\n"
+    )  # fmt: skip
+    with Journal.open(path) as journal:
+        assert Goals(journal).read("nightly-report").status == "running"  # type: ignore[union-attr]
+        report = cancel_goal(journal, "nightly-report", reason="bad deploy", node="n1")
+        assert (report.outcome, report.process, report.signals) == (
+            "cancel-requested", "other-user", ()
+        )  # fmt: skip
+        assert report.why == f"the goal is cancelled; {foreign}: its node stops the process"
+        assert Goals(journal).read("nightly-report").status == "cancelled"  # type: ignore[union-attr]
+
+
+def _alive(record: Path) -> bool:
+    pid = json.loads(record.read_text())["pid"]
+    return Path(f"/proc/{pid}").exists()
 
 
 def _sees(path: Path, *, gone: bool, words: str) -> None:
