@@ -20,7 +20,7 @@ from textual.message import Message
 
 from refine_tui import format as fmt
 from refine_tui.follow import JournalFollower
-from refine_tui.widgets.follow_log import FollowLog
+from refine_tui.widgets.follow_log import FollowLog, as_printed
 from store.errors import RefineError
 from store.journal.api import Event
 
@@ -192,14 +192,17 @@ class DetailPane(FollowLog):
         except FileNotFoundError:
             self._log_placeholder(f"(no output yet: no log file at {self._log_file})")
             return
-        cut = data.rfind(b"\n") + 1  # keep a partial last line for the next look
-        if cut == 0:
+        # A last line without its newline is still being printed: shown, and read again.
+        cut = data.rfind(b"\n") + 1
+        lines = data[:cut].decode("utf-8", "replace").split("\n")[:-1]
+        printing = data[cut:].decode("utf-8", "replace")
+        if not lines and not as_printed(printing):
             self._log_placeholder("(no output yet)")
             return
         if self.placeholder:  # it goes when the first line comes
             self.clear()
         self._log_offset = start + cut
-        self.write_lines(data[:cut].decode("utf-8", "replace").splitlines())
+        self.write_printed(lines, printing)
 
     def _log_placeholder(self, text: str) -> None:
         """Say why the pane is empty, until the first line comes."""

@@ -24,6 +24,8 @@ Why each is used (what the public API does not offer):
 - ``CroppedCompositor`` (``crop_renders``): the screen's compositor with its ``_get_renders``
   overridden (and ``_render_chops`` wrapped, to know the update's lines): a partial update asks
   each widget only for the dirty lines it shows, and none that the widgets above it fill.
+- ``replace_last_line``: the log pane shows a line still being printed (a progress bar) and
+  writes its next form over it; ``Log`` only appends.
 - For tests only: the notifications shown, the compositor's full render, the batch depth.
 
 One module over 600 lines because it is the one door: the import contract and its tests name
@@ -40,6 +42,7 @@ import asyncio
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Self
 
+from rich.cells import cell_len
 from rich.console import RenderableType
 from rich.segment import Segment
 from rich.style import Style
@@ -57,7 +60,7 @@ from textual.notifications import Notification
 from textual.screen import Screen
 from textual.scrollbar import ScrollBar
 from textual.strip import Strip
-from textual.widgets import DataTable, Footer
+from textual.widgets import DataTable, Footer, Log
 from textual.widgets._data_table import TwoWayDict  # type: ignore[attr-defined]  # not in its __all__
 from textual.widgets._footer import FooterKey
 from textual.widgets.data_table import ColumnKey, RowKey
@@ -654,6 +657,21 @@ def driver_loop(driver: Driver) -> asyncio.AbstractEventLoop:
 
 def driver_debug(driver: Driver) -> bool:
     return driver._debug
+
+
+# --- the Log's last line (FollowLog) ------------------------------------------------------------
+
+
+def replace_last_line(log: Log, text: str) -> None:
+    """Write ``text`` over the Log's last line: a line still being printed (a progress bar's
+    carriage returns) shown as it is now. The Log appends only; its lines and its cache of
+    rendered lines (by line index) are private."""
+    last = len(log._lines) - 1
+    log._lines[last] = text
+    log._render_line_cache.discard(last)
+    log._width = max(log._width, cell_len(log._process_line(text)))
+    log.virtual_size = Size(log._width, len(log._lines))
+    log.refresh_lines(last)
 
 
 # --- for tests ----------------------------------------------------------------------------------

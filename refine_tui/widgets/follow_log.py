@@ -6,12 +6,14 @@ Scrolling up pauses; `end`, or scrolling down to the bottom, resumes. The pane t
 when it opens, so the arrow keys, page keys, home and end scroll it; its border says which
 state it is in, and says so when the attempt has ended (nothing more will come) or when there
 is no attempt to show.
-Lines are data (a recipe's output, event fields): their control characters show as escapes.
+Lines are data (a recipe's output, event fields): their control characters show as escapes,
+but for a carriage return, which starts the line over as on a terminal (``as_printed``). A line
+still being printed is shown as it is now, and its next form written over it (a progress bar).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import ClassVar
 
 from rich.cells import cell_len
@@ -21,6 +23,7 @@ from textual.strip import Strip
 from textual.widgets import Log
 
 from refine_tui.format import visible
+from refine_tui.textual_private import replace_last_line
 
 FOLLOWING = "following · ↑↓ ←→ pgup pgdn home end"
 PAUSED = "paused — end or scroll down to follow"
@@ -38,6 +41,7 @@ class FollowLog(Log):
         self.source_live: bool | None = True
         self.placeholder = False  # the one line is a note ("no output yet"), not output
         self.elsewhere: str | None = None  # the node whose machine has the log (not followed)
+        self.printing = False  # the last line is still being printed (no newline yet)
 
     def on_mount(self) -> None:
         self._show_state()
@@ -100,10 +104,34 @@ class FollowLog(Log):
     def write_line(self, line: str, scroll_end: bool | None = None) -> FollowLog:
         return self.write_lines([line], scroll_end)
 
+    def write_printed(self, lines: Sequence[str], printing: str) -> None:
+        """Lines a program printed, then the line it is printing now ("": none): that one is
+        shown until its next form (more of it, or it ended) is written over it."""
+        shown = [as_printed(line) for line in lines]
+        if printing:
+            shown.append(as_printed(printing))
+        if self.printing and shown:
+            replace_last_line(self, visible(shown.pop(0)))
+        self.printing = bool(printing)
+        self.write_lines(shown)
+
     def clear(self) -> FollowLog:
         super().clear()
+        self.printing = False
         self.following = True
         self.placeholder = False
         self.elsewhere = None
         self._show_state()
         return self
+
+
+def as_printed(line: str) -> str:
+    """``line`` as a terminal shows it: a carriage return goes back to the line's start, and
+    what follows it is written over what was there (a progress bar's hundred updates are its
+    last one; the CR of a CRLF line ending is none)."""
+    if "\r" not in line:
+        return line
+    shown = ""
+    for part in line.rstrip("\r").split("\r"):
+        shown = part + shown[len(part) :]
+    return shown

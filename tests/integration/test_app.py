@@ -890,6 +890,30 @@ async def test_an_empty_log_says_no_output_yet(journal_path: Path) -> None:
         await until(pilot, lambda: [str(x) for x in detail.lines] == ["first line"])
 
 
+async def test_a_line_still_being_printed_shows_as_it_is_now(journal_path: Path) -> None:
+    """A progress bar (carriage returns, no newline until it ends) showed nothing until its
+    newline, then every update as a line of its own; a terminal shows its last form."""
+    log = node_registry(journal_path, NODE).log_path("nightly-report.r1", 1)
+    log.write_text("starting\n\rprogress 1%")
+    app = RefineApp(journal=journal_path, node=NODE)
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        await select(pilot, "nightly-report")
+        await pilot.press("l")
+        detail = app.query_one("#detail")
+        await until(pilot, lambda: list(detail.lines) == ["starting", "progress 1%"])
+        with open(log, "a") as f:
+            f.write("\rprogress 2%")
+        await until(pilot, lambda: list(detail.lines) == ["starting", "progress 2%"])
+        with open(log, "a") as f:
+            f.write("\rprogress 100%\r\ndone\nhalf")
+        await until(pilot, lambda: list(detail.lines)[1:] == ["progress 100%", "done", "half"])
+        with open(log, "a") as f:
+            f.write(" and the rest\n")
+        await until(pilot, lambda: list(detail.lines)[-1] == "half and the rest")
+        assert list(detail.lines) == ["starting", "progress 100%", "done", "half and the rest"]
+
+
 def on_screen(app: RefineApp, widget) -> bool:
     region = widget.region
     width, height = app.size

@@ -28,7 +28,7 @@ from textual.drivers.linux_driver import LinuxDriver
 from textual.geometry import Region
 from textual.screen import Screen
 from textual.widget import Widget
-from textual.widgets import DataTable, Footer, Static
+from textual.widgets import DataTable, Footer, Log, Static
 from textual.widgets.data_table import ColumnKey, RowKey
 
 from refine_tui import textual_private as door
@@ -465,6 +465,28 @@ def test_footer_has_its_bindings_ready_flag() -> None:
     footer = Footer()
     door.footer_ready(footer)
     assert footer._bindings_ready is True
+
+
+# --- the Log's last line (FollowLog) ---
+
+
+class LogApp(App[None]):
+    def compose(self) -> ComposeResult:
+        yield Log()
+
+
+async def test_the_last_line_of_a_log_is_written_over_and_drawn_anew() -> None:
+    app = LogApp()
+    async with app.run_test(size=SIZE) as pilot:
+        log = app.query_one(Log)
+        log.write_lines(["first", "progress 1%"])
+        await pilot.pause()
+        assert log.render_line(1).text.startswith("progress 1%")  # drawn: its render cached
+        door.replace_last_line(log, "progress 100% and a long tail of text")
+        await pilot.pause()
+        assert list(log.lines) == ["first", "progress 100% and a long tail of text"]
+        assert log.render_line(1).text.startswith("progress 100% and a long")
+        assert log.virtual_size.width >= len("progress 100% and a long tail of text")
 
 
 # --- the Linux driver (QuietLinuxDriver) ---

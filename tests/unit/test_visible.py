@@ -25,3 +25,12 @@ def test_unprintable_text_without_a_control_is_kept_as_it_is() -> None:
 def test_controls_are_shown_as_escapes() -> None:
     assert visible("a\tb\x1b[2J\u202e") == "a\\tb\\x1b[2J\\u202e"
     assert visible("plain café 東京") == "plain café 東京"
+
+
+def test_a_carriage_return_starts_the_line_over_as_on_a_terminal() -> None:
+    from refine_tui.widgets.follow_log import as_printed
+
+    assert as_printed("\rprogress 1%\rprogress 2%\rprogress 100%") == "progress 100%"
+    assert as_printed("abcdef\rXY") == "XYcdef"  # written over, the rest stays
+    assert as_printed("a CRLF line\r") == "a CRLF line"
+    assert as_printed("\r") == "" and as_printed("plain") == "plain"
