@@ -157,10 +157,7 @@ async def test_80_columns_show_the_walkthroughs_facts(journal_path: Path) -> Non
 async def test_log_follows_the_attempt(journal_path: Path) -> None:
     app = RefineApp(journal=journal_path, node=NODE)
     async with app.run_test(size=SIZE) as pilot:
-        await loaded(pilot)
-        await select(pilot, "nightly-report")
-        await pilot.press("l")
-        detail = app.query_one("#detail")
+        detail = await open_log(pilot)
         await until(pilot, lambda: any("querying warehouse" in str(x) for x in detail.lines))
         log = node_registry(journal_path, NODE).log_path("nightly-report.r1", 1)
         with open(log, "a") as f:
@@ -828,10 +825,7 @@ async def test_log_stops_following_when_scrolled_up(journal_path: Path) -> None:
     log.write_text("".join(f"line {n}\n" for n in range(200)))
     app = RefineApp(journal=journal_path, node=NODE)
     async with app.run_test(size=SIZE) as pilot:
-        await loaded(pilot)
-        await select(pilot, "nightly-report")
-        await pilot.press("l")
-        detail = app.query_one("#detail")
+        detail = await open_log(pilot)
         await until(pilot, lambda: detail.line_count >= 200)
         # The Log scrolls to its end after the next layout: wait for it, however busy the box.
         await until(pilot, lambda: detail.following)
@@ -856,10 +850,7 @@ async def test_log_pane_scrolls_by_keys_and_end_always_resumes(journal_path: Pat
     log.write_text("".join(f"line {n}\n" for n in range(200)))
     app = RefineApp(journal=journal_path, node=NODE)
     async with app.run_test(size=SIZE) as pilot:
-        await loaded(pilot)
-        await select(pilot, "nightly-report")
-        await pilot.press("l")
-        detail = app.query_one("#detail")
+        detail = await open_log(pilot)
         assert app.focused is detail
         await until(pilot, lambda: detail.line_count >= 200 and detail.is_vertical_scroll_end)
         for n in range(4):
@@ -880,10 +871,7 @@ async def test_an_empty_log_says_no_output_yet(journal_path: Path) -> None:
     node_registry(journal_path, NODE).log_path("nightly-report.r1", 1).write_text("")
     app = RefineApp(journal=journal_path, node=NODE)
     async with app.run_test(size=SIZE) as pilot:
-        await loaded(pilot)
-        await select(pilot, "nightly-report")
-        await pilot.press("l")
-        detail = app.query_one("#detail")
+        detail = await open_log(pilot)
         await until(pilot, lambda: any("no output yet" in str(x) for x in detail.lines))
         log = node_registry(journal_path, NODE).log_path("nightly-report.r1", 1)
         log.write_text("first line\n")
@@ -897,10 +885,7 @@ async def test_a_line_still_being_printed_shows_as_it_is_now(journal_path: Path)
     log.write_text("starting\n\rprogress 1%")
     app = RefineApp(journal=journal_path, node=NODE)
     async with app.run_test(size=SIZE) as pilot:
-        await loaded(pilot)
-        await select(pilot, "nightly-report")
-        await pilot.press("l")
-        detail = app.query_one("#detail")
+        detail = await open_log(pilot)
         await until(pilot, lambda: list(detail.lines) == ["starting", "progress 1%"])
         with open(log, "a") as f:
             f.write("\rprogress 2%")
@@ -912,6 +897,14 @@ async def test_a_line_still_being_printed_shows_as_it_is_now(journal_path: Path)
             f.write(" and the rest\n")
         await until(pilot, lambda: list(detail.lines)[-1] == "half and the rest")
         assert list(detail.lines) == ["starting", "progress 100%", "done", "half and the rest"]
+
+
+async def open_log(pilot: Any) -> DetailPane:
+    """The log pane of nightly-report's running attempt (n1's), open."""
+    await loaded(pilot)
+    await select(pilot, "nightly-report")
+    await pilot.press("l")
+    return pilot.app.query_one("#detail", DetailPane)
 
 
 def on_screen(app: RefineApp, widget) -> bool:
