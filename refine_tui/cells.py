@@ -222,8 +222,10 @@ def node_words(n: NodeView) -> str:
         text += f" · {n.waiting} goal{'' if one else 's'} wait{'s' if one else ''} for it"
     if p is not None:
         text += f" · host {p.host} · version {p.version}"
-    if n.state in ("silent", "stopped") and n.running:
+    if n.state == "silent" and n.running:
         text += " · x: confirm cleanup of its attempts"
+    elif n.state == "stopped" and n.running:  # a node's exit leaves its workers running
+        text += " · x: confirm cleanup of its attempts once their work has ended"
     elif n.state != "live" and n.waiting:
         text += " · m: move them to another node"
     return text

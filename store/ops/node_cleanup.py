@@ -15,6 +15,7 @@ recorded with each confirmation names the node's state and last beat.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
@@ -111,6 +112,8 @@ class NodeCleanupPlan:
     # (goal id, why) of the attempts whose cleanup is refused on this machine: their process
     # is alive here (a stopped node's workers outlive it), as its confirmation would find.
     alive: tuple[tuple[str, str], ...] = ()
+    # The node stopped cleanly on another machine: its workers outlive it there, unseen here.
+    unseen: bool = False
 
     def refused(self, attempt: ActiveAttempt) -> str | None:
         """Why confirming ``attempt`` is refused here (its process alive), or None."""
@@ -152,9 +155,19 @@ class NodeCleanupPlan:
             endings.append(f"{k}{will} {_ENDING_WORDS[ending]}")
         if self.alive:
             endings.append(self.alive_text())
+        said = f"Confirm the end of {count(n, 'attempt')} of node {node.node_id}{since}: "
+        return said + ", ".join(endings) + self.unseen_words()
+
+    def unseen_words(self) -> str:
+        """The warning for a node that stopped cleanly on another machine ("" otherwise): a
+        node's exit leaves its workers running, and nothing here can see them."""
+        if not self.unseen or self.node.presence is None:
+            return ""
+        host = self.node.presence.host
         return (
-            f"Confirm the end of {count(n, 'attempt')} of node {node.node_id}{since}: "
-            + ", ".join(endings)
+            f"; node {self.node.node_id} stopped cleanly on host {host}, and its workers outlive"
+            f" it: this machine cannot see whether they still run, so confirm only once their"
+            f" work has ended (on {host} the cleanup refuses the attempts still running)"
         )
 
     def waiting_after(self, journal: Journal) -> list[str]:
@@ -194,7 +207,13 @@ def plan_node_cleanup(
             " refine cleanup RUN --epoch E"
         )
     alive = _alive_here(journal, attempts, here) if here is not None and attempts else ()
-    return NodeCleanupPlan(replace(node, running=len(attempts)), tuple(attempts), alive)
+    unseen = bool(attempts) and node.state == "stopped" and not _on_this_machine(node)
+    return NodeCleanupPlan(replace(node, running=len(attempts)), tuple(attempts), alive, unseen)
+
+
+def _on_this_machine(node: NodeView) -> bool:
+    """Whether the node beat from this machine (its host name), where its workers are seen."""
+    return node.presence is not None and node.presence.host == os.uname().nodename
 
 
 def _alive_here(

@@ -5,6 +5,7 @@ held"): the counts by each Goal's ending, and the refusals `refine cleanup --nod
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -124,8 +125,9 @@ def alive_here(tmp_path: Path, journal: Journal) -> Iterator[int]:
     )
     try:
         record_worker(tmp_path / "journal.db", "b7", "alive.r1", proc, worker="b7/alive")
-        beat(journal, "b7")
-        journal.write_presence(Beat("b7", "stop", "host-b7", 4, "0.1.0", 3600))
+        here = os.uname().nodename  # b7 ran on this machine: its processes are here
+        for kind in ("start", "stop"):
+            journal.write_presence(Beat("b7", kind, here, 4, "0.1.0", 3600))  # type: ignore[arg-type]
         yield proc.pid
     finally:
         proc.kill()
@@ -215,3 +217,27 @@ def test_an_attempt_whose_worker_runs_here_is_said_refused_from_any_node_name(
         worker.kill()
         worker.wait(timeout=10)
         worker.stdout.close()  # type: ignore[union-attr]
+
+
+def test_a_node_that_stopped_cleanly_on_another_machine_is_confirmed_with_a_warning(
+    journal: Journal,
+) -> None:
+    """A node's exit leaves its workers running, and from another machine nothing can see
+    them: the plan (the dashboard's confirmation, the dry run) says so; it was the same as
+    for a dead machine's."""
+    running(Goals(journal), "a")
+    for host, unseen in (("host-b7", True), (os.uname().nodename, False)):
+        for kind in ("start", "stop"):
+            journal.write_presence(Beat("b7", kind, host, 4, "0.1.0", 3600))  # type: ignore[arg-type]
+        plan = plan_node_cleanup(journal, "b7", dry_run=True, here="n1")
+        assert (plan.node.state, plan.unseen) == ("stopped", unseen)
+        warning = (
+            "; node b7 stopped cleanly on host host-b7, and its workers outlive it: this"
+            " machine cannot see whether they still run, so confirm only once their work has"
+            " ended (on host-b7 the cleanup refuses the attempts still running)"
+        )
+        assert plan.text().endswith(warning) is unseen, plan.text()
+    journal.write_presence(Beat("b7", "start", "host-b7", 4, "0.1.0", FAST_S))
+    time.sleep(FAST_S * (MISSED_BEATS + 2))
+    plan = plan_node_cleanup(journal, "b7", dry_run=True, here="n1")
+    assert plan.node.state == "silent" and not plan.unseen  # a dead machine's: no warning
