@@ -516,7 +516,7 @@ def _evidence_sentence(
 ) -> str:
     """``here``: another node's attempt, one proven alive, or this machine keeps the node's
     records (``records_here``); else nothing here can be checked. ``unread``: the words for
-    a record here that this user cannot read (``unread_words``)."""
+    a record here that this user cannot read (``foreign_words``)."""
     parts: list[str] = []
     if unread:
         parts.append(unread if alive else f"{unread}: its process cannot be checked from here")
