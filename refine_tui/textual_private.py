@@ -39,7 +39,7 @@ Textual uses that a public API now covers are not here: a region's repaint is
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Self
 
 from rich.cells import cell_len
@@ -63,7 +63,7 @@ from textual.strip import Strip
 from textual.widgets import DataTable, Footer, Log
 from textual.widgets._data_table import TwoWayDict  # type: ignore[attr-defined]  # not in its __all__
 from textual.widgets._footer import FooterKey
-from textual.widgets.data_table import ColumnKey, RowKey
+from textual.widgets.data_table import CellKey, ColumnKey, RowKey
 
 __all__ = [
     "DataTableDoor",
@@ -297,6 +297,24 @@ class DataTableDoor(DataTable[RenderableType]):
         """The key of the row at ``row_index`` (None: no such row), without the checks and the
         exception of ``coordinate_to_cell_key``: this is on the render path."""
         return self._row_locations.get_key(row_index)
+
+    def remove_rows(self, keys: Collection[str]) -> None:
+        """``DataTable.remove_row`` for many rows at once: the row order is made once, where
+        ``remove_row`` makes a new one for each row removed (O(rows) in Python each)."""
+        gone = set(keys)
+        kept = [str(text) for text in self._row_order().texts() if str(text) not in gone]
+        for key in gone:
+            row_key = RowKey(key)
+            for column_key in self._data.get(row_key, {}):
+                self._updated_cells.discard(CellKey(row_key, column_key))
+            del self.rows[row_key]
+            del self._data[row_key]
+        self._row_locations = _RowOrder.of(self._row_locations, kept)
+        self._require_update_dimensions = True
+        self.cursor_coordinate = self.cursor_coordinate  # clamped to the rows left
+        self.hover_coordinate = self.hover_coordinate
+        self._update_count += 1
+        self.refresh(layout=True)
 
     def set_row_order(self, keys: Iterable[str]) -> None:
         """Put the rows (exactly ``keys``) in that order, as ``DataTable.sort`` does."""

@@ -323,6 +323,25 @@ async def test_a_row_added_in_place_keeps_the_counter_and_is_not_measured() -> N
         assert table.get_row_index("r9") == 5
 
 
+async def test_rows_removed_at_once_leave_the_table_as_remove_row_one_by_one_does() -> None:
+    for app, remove in ((TableApp(), "at once"), (TableApp(), "one by one")):
+        async with app.run_test(size=SIZE) as pilot:
+            table = app.query_one(DataTableDoor)
+            table.move_cursor(row=4)
+            await pilot.pause()
+            if remove == "at once":
+                table.remove_rows(["r1", "r3", "r4"])
+            else:
+                for key in ("r1", "r3", "r4"):
+                    table.remove_row(key)
+            await pilot.pause()
+            assert table.row_texts() == ["r0", "r2"] and table.row_count == 2
+            assert set(table.rows) == set(table._data) == {RowKey("r0"), RowKey("r2")}
+            assert table.get_row_index("r2") == 1 and table.cursor_row == 1  # clamped
+            assert [table.get_row_at(i)[0] for i in range(2)] == ["r0", "r2"]
+            assert app.screen._compositor.render_update(full=True) is not None  # it draws
+
+
 async def test_a_cell_written_in_place_is_rendered_from_the_table_data() -> None:
     app = TableApp()
     async with app.run_test(size=SIZE) as pilot:
