@@ -22,7 +22,7 @@ from refine_tui.keys import SYSTEM_COMMANDS, Selection
 from refine_tui.rows import GoalRow, Reader
 from refine_tui.screens.confirm import MOVE, CancelModal, ConfirmModal
 from refine_tui.screens.pick_node import SPREAD, NodePickModal
-from refine_tui.visible import listed
+from refine_tui.visible import as_printed, listed
 from store.errors import RefineError, StorageError
 from store.journal.api import Journal, JournalHandle
 from store.model.goal import goal_id_of_run
@@ -501,8 +501,8 @@ def evidence_text(evidence: CleanupEvidence, operator: str, node: str, now: floa
     )
     if evidence.log_tail:
         text.append("\n\nlast log lines (↑↓ scroll):", style="dim")
-        for line in evidence.log_tail[-8:]:  # visible first: Text.append drops \r \x07 \b
-            text.append("\n  " + fmt.visible(line.rstrip("\n")), style="dim")
+        for line in evidence.log_tail[-8:]:  # visible first: Text.append drops \x07 \b
+            text.append("\n  " + fmt.visible(as_printed(line)), style="dim")
     return text
 
 

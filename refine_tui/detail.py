@@ -20,7 +20,8 @@ from textual.message import Message
 
 from refine_tui import format as fmt
 from refine_tui.follow import JournalFollower
-from refine_tui.widgets.follow_log import FollowLog, as_printed
+from refine_tui.visible import as_printed
+from refine_tui.widgets.follow_log import FollowLog
 from store.errors import RefineError
 from store.journal.api import Event
 

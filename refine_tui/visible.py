@@ -61,3 +61,15 @@ def listed(names: Sequence[str], most: int) -> str:
     """``a, b, c``: the first ``most`` names, then how many more (``a, b and 3 more``)."""
     shown = ", ".join(names[:most])
     return shown + (f" and {len(names) - most} more" if len(names) > most else "")
+
+
+def as_printed(line: str) -> str:
+    """``line`` as a terminal shows it: a carriage return goes back to the line's start, and
+    what follows it is written over what was there (a progress bar's hundred updates are its
+    last one; the CR of a CRLF line ending is none)."""
+    if "\r" not in line:
+        return line
+    shown = ""
+    for part in line.rstrip("\r").split("\r"):
+        shown = part + shown[len(part) :]
+    return shown

@@ -24,6 +24,7 @@ from textual.widgets import Log
 
 from refine_tui.format import visible
 from refine_tui.textual_private import replace_last_line
+from refine_tui.visible import as_printed
 
 FOLLOWING = "following · ↑↓ ←→ pgup pgdn home end"
 PAUSED = "paused — end or scroll down to follow"
@@ -123,15 +124,3 @@ class FollowLog(Log):
         self.elsewhere = None
         self._show_state()
         return self
-
-
-def as_printed(line: str) -> str:
-    """``line`` as a terminal shows it: a carriage return goes back to the line's start, and
-    what follows it is written over what was there (a progress bar's hundred updates are its
-    last one; the CR of a CRLF line ending is none)."""
-    if "\r" not in line:
-        return line
-    shown = ""
-    for part in line.rstrip("\r").split("\r"):
-        shown = part + shown[len(part) :]
-    return shown

@@ -6,7 +6,8 @@ import os
 
 
 def log_tail(path: str | os.PathLike[str], lines: int = 20) -> list[str]:
-    """The last ``lines`` lines of a log (decoded leniently); [] when it is missing."""
+    """The last ``lines`` lines of a log (decoded leniently, each as printed: carriage returns
+    and all, up to its newline); [] when it is missing."""
     if lines <= 0:
         return []
     try:
@@ -22,4 +23,7 @@ def log_tail(path: str | os.PathLike[str], lines: int = 20) -> list[str]:
     except OSError:
         return []
     text = data.decode("utf-8", errors="replace")
-    return text.splitlines()[-lines:]
+    printed = text.split("\n")  # a line ends at its newline: a progress bar's \r is within it
+    if printed[-1] == "":
+        printed.pop()
+    return printed[-lines:]

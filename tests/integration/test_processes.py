@@ -324,6 +324,8 @@ def test_log_tail(tmp_path: Path) -> None:
     assert log_tail(log, lines=0) == []
     assert log_tail(tmp_path / "missing.log") == []
     assert len(log_tail(log)) == 20
+    log.write_bytes(b"starting\n\rprogress 1%\rprogress 100%\r\ndone\n")  # a progress bar
+    assert log_tail(log) == ["starting", "\rprogress 1%\rprogress 100%\r", "done"]
 
 
 def test_the_create_time_read_from_proc_is_psutils_to_the_bit(spawn: Spawn) -> None:

@@ -28,7 +28,7 @@ def test_controls_are_shown_as_escapes() -> None:
 
 
 def test_a_carriage_return_starts_the_line_over_as_on_a_terminal() -> None:
-    from refine_tui.widgets.follow_log import as_printed
+    from refine_tui.visible import as_printed
 
     assert as_printed("\rprogress 1%\rprogress 2%\rprogress 100%") == "progress 100%"
     assert as_printed("abcdef\rXY") == "XYcdef"  # written over, the rest stays
