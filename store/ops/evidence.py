@@ -189,19 +189,25 @@ def records_here(journal: Journal, node: str) -> bool:
     return row is None or row.state(now) != "live"
 
 
+def another_users(record: ProcessRecord) -> bool:
+    """The recorded process is alive (a pid taken since by another process is not it) and runs
+    as another user, whom this user may not signal."""
+    return same_process(record) and not may_signal(record.pid)
+
+
 def foreign_words(
     registry: ProcessRegistry, run_id: str, epoch: int, record: ProcessRecord | None
 ) -> str | None:
     """What to say of this node's attempt ``epoch`` when this user cannot act on its process:
-    its record is here but unreadable, or its process is another user's (a node that runs as
-    another user); None when it can, or there is no record. Never "its process is gone", never
-    "confirm cleanup": the node's own user stops it."""
+    its record is here but unreadable, or its process is another user's (``another_users``: a
+    node that runs as another user); None when it can, or there is no record. Never "its
+    process is gone", never "confirm cleanup": the node's own user stops it."""
     if record is None and not registry.readable(run_id, epoch):
         return (
             f"the process record of attempt {epoch} of run {run_id} cannot be read by this user"
             f" (node {registry.node_id} runs as another user)"
         )
-    if record is not None and not may_signal(record.pid):
+    if record is not None and another_users(record):
         return (
             f"the process of attempt {epoch} of run {run_id} (pid {record.pid}) runs as another"
             f" user (node {registry.node_id}'s), whom this user may not signal"

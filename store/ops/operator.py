@@ -33,7 +33,6 @@ from store.host.processes import (
     same_process,
     stop_process,
 )
-from store.host.stopping import may_signal
 from store.journal.api import Journal
 from store.model.execution import Run
 from store.model.goal import PROCESS_GONE_METHOD, check_reason
@@ -49,6 +48,7 @@ from store.ops.evidence import (
     CleanupEvidence,
     Target,
     alive_words,
+    another_users,
     check_cleanup_inputs,
     check_expected_version,
     check_grace,
@@ -568,7 +568,7 @@ def _local_record(journal: Journal, goals: Goals, goal: Goal, node: str) -> Proc
     run = goals.current_run(goal) if goal.node_id == node else None
     attempt = run.running_attempt if run is not None else None
     record = record_of(journal, node, run.run_id, attempt.epoch) if run and attempt else None
-    return record if record is not None and may_signal(record.pid) else None
+    return None if record is not None and another_users(record) else record
 
 
 def _clean_up_cancelled(
