@@ -16,7 +16,8 @@ full read) was silent before the dashboard looked: never said.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Literal
 
 from refine_tui import format as fmt
@@ -28,6 +29,10 @@ from store.records import dataclass
 Key = tuple[str, ...]
 Kind = Literal["exhausted", "cleanup", "silent"]
 ONE_BY_ONE = 2  # more alerts of a kind at once than this are said in one notification
+GATHER_S = 0.5  # alerts raised within this of the first are said together (a burst spans updates)
+# Alerts raised this soon after others were said wait for it, then are said together: a trickle
+# of failures (one a second) stacked a toast a second, each shown late behind the older ones.
+PACE_S = 7.5  # half an alert toast's 15 s: two at most show at once
 NAMED = 8  # the subjects a grouped alert names (the rest counted)
 
 
@@ -38,6 +43,21 @@ class Alert:
     kind: Kind
     subject: str
     words: str
+
+
+class Pace:
+    """When alerts raised now are said: ``GATHER_S`` after the first of them, or ``PACE_S``
+    after the last were said, whichever is later."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self._next = 0.0
+
+    def wait(self) -> float:
+        return max(GATHER_S, self._next - self.clock())
+
+    def said(self) -> None:
+        self._next = self.clock() + PACE_S
 
 
 def grouped(alerts: Sequence[Alert]) -> list[str]:

@@ -25,7 +25,7 @@ from textual.widgets import DataTable, Input, Label
 from refine_tui import cells, toasts
 from refine_tui import format as fmt
 from refine_tui.actions import OperatorFlows
-from refine_tui.alerts import Alert, Alerts, grouped
+from refine_tui.alerts import Alert, Alerts, Pace, grouped
 from refine_tui.detail import DetailPane
 from refine_tui.follow import JournalFollower
 from refine_tui.key_hold import KeyHold, type_into_focused
@@ -69,7 +69,6 @@ from store.ops.pulses import Pulses
 OBSERVE_INTERVAL_S = 5.0  # CPU/memory/liveness of this node's processes (they change silently)
 PULSES_MIN_HEIGHT = 20  # a shorter terminal has no line to spare for the pulses
 PRESENCE_INTERVAL_S = 2.0  # the Nodes view reads presence again (beats commit nothing)
-ALERT_GATHER_S = 0.5  # alerts raised within this of the first are said together
 
 
 class Dashboard(Screen[None]):
@@ -118,6 +117,7 @@ class Dashboard(Screen[None]):
         self._reload_asked = False  # `r` pressed: confirm when the full reload is shown
         self._held_updates: list[JournalUpdate] = []  # read while paused, shown on resume
         self._alerts_due: list[Alert] = []  # raised, to be said once gathered (``alert``)
+        self._alerts_pace = Pace()
         self.timeline: TimelineScreen | None = None  # the attempt timeline, while shown
 
     def compose(self) -> ComposeResult:
@@ -409,14 +409,15 @@ class Dashboard(Screen[None]):
     # --- alerts (DESIGN §16) -------------------------------------------------------------------
 
     def alert(self, said: list[Alert]) -> None:
-        """Gathered for ``ALERT_GATHER_S`` from the first (a burst spans updates), then said."""
+        """Gathered as ``Pace`` says (a burst spans updates; a trickle is paced), then said."""
         if said and not self._alerts_due:
-            self.set_timer(ALERT_GATHER_S, self.say_alerts)
+            self.set_timer(self._alerts_pace.wait(), self.say_alerts)
         self._alerts_due += said
 
     def say_alerts(self) -> None:
         """Each kind's alerts (``grouped``), with one ring of the bell (unless quiet)."""
         said, self._alerts_due = self._alerts_due, []
+        self._alerts_pace.said()
         for words in grouped(said):
             self.app.notify(words, title="Alert", severity="warning", timeout=15)
         if said and not self.quiet:

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+import refine_tui.alerts
 import refine_tui.app
 import refine_tui.dashboard
 import refine_tui.live
@@ -92,8 +93,31 @@ async def test_many_goals_exhausted_together_are_one_alert_and_one_ring(
         assert app.said == [
             "5 goals are exhausted: deploy-0, deploy-1, deploy-2, deploy-3, deploy-4"
         ]
-        await pilot.pause(refine_tui.dashboard.ALERT_GATHER_S + 0.2)
+        await pilot.pause(refine_tui.alerts.GATHER_S + 0.2)
         assert len(app.said) == 1 and app.bells == 1
+
+
+async def test_a_trickle_of_failures_is_said_at_a_pace_not_a_toast_each(journal_path: Path) -> None:
+    """A goal exhausted every 0.3 s: a toast each (15 s each) stacked over the table, and the
+    rack showed them 10 s late behind the older ones (found in tmux, one failure a second).
+    The first is said at once; those raised within the pace after it, together, one ring."""
+    app = BellCounting(journal=journal_path, node=NODE)
+    async with app.run_test(size=SIZE) as pilot:
+        await loaded(pilot)
+        exhaust(journal_path, "trickle-0")
+        await until(pilot, lambda: len(app.said) == 1)
+        for n in range(1, 6):
+            exhaust(journal_path, f"trickle-{n}")
+            await until(pilot, lambda n=n: f"trickle-{n}" in app.goal_rows)
+            await pilot.pause(0.3)
+        assert len(app.said) == 1  # the rest wait for the pace
+        await until(pilot, lambda: len(app.said) == 2, timeout=refine_tui.alerts.PACE_S + 5)
+        first, rest = app.said
+        assert first.startswith("goal trickle-0 is exhausted")
+        assert (
+            rest == "5 goals are exhausted: trickle-1, trickle-2, trickle-3, trickle-4, trickle-5"
+        )
+        assert app.bells == 2
 
 
 async def test_quiet_alerts_without_the_bell(journal_path: Path) -> None:

@@ -34,3 +34,16 @@ def test_each_kind_is_grouped_on_its_own_in_the_order_first_raised() -> None:
     assert grouped(many) == [
         "4 attempts need cleanup (their processes are gone; x confirms each): g0, g1, g2, g3"
     ]
+
+
+def test_alerts_are_paced_the_first_at_once_the_next_after_the_pace() -> None:
+    from refine_tui.alerts import GATHER_S, PACE_S, Pace
+
+    now = [100.0]
+    pace = Pace(clock=lambda: now[0])
+    assert pace.wait() == GATHER_S  # nothing said yet: gathered, then said
+    pace.said()
+    now[0] += 1.0
+    assert pace.wait() == PACE_S - 1.0  # a trickle waits for the pace
+    now[0] += PACE_S
+    assert pace.wait() == GATHER_S  # quiet again: at once
