@@ -29,7 +29,7 @@ from store.model.goal import goal_id_of_run
 from store.model.goals import REASSIGNABLE, Goals
 from store.ops.bulk import BulkPlan, plan_bulk, run_bulk
 from store.ops.bulk import Selection as Chosen
-from store.ops.evidence import count
+from store.ops.evidence import another_users, count
 from store.ops.node_cleanup import (
     NodeCleanup,
     NodeCleanupPlan,
@@ -507,7 +507,10 @@ def evidence_text(evidence: CleanupEvidence, operator: str, node: str, now: floa
 
 
 def _stop_advice(evidence: CleanupEvidence, node: str) -> str:
-    """What the operator can do about a live process from here: Stop only on its own node."""
+    """What the operator can do about a live process from here: Stop only on its own node, and
+    only as a user who may signal it (or cancel: its node stops it)."""
+    if evidence.node_id == node and evidence.record and another_users(evidence.record):
+        return "it runs as another user, whom you may not signal: cancel the goal (c)"
     if evidence.node_id == node:
         return "stop it first (s)"
     goal_id = goal_id_of_run(evidence.run_id) or evidence.run_id

@@ -26,12 +26,14 @@ import stat
 import subprocess
 import sys
 import tempfile
+import time
 import traceback
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+from refine_tui.actions import evidence_text
 from refine_tui.app import RefineApp
 from refine_tui.cli import main
 from refine_tui.demo import populate
@@ -207,6 +209,9 @@ def _acts(path: Path) -> None:
     )  # fmt: skip
     with Journal.open(path) as journal:
         assert Goals(journal).read("nightly-report").status == "running"  # type: ignore[union-attr]
+        evidence = cleanup_evidence(journal, "nightly-report.r1", epoch=1, node="n1")
+        said = evidence_text(evidence, "nobody", "n1", time.time()).plain  # the x dialog
+        assert "still alive: it runs as another user, whom you may not signal: cancel" in said
         report = cancel_goal(journal, "nightly-report", reason="bad deploy", node="n1")
         assert (report.outcome, report.process, report.signals) == (
             "cancel-requested", "other-user", ()
