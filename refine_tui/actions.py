@@ -29,7 +29,7 @@ from store.model.goal import goal_id_of_run
 from store.model.goals import REASSIGNABLE, Goals
 from store.ops.bulk import BulkPlan, plan_bulk, run_bulk
 from store.ops.bulk import Selection as Chosen
-from store.ops.evidence import another_users, count
+from store.ops.evidence import count
 from store.ops.node_cleanup import (
     NodeCleanup,
     NodeCleanupPlan,
@@ -509,7 +509,7 @@ def evidence_text(evidence: CleanupEvidence, operator: str, node: str, now: floa
 def _stop_advice(evidence: CleanupEvidence, node: str) -> str:
     """What the operator can do about a live process from here: Stop only on its own node, and
     only as a user who may signal it (or cancel: its node stops it)."""
-    if evidence.node_id == node and evidence.record and another_users(evidence.record):
+    if evidence.node_id == node and evidence.runs_as_another_user:
         return "it runs as another user, whom you may not signal: cancel the goal (c)"
     if evidence.node_id == node:
         return "stop it first (s)"

@@ -184,7 +184,9 @@ class GoalsView(TableView):
         for key, row in changes.items():
             self.ended.pop(key, None)
             if row is None:
-                self.unlist(key)
+                self.listed.pop(key)
+                self.unfilled.pop(key, None)
+                self.drop(key)
             elif key in self.listed or self.matches(row):
                 if row.terminal:
                     self.ended[key] = None  # the most recently changed: the last to go
@@ -223,11 +225,6 @@ class GoalsView(TableView):
             self.listed.pop(key)
             self.unfilled.pop(key, None)
         self.drop_many(forgotten)
-
-    def unlist(self, key: str) -> None:
-        self.listed.pop(key)
-        self.unfilled.pop(key, None)
-        self.drop(key)
 
     # --- marks (DESIGN §15): the Goals c, s and R act on together ----------------------------
 

@@ -71,6 +71,7 @@ class CleanupEvidence:
     last_output_at: float | None  # the log's last write (wall clock), for the modal's clock
     sentence: str  # what the process records prove
     ending: str  # what confirming does to the Goal: requeued, held, exhausted or cancelled
+    runs_as_another_user: bool = False  # its process is a user's this one may not signal
 
 
 def default_node() -> str:
@@ -509,6 +510,7 @@ def cleanup_evidence(journal: Journal, run_id: str, *, epoch: int, node: str) ->
         last_output_at=output_at,
         sentence=sentence,
         ending=ending_words(goal, target.run, epoch),
+        runs_as_another_user=alive and record is not None and another_users(record),
     )
 
 

@@ -39,3 +39,17 @@ async def until(pilot: Any, condition: Callable[[], object], timeout: float = 15
         assert time.monotonic() < deadline, "condition not reached"
         assert pilot.app.is_running, "the dashboard stopped"
         await pilot.pause(0.03)
+
+
+def node_recorded_exit(read: Callable[[str], tuple[Any, Any]], goal_id: str) -> Any:
+    """The Run of ``goal_id`` once its node has recorded the end of its first attempt, checked
+    to be the node's own record: interrupted, its process found gone (``process-exited``).
+    ``read``: goal id → (goal or status, Run), as the test's journal reads it."""
+    _, run = wait_until(
+        lambda: (got := read(goal_id))[1].attempts[0].state != "running" and got,
+        timeout=60, what="the node recording the end",
+    )  # fmt: skip
+    (first, *_) = run.attempts
+    assert first.state == "interrupted" and first.cleanup is not None, first
+    assert first.cleanup["method"] == "process-exited", first.cleanup
+    return run

@@ -31,7 +31,7 @@ from tests.conftest import own_server
 from tests.helpers.node_env import WAIT_FOR_GO
 from tests.helpers.pg_env import PgEnv
 from tests.helpers.postgres_server import PostgresServer
-from tests.helpers.waits import wait_until
+from tests.helpers.waits import node_recorded_exit, wait_until
 
 pytestmark = pytest.mark.postgres
 INTERVAL_S = 2.0  # the beats' interval here: silent after MISSED_BEATS of them (6 s)
@@ -189,13 +189,7 @@ def test_a_stop_whose_end_cannot_be_recorded_says_the_process_was_stopped(
     assert "SIGKILL after 2 s) but its end is not recorded: journal unreachable: " in words
     assert words.endswith("; node n1 records it once the journal answers"), words
     server.start_on_same_port()
-    _, run = wait_until(
-        lambda: (got := pg.read("stuck"))[1].attempts[0].state != "running" and got,
-        timeout=60, what="the node recording the end",
-    )  # fmt: skip
-    assert run.attempts[0].state == "interrupted"
-    assert run.attempts[0].cleanup is not None
-    assert run.attempts[0].cleanup["method"] == "process-exited"
+    node_recorded_exit(pg.read, "stuck")
 
 
 def _lines(path: Path) -> list[str]:

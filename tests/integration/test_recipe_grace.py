@@ -18,7 +18,7 @@ import pytest
 from store.ops.bulk import plan_bulk, run_bulk
 from store.ops.operator import cancel_goal, stop_goal
 from tests.helpers.node_env import Env
-from tests.helpers.waits import wait_until
+from tests.helpers.waits import node_recorded_exit, wait_until
 
 # Writes "ready", and on SIGTERM "term", then (a second later: its cleanup) "cleaned up". A
 # second SIGTERM during the cleanup would run the handler again: "term" twice.
@@ -92,13 +92,7 @@ def test_a_sigterm_to_the_worker_alone_leaves_the_recipe_its_grace_and_the_end_t
     wait_until(lambda: _said(env, "shutdown") == WHOLE, timeout=10, what="the recipe's cleanup")
     # The worker reports nothing (it did not see the recipe end by itself); its record stays,
     # so the node finds the process gone and records the end: the goal is requeued.
-    _, run = wait_until(
-        lambda: (got := env.read("shutdown"))[1].attempts[0].state != "running" and got,
-        timeout=60, what="the node recording the end",
-    )  # fmt: skip
-    assert run.attempts[0].state == "interrupted"
-    assert run.attempts[0].cleanup is not None
-    assert run.attempts[0].cleanup["method"] == "process-exited"
+    node_recorded_exit(env.read, "shutdown")
     wait_until(lambda: len(env.read("shutdown")[1].attempts) == 2, what="attempt 2")
 
 
